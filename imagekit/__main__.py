@@ -1,0 +1,3 @@
+from imagekit.cli import main
+
+main()

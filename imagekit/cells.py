@@ -1,0 +1,267 @@
+"""Completion: a RawCell plus the compatibility data -> a Cell with everything resolved.
+
+A Cell is the plain data that rendering, building and CI emission need: images, the torch
+index, package lists, environment, labels and tags. Lists are sorted tuples, so rendering
+is deterministic and nobody can mutate a shared cell.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from packaging.version import Version
+
+from imagekit import __version__
+from imagekit.compat import CPU, Compat, variant_of
+from imagekit.errors import CompatError, SpecError
+from imagekit.profiles import image_env
+from imagekit.spec import AXES, RawCell
+
+DEFAULT_SIZE_BUDGET = 20 * 10**9
+USER = ("imagekit", 1000)
+
+
+@dataclass(frozen=True)
+class FeatureStep:
+    """One feature's install step; CUDA extensions build against the installed torch."""
+
+    name: str
+    requirements: tuple[str, ...]
+    build_isolation: bool
+
+
+@dataclass(frozen=True)
+class Cell:
+    id: str
+    cuda: str
+    torch: str
+    python: str
+    os: str
+    flavor: str
+    variant: str
+    installer: str
+    system_python: bool
+    runtime_image: str
+    builder_image: str | None  # None: the builder starts from the runtime's OS stage
+    os_family: str  # "debian" or "ubuntu"
+    torch_index: str | None
+    torch_requirements: tuple[str, ...]
+    feature_steps: tuple[FeatureStep, ...]
+    needs_devel: bool
+    apt: tuple[str, ...]
+    pip: tuple[str, ...]
+    features: tuple[str, ...]
+    profile: str
+    env: tuple[tuple[str, str], ...]
+    labels: tuple[tuple[str, str], ...]
+    tags: tuple[str, ...]
+    size_budget: int
+    source: Path | None
+    min_driver: str | None
+    archs: tuple[str, ...]
+    origin: str
+
+    @property
+    def repository(self) -> str:
+        return self.tags[0].rsplit(":", 1)[0]
+
+    @property
+    def python_bin(self) -> str:
+        return f"python{self.python}"
+
+    def label(self, key: str) -> str:
+        return dict(self.labels)[key]
+
+
+def cell_id(cuda: str, torch: str, python: str, os_name: str, flavor: str) -> str:
+    return f"{variant_of(cuda)}-torch{torch}-py{python}-{os_name}-{flavor}"
+
+
+def complete(raw: RawCell, compat: Compat, pins: dict[str, str] | None = None) -> Cell:
+    """Resolve one cell. Raises CompatError when the combination does not exist."""
+    compat.check_combination(raw.cuda, raw.torch, raw.python, raw.os)
+    torch = compat.torch_release(raw.torch)
+    os_rel = compat.os_release(raw.os)
+    opts = raw.options
+    features = tuple(sorted(set(opts.features or ())))
+    installer = opts.installer or "uv"
+    system_python = raw.python == os_rel.python
+    _check_cell(raw, compat, features, installer, system_python)
+
+    ident = cell_id(raw.cuda, torch.version, raw.python, raw.os, raw.flavor)
+    runtime_image, builder_image = _images(raw, compat, features)
+    pins = pins or {}
+    cuda_rel = compat.cuda.get(raw.cuda)
+    env = image_env(
+        opts.profile or "single-node",
+        cuda=raw.cuda != CPU,
+        tf32=True if opts.tf32 is None else opts.tf32,
+        require_cuda=f"cuda>={raw.cuda}" if raw.cuda != CPU and raw.flavor == "slim" else None,
+    )
+    env.update(opts.env or {})
+    fields = {
+        "id": ident,
+        "cuda": raw.cuda,
+        "variant": variant_of(raw.cuda),
+        "torch": torch.version,
+        "python": raw.python,
+        "os": raw.os,
+        "flavor": raw.flavor,
+    }
+    repo = f"{raw.env_file.registry}/{raw.env_file.repository}"
+    tags = tuple(
+        f"{repo}:{t.format(**fields)}" for t in [raw.env_file.tag, *raw.env_file.extra_tags]
+    )
+    archs = compat.variant_archs.get(variant_of(raw.cuda), ())
+    cell = Cell(
+        id=ident,
+        cuda=raw.cuda,
+        torch=torch.version,
+        python=raw.python,
+        os=raw.os,
+        flavor=raw.flavor,
+        variant=variant_of(raw.cuda),
+        installer=installer,
+        system_python=system_python,
+        runtime_image=_pin(runtime_image, pins),
+        builder_image=_pin(builder_image, pins) if builder_image else None,
+        os_family="debian" if raw.os.startswith("debian") else "ubuntu",
+        torch_index=compat.torch_index(raw.cuda, torch.version),
+        torch_requirements=_torch_requirements(torch.version, torch.torchvision, opts.torchvision),
+        feature_steps=_feature_steps(compat, features, raw.cuda),
+        needs_devel=any(compat.features[f].needs_devel for f in features),
+        apt=tuple(sorted(set(opts.apt or ()))),
+        pip=tuple(sorted(set(opts.pip or ()), key=str.lower)),
+        features=features,
+        profile=opts.profile or "single-node",
+        env=tuple(sorted(env.items())),
+        labels=(),
+        tags=tags,
+        size_budget=opts.size_budget or DEFAULT_SIZE_BUDGET,
+        source=(raw.base_dir / opts.source).resolve() if opts.source else None,
+        min_driver=cuda_rel.min_driver if cuda_rel else None,
+        archs=archs,
+        origin=str(raw.origin),
+    )
+    return _with_labels(cell, repo)
+
+
+def _check_cell(
+    raw: RawCell, compat: Compat, features: tuple[str, ...], installer: str, system_python: bool
+) -> None:
+    os_rel = compat.os_release(raw.os)
+    if raw.flavor == "nvidia" and raw.cuda == CPU:
+        raise CompatError("flavor nvidia needs a CUDA version; use flavor slim for cuda cpu")
+    if raw.flavor == "nvidia" and not os_rel.nvidia:
+        nvidia_os = [n for n, o in compat.os.items() if o.nvidia]
+        raise CompatError(
+            f"there are no nvidia/cuda images for {raw.os}; use flavor slim, or os "
+            f"{', '.join(nvidia_os)}"
+        )
+    if not system_python and installer != "uv":
+        raise CompatError(
+            f"{raw.os} ships Python {os_rel.python}; Python {raw.python} needs installer uv "
+            f"(it installs a managed CPython), or python {os_rel.python}"
+        )
+    for name in features:
+        if compat.features[name].needs_devel and raw.flavor != "nvidia":
+            raise CompatError(f"feature {name} compiles CUDA code; it needs flavor nvidia")
+        if name == "flash-attn" and raw.cuda == CPU:
+            raise CompatError("feature flash-attn needs a CUDA cell (cuda 12.x or 13.x)")
+
+
+def _images(raw: RawCell, compat: Compat, features: tuple[str, ...]) -> tuple[str, str | None]:
+    """(runtime base, builder base or None when the builder shares the runtime's OS stage)."""
+    if raw.options.base:
+        return raw.options.base, None
+    os_rel = compat.os_release(raw.os)
+    if raw.flavor == "slim":
+        return os_rel.image, None
+    cuda = compat.cuda_release(raw.cuda)
+    stem = f"nvidia/cuda:{cuda.full}-cudnn"
+    return f"{stem}-runtime-{os_rel.cuda_tag}", f"{stem}-devel-{os_rel.cuda_tag}"
+
+
+def _pin(image: str, pins: dict[str, str]) -> str:
+    digest = pins.get(image)
+    return f"{image}@{digest}" if digest and "@" not in image else image
+
+
+def _torch_requirements(
+    version: str, torchvision: str | None, wanted: bool | None
+) -> tuple[str, ...]:
+    reqs = [f"torch=={version}"]
+    if wanted and torchvision:
+        reqs.append(f"torchvision=={torchvision}")
+    return tuple(reqs)
+
+
+def _feature_steps(compat: Compat, features: tuple[str, ...], cuda: str) -> tuple[FeatureStep, ...]:
+    key = CPU if cuda == CPU else cuda.split(".")[0]
+    steps = []
+    for name in features:
+        feature = compat.features[name]
+        reqs = feature.pip.get(key) or feature.pip.get("*") or ()
+        steps.append(FeatureStep(name, tuple(reqs), build_isolation=not feature.needs_devel))
+    return tuple(steps)
+
+
+def _with_labels(cell: Cell, repo: str) -> Cell:
+    labels = {
+        "org.opencontainers.image.title": repo.rsplit("/", 1)[-1],
+        "org.opencontainers.image.description": (
+            f"PyTorch {cell.torch} ({cell.variant}), Python {cell.python}, {cell.os}, "
+            f"{cell.flavor} flavor; built by imagekit"
+        ),
+        "org.opencontainers.image.version": cell.tags[0].rsplit(":", 1)[1],
+        "org.opencontainers.image.base.name": cell.runtime_image,
+        "io.imagekit.cell": cell.id,
+        "io.imagekit.cuda": cell.cuda,
+        "io.imagekit.torch": cell.torch,
+        "io.imagekit.python": cell.python,
+        "io.imagekit.os": cell.os,
+        "io.imagekit.flavor": cell.flavor,
+        "io.imagekit.variant": cell.variant,
+        "io.imagekit.features": ",".join(cell.features),
+        "io.imagekit.profile": cell.profile,
+        "io.imagekit.archs": " ".join(cell.archs),
+        "io.imagekit.min-driver": cell.min_driver or "",
+        "io.imagekit.version": __version__,
+    }
+    return replace(cell, labels=tuple(sorted(labels.items())))
+
+
+def complete_all(
+    raws: Iterable[RawCell],
+    compat: Compat,
+    pins: dict[str, str] | None = None,
+    problems: Iterable[str] = (),
+) -> list[Cell]:
+    """Complete every cell; raise one SpecError with every problem (earlier ones passed in,
+    bad combinations, duplicates)."""
+    cells: list[Cell] = []
+    problems = list(problems)
+    seen: dict[str, str] = {}
+    for raw in raws:
+        try:
+            cell = complete(raw, compat, pins)
+        except CompatError as exc:
+            axes = " ".join(f"{a}={getattr(raw, a)}" for a in AXES)
+            problems.append(f"{raw.origin}: {axes}: {exc}")
+            continue
+        if cell.id in seen:
+            problems.append(f"{raw.origin}: cell {cell.id} is already defined at {seen[cell.id]}")
+            continue
+        seen[cell.id] = cell.origin
+        cells.append(cell)
+    if problems:
+        raise SpecError(problems)
+    return sorted(cells, key=sort_key)
+
+
+def sort_key(cell: Cell) -> tuple[object, ...]:
+    """Numeric version order (2.10 after 2.9), CPU cells first."""
+    cuda = Version("0") if cell.cuda == CPU else Version(cell.cuda)
+    return (cuda, Version(cell.torch), Version(cell.python), cell.os, cell.flavor)

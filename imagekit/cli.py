@@ -1,0 +1,229 @@
+"""Command line. Thin: options -> a plain object -> one function per command.
+
+Errors are ImagekitError subclasses with an exit code each; only `main` exits.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import click
+
+from imagekit import __version__
+from imagekit.catalog import Filters, load_cells, select
+from imagekit.errors import ImagekitError
+
+EPILOG_RENDER = """\b
+Examples:
+  imagekit render                      # write dockerfiles/<cell>/Dockerfile for every cell
+  imagekit render --cuda 12.6          # only the CUDA 12.6 cells
+  imagekit render --check              # CI: fail with a diff if committed files are stale
+"""
+
+
+def examples(*lines: str) -> str:
+    """An epilog click prints verbatim (\\b stops it re-wrapping the lines)."""
+    return "\b\nExamples:\n" + "\n".join(f"  {line}" for line in lines)
+
+
+def filter_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    """--cuda/--torch/--python/--os/--flavor/--cell, repeatable; plus --envs and --lock."""
+    options = [
+        click.option(
+            "--envs",
+            "envs",
+            multiple=True,
+            type=click.Path(path_type=Path),
+            help="Matrix file or folder (repeatable). Default: ./envs, else the built-in catalog.",
+        ),
+        click.option(
+            "--lock",
+            type=click.Path(path_type=Path),
+            default=None,
+            help="Digest lock file. Default: images.lock beside the matrix files.",
+        ),
+        click.option("--cuda", multiple=True, help="CUDA version(s), e.g. 12.6, or cpu."),
+        click.option("--torch", multiple=True, help="torch version(s); 2.7 matches 2.7.1."),
+        click.option("--python", multiple=True, help="Python version(s), e.g. 3.11."),
+        click.option("--os", "os_", multiple=True, help="OS, e.g. ubuntu24.04 or debian12."),
+        click.option("--flavor", multiple=True, type=click.Choice(["nvidia", "slim"])),
+        click.option("--cell", multiple=True, help="Cell id glob, e.g. 'cu126-*-slim'."),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+def filters_from(kwargs: dict[str, Any]) -> Filters:
+    return Filters(
+        cuda=tuple(kwargs.pop("cuda")),
+        torch=tuple(kwargs.pop("torch")),
+        python=tuple(kwargs.pop("python")),
+        os=tuple(kwargs.pop("os_")),
+        flavor=tuple(kwargs.pop("flavor")),
+        cell=tuple(kwargs.pop("cell")),
+    )
+
+
+def selected_cells(kwargs: dict[str, Any]) -> tuple[list[Any], Filters]:
+    filters = filters_from(kwargs)
+    cells = load_cells(kwargs.pop("envs"), kwargs.pop("lock"))
+    return select(cells, filters), filters
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(__version__, prog_name="imagekit")
+def cli() -> None:
+    """Render, build, test and publish a CUDA x PyTorch x Python image matrix.
+
+    \b
+    Typical flow:
+      imagekit list                         # what the matrix holds
+      imagekit render                       # Dockerfiles into dockerfiles/
+      imagekit build --cuda 12.6            # build those cells with BuildKit
+      imagekit test IMAGE                   # self-check an image on this host
+    """
+
+
+@cli.command(epilog=EPILOG_RENDER)
+@filter_options
+@click.option(
+    "--out",
+    type=click.Path(path_type=Path),
+    default=Path("dockerfiles"),
+    show_default=True,
+    help="Folder for dockerfiles/<cell>/Dockerfile.",
+)
+@click.option("--check", is_flag=True, help="Write nothing; exit 4 with a diff if stale.")
+@click.option(
+    "--syntax",
+    default=None,
+    metavar="IMAGE",
+    help="Opt into a '# syntax=IMAGE' line (pulls that frontend at build time).",
+)
+def render(**kwargs: Any) -> None:
+    """Render one Dockerfile per selected cell."""
+    from imagekit import render as render_mod
+
+    out, check, syntax = kwargs.pop("out"), kwargs.pop("check"), kwargs.pop("syntax")
+    cells, filters = selected_cells(kwargs)
+    rendered = render_mod.render_all(cells, syntax)
+    if check:
+        render_mod.check(rendered, out, prune=filters.empty)
+        click.echo(f"{len(rendered)} Dockerfiles are current.")
+        return
+    changed = render_mod.write_all(rendered, out)
+    click.echo(f"rendered {len(rendered)} cells into {out}/ ({len(changed)} changed)")
+    for cell_id in changed:
+        click.echo(f"  wrote {out / cell_id / 'Dockerfile'}")
+
+
+@cli.command(
+    name="list", epilog=examples("imagekit list", "imagekit list --cuda 13.0 --flavor slim")
+)
+@filter_options
+def list_cells(**kwargs: Any) -> None:
+    """Print the selected cells as a table."""
+    from imagekit.emit import table
+
+    cells, _ = selected_cells(kwargs)
+    click.echo(table(cells))
+
+
+@cli.command(
+    epilog=examples(
+        "imagekit matrix --format json",
+        "imagekit matrix --format github --cuda 12.6",
+        "imagekit matrix --format bake > docker-bake.json",
+    )
+)
+@filter_options
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["json", "github", "bake"]),
+    default="json",
+    show_default=True,
+)
+@click.option(
+    "--gpu-runner",
+    default="gpu",
+    show_default=True,
+    help="runs-on label for self-test jobs (github format).",
+)
+def matrix(**kwargs: Any) -> None:
+    """Print the selected cells as data: JSON, a GitHub Actions matrix, or a bake file."""
+    from imagekit import emit
+
+    fmt, gpu_runner = kwargs.pop("fmt"), kwargs.pop("gpu_runner")
+    cells, _ = selected_cells(kwargs)
+    if fmt == "json":
+        data: Any = emit.cells_json(cells)
+    elif fmt == "github":
+        data = emit.github_matrix(cells, gpu_runner=gpu_runner)
+    else:
+        data = emit.bake(cells)
+    click.echo(json.dumps(data, indent=2, sort_keys=False))
+
+
+@cli.group()
+def compat() -> None:
+    """Inspect or refresh the compatibility data."""
+
+
+@compat.command(name="show")
+def compat_show() -> None:
+    """Print torch -> CUDA/Python and CUDA -> driver tables."""
+    from imagekit.compat_refresh import show
+
+    click.echo(show())
+
+
+@compat.command(
+    name="refresh",
+    epilog=examples(
+        "imagekit compat refresh            # print the diff",
+        "imagekit compat refresh --write    # and write it",
+    ),
+)
+@click.option("--write", is_flag=True, help="Write the changes (default: only print the diff).")
+@click.option("--torch", "versions", multiple=True, help="Only these torch versions.")
+def compat_refresh(write: bool, versions: tuple[str, ...]) -> None:
+    """Re-derive PyPI-default CUDA and Python range of torch releases from PyPI metadata."""
+    from imagekit.compat_refresh import refresh
+
+    click.echo(refresh(versions=versions, write=write))
+
+
+def main(argv: list[str] | None = None) -> None:
+    try:
+        cli.main(args=argv, prog_name="imagekit", standalone_mode=False)
+    except ImagekitError as exc:
+        click.echo(f"imagekit: error: {exc}", err=True)
+        sys.exit(exc.exit_code)
+    except click.exceptions.Abort:
+        click.echo("imagekit: interrupted", err=True)
+        sys.exit(130)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    sys.exit(0)
+
+
+def _register_optional_commands() -> None:
+    # Commands in their own modules (one per command), imported lazily by click at call
+    # time would complicate help; they are light to import, so register them here.
+    from imagekit.commands import register
+
+    register(cli)
+
+
+_register_optional_commands()
+
+
+if __name__ == "__main__":
+    main()

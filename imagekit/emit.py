@@ -1,0 +1,102 @@
+"""Cells as data for people and CI: a table, JSON, a GitHub Actions matrix, a bake file."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from imagekit.cells import Cell
+
+CONTEXT_ROOT = ".imagekit/context"
+
+
+def table(cells: Sequence[Cell]) -> str:
+    header = ("CELL", "CUDA", "TORCH", "PYTHON", "OS", "FLAVOR", "FEATURES", "PROFILE")
+    rows = [header] + [
+        (c.id, c.cuda, c.torch, c.python, c.os, c.flavor, ",".join(c.features) or "-", c.profile)
+        for c in cells
+    ]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+    lines = ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+    lines.append(f"{len(cells)} cell{'s' if len(cells) != 1 else ''}")
+    return "\n".join(lines)
+
+
+def cell_json(cell: Cell) -> dict[str, Any]:
+    return {
+        "id": cell.id,
+        "cuda": cell.cuda,
+        "torch": cell.torch,
+        "python": cell.python,
+        "os": cell.os,
+        "flavor": cell.flavor,
+        "variant": cell.variant,
+        "installer": cell.installer,
+        "features": list(cell.features),
+        "profile": cell.profile,
+        "tags": list(cell.tags),
+        "base_image": cell.runtime_image,
+        "builder_image": cell.builder_image,
+        "dockerfile": f"dockerfiles/{cell.id}/Dockerfile",
+        "size_budget": cell.size_budget,
+        "min_driver": cell.min_driver,
+        "archs": list(cell.archs),
+        "labels": dict(cell.labels),
+        "env": dict(cell.env),
+        "origin": cell.origin,
+    }
+
+
+def cells_json(cells: Sequence[Cell]) -> list[dict[str, Any]]:
+    return [cell_json(c) for c in cells]
+
+
+def github_matrix(cells: Sequence[Cell], gpu_runner: str = "gpu") -> dict[str, Any]:
+    """`strategy.matrix` value: one entry per cell, with runner hints."""
+    include = []
+    for cell in cells:
+        include.append(
+            {
+                "id": cell.id,
+                "cuda": cell.cuda,
+                "torch": cell.torch,
+                "python": cell.python,
+                "flavor": cell.flavor,
+                "tag": cell.tags[0],
+                "tags": ",".join(cell.tags),
+                "dockerfile": f"dockerfiles/{cell.id}/Dockerfile",
+                # nvidia bases and CUDA wheels need room: large runners build them.
+                "runner": "ubuntu-latest",
+                "gpu_runner": gpu_runner if cell.cuda != "cpu" else "ubuntu-latest",
+                "requires_gpu": cell.cuda != "cpu",
+            }
+        )
+    return {"include": include}
+
+
+def _group_name(cell: Cell) -> str:
+    return "cpu" if cell.cuda == "cpu" else "cuda-" + cell.cuda.replace(".", "-")
+
+
+def bake(cells: Sequence[Cell]) -> dict[str, Any]:
+    """A docker-bake.json: a target per cell, a group per CUDA version, registry cache."""
+    targets: dict[str, Any] = {}
+    groups: dict[str, list[str]] = {}
+    for cell in cells:
+        name = cell.id.replace(".", "_")  # bake target names: letters, digits, _ and -
+        cache_ref = f"{cell.repository}:buildcache-{cell.id}"
+        targets[name] = {
+            "context": f"{CONTEXT_ROOT}/{cell.id}",
+            "dockerfile": f"../../../dockerfiles/{cell.id}/Dockerfile",
+            "target": "runtime",
+            "tags": list(cell.tags),
+            "labels": dict(cell.labels),
+            "args": {"BUILDKIT_INLINE_CACHE": "1"},
+            "cache-from": [f"type=registry,ref={cache_ref}"],
+            "cache-to": [f"type=registry,ref={cache_ref},mode=max"],
+            "platforms": ["linux/amd64"],
+        }
+        groups.setdefault(_group_name(cell), []).append(name)
+    group = {"default": {"targets": sorted(targets)}}
+    group.update({g: {"targets": t} for g, t in sorted(groups.items())})
+    return {"group": group, "target": targets}

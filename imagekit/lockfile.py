@@ -1,0 +1,48 @@
+"""`images.lock`: base image references pinned to digests by `imagekit lock`.
+
+The renderer writes `FROM ref@sha256:...` for every base found here, so a rebuild months
+later starts from the same bytes even after the tag moved (NVIDIA also deletes old tags).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from imagekit.errors import SpecError
+from imagekit.render import write_atomic
+
+NAME = "images.lock"
+
+
+@dataclass(frozen=True)
+class Lock:
+    pins: dict[str, str] = field(default_factory=dict)
+
+
+def default_path(env_paths: Sequence[Path]) -> Path:
+    first = env_paths[0] if env_paths else Path("envs")
+    folder = first if first.is_dir() else first.parent
+    return folder / NAME
+
+
+def read(path: Path) -> Lock:
+    if not path.is_file():
+        return Lock()
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        pins = data["images"]
+        if not all(isinstance(k, str) and str(v).startswith("sha256:") for k, v in pins.items()):
+            raise ValueError("every pin must be 'image': 'sha256:...'")
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise SpecError(
+            [f"{path}: not a valid lock file ({exc}); delete it and run `imagekit lock`"]
+        ) from None
+    return Lock(pins=dict(pins))
+
+
+def write(path: Path, lock: Lock) -> bool:
+    text = json.dumps({"images": dict(sorted(lock.pins.items()))}, indent=2) + "\n"
+    return write_atomic(path, text)

@@ -1,0 +1,45 @@
+"""Environment baked into images: allocator, TF32 and NCCL settings by profile.
+
+Thread counts are not baked: the entrypoint computes OMP_NUM_THREADS at container start
+from the cgroup CPU quota (a fixed value is wrong on the next host). Everything here is an
+ENV default, so `docker run -e` always overrides it.
+"""
+
+from __future__ import annotations
+
+# Transport settings per profile. Single node leaves NCCL to pick (NVLink/PCIe/SHM).
+PROFILE_ENV: dict[str, dict[str, str]] = {
+    "single-node": {},
+    "multi-node-ib": {
+        # Bootstrap over a real NIC, data over InfiniBand; NCCL_IB_HCA is site-specific.
+        "NCCL_IB_DISABLE": "0",
+        "NCCL_SOCKET_IFNAME": "^docker,lo",
+    },
+    "multi-node-ethernet": {
+        "NCCL_IB_DISABLE": "1",
+        "NCCL_SOCKET_IFNAME": "^docker,lo",
+    },
+}
+
+CUDA_ENV = {
+    # Fewer fragmentation OOMs on long training runs.
+    "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True",
+    "NVIDIA_VISIBLE_DEVICES": "all",
+    "NVIDIA_DRIVER_CAPABILITIES": "compute,utility",
+}
+
+
+def tf32_env(enabled: bool) -> dict[str, str]:
+    # On: force TF32 for cuBLAS fp32 matmuls. Off: disable it in every NVIDIA library.
+    return {"TORCH_ALLOW_TF32_CUBLAS_OVERRIDE": "1"} if enabled else {"NVIDIA_TF32_OVERRIDE": "0"}
+
+
+def image_env(profile: str, cuda: bool, tf32: bool, require_cuda: str | None) -> dict[str, str]:
+    env: dict[str, str] = {"IMAGEKIT_PROFILE": profile}
+    if cuda:
+        env.update(CUDA_ENV)
+        env.update(tf32_env(tf32))
+        env.update(PROFILE_ENV[profile])
+    if require_cuda:
+        env["NVIDIA_REQUIRE_CUDA"] = require_cuda
+    return env

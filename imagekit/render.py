@@ -1,0 +1,154 @@
+"""Rendering: Cell -> Dockerfile text (deterministic), and committed-file upkeep.
+
+Templates hold layout only; every decision is made in `cells.complete` and handed in as
+plain data, so the same cell always renders the same bytes.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import shlex
+import tempfile
+from collections.abc import Iterable
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+import jinja2
+
+from imagekit.cells import USER, Cell
+from imagekit.errors import StaleError
+from imagekit.resources import templates_dir
+
+DEVEL_REQUIREMENTS = ("ninja", "packaging", "psutil", "setuptools", "wheel")
+
+
+@dataclass(frozen=True)
+class Installer:
+    command: str
+    cache: str
+    sharing: str
+
+
+INSTALLERS = {
+    "pip": Installer(
+        "/opt/venv/bin/pip install --find-links /wheelhouse", "/root/.cache/pip", "locked"
+    ),
+    # uv's cache is safe for concurrent builds; pip's is not guaranteed to be.
+    "uv": Installer(
+        "/opt/uv/bin/uv pip install --python /opt/venv/bin/python --find-links /wheelhouse",
+        "/root/.cache/uv",
+        "shared",
+    ),
+}
+
+
+def dockerfile_quote(value: str) -> str:
+    """Double-quote a value for ENV/LABEL so it cannot end its instruction early."""
+    if "\n" in value or "\r" in value:
+        raise ValueError(f"a Dockerfile value must be one line: {value!r}")
+    escaped = value.replace("\\", "\\\\").replace('"', '\\"').replace("$", "\\$")
+    return f'"{escaped}"'
+
+
+@lru_cache(maxsize=2)
+def _environment(directory: str) -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(directory),
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+        autoescape=False,  # Dockerfiles, not HTML; values are quoted by the filters below.
+    )
+    env.filters["shquote"] = shlex.quote
+    env.filters["dq"] = dockerfile_quote
+    env.filters["kv"] = lambda pair: f"{pair[0]}={dockerfile_quote(pair[1])}"
+    return env
+
+
+def _packages(cell: Cell) -> tuple[list[str], list[str]]:
+    base = ["ca-certificates"] + (["python3"] if cell.system_python else [])
+    builder = ["ca-certificates", "python3", "python3-venv"]
+    if cell.needs_devel:
+        builder += ["build-essential", "git", "python3-dev"]
+    return sorted(base), sorted(builder)
+
+
+def render(cell: Cell, syntax: str | None = None, templates: Path | None = None) -> str:
+    """The Dockerfile for one cell. `syntax` opts into a `# syntax=` frontend line."""
+    base_packages, builder_packages = _packages(cell)
+    template = _environment(str(templates or templates_dir())).get_template("Dockerfile.j2")
+    return template.render(
+        cell=cell,
+        syntax=syntax,
+        base_packages=base_packages,
+        builder_packages=builder_packages,
+        devel_requirements=DEVEL_REQUIREMENTS,
+        installer=INSTALLERS[cell.installer],
+        user={"name": USER[0], "uid": USER[1]},
+    )
+
+
+def dockerfile_path(out_dir: Path, cell: Cell) -> Path:
+    return out_dir / cell.id / "Dockerfile"
+
+
+def write_atomic(path: Path, text: str) -> bool:
+    """Write via a temp file and rename, so no reader ever sees half a file. True if changed."""
+    if path.is_file() and path.read_text(encoding="utf-8") == text:
+        return False
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return True
+
+
+def render_all(cells: Iterable[Cell], syntax: str | None = None) -> dict[str, str]:
+    """Render everything first, so a template error leaves no file written."""
+    return {cell.id: render(cell, syntax) for cell in cells}
+
+
+def write_all(rendered: dict[str, str], out_dir: Path) -> list[str]:
+    changed = []
+    for cell_id, text in sorted(rendered.items()):
+        if write_atomic(out_dir / cell_id / "Dockerfile", text):
+            changed.append(cell_id)
+    return changed
+
+
+def check(rendered: dict[str, str], out_dir: Path, prune: bool = True) -> None:
+    """Raise StaleError with a unified diff when committed files differ from a fresh render.
+
+    With `prune`, a committed cell directory that the matrix no longer has is stale too.
+    """
+    diffs: list[str] = []
+    for cell_id, text in sorted(rendered.items()):
+        path = out_dir / cell_id / "Dockerfile"
+        current = path.read_text(encoding="utf-8") if path.is_file() else ""
+        if current != text:
+            diffs.extend(
+                difflib.unified_diff(
+                    current.splitlines(keepends=True),
+                    text.splitlines(keepends=True),
+                    fromfile=f"{path} (committed)",
+                    tofile=f"{path} (rendered)",
+                )
+            )
+    if prune and out_dir.is_dir():
+        for extra in sorted(p.parent.name for p in out_dir.glob("*/Dockerfile")):
+            if extra not in rendered:
+                diffs.append(f"{out_dir / extra}: no cell in the matrix renders this any more\n")
+    if diffs:
+        raise StaleError(
+            "committed Dockerfiles are stale; run `imagekit render` and commit the result:\n"
+            + "".join(diffs)
+        )

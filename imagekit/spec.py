@@ -1,0 +1,426 @@
+"""The matrix spec: `envs/*.yaml` loaded, validated and expanded into raw cell specs.
+
+Validation collects every problem in every file before failing. Each message names the
+file, the line, the field and the value, and says what would be valid.
+"""
+
+from __future__ import annotations
+
+import difflib
+import fnmatch
+import itertools
+import re
+import string
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from packaging.requirements import InvalidRequirement, Requirement
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, ValidationError
+
+from imagekit.errors import SpecError
+from imagekit.yamlsrc import Located, YamlSyntaxError
+from imagekit.yamlsrc import load as load_yaml
+
+AXES = ("cuda", "torch", "python", "os", "flavor")
+FEATURES = ("flash-attn", "onnx-tensorrt")
+PROFILES = ("single-node", "multi-node-ib", "multi-node-ethernet")
+TAG_FIELDS = ("id", "cuda", "variant", "torch", "python", "os", "flavor")
+
+# -- value checks -------------------------------------------------------------------------
+# Each rejects values that could break out of their Dockerfile line (newline, quote, shell
+# metacharacters) with a message that says what is allowed.
+
+_APT = re.compile(r"^[a-z0-9][a-z0-9+.-]*(=[A-Za-z0-9.+~:-]+)?$")
+_ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_IMAGE_REF = re.compile(r"^[a-z0-9][a-z0-9._/:@-]*$")
+_REPOSITORY = re.compile(r"^[a-z0-9]+([._/-][a-z0-9]+)*$")
+_REGISTRY = re.compile(r"^[a-zA-Z0-9.-]+(:[0-9]+)?(/[a-z0-9._-]+)*$")
+_SIZE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*(B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)?\s*$")
+_UNITS = {
+    "B": 1,
+    "KB": 10**3,
+    "MB": 10**6,
+    "GB": 10**9,
+    "TB": 10**12,
+    "KiB": 2**10,
+    "MiB": 2**20,
+    "GiB": 2**30,
+    "TiB": 2**40,
+}
+
+
+def _not_a_number(value: Any) -> Any:
+    # YAML reads 3.10 as the float 3.1: a silent wrong version. Demand quotes instead.
+    if isinstance(value, bool | int | float):
+        raise ValueError(
+            f"YAML read {value!r} as a number, which can drop digits (3.10 becomes 3.1); "
+            f'quote it: "{value}"'
+        )
+    return value
+
+
+def _listify(value: Any) -> Any:
+    return value if isinstance(value, list) else [value]
+
+
+def _version(pattern: str, example: str) -> Any:
+    regex = re.compile(pattern)
+
+    def check(value: str) -> str:
+        if not regex.fullmatch(value):
+            raise ValueError(f"expected a version like {example}")
+        return value
+
+    return AfterValidator(check)
+
+
+def _apt(value: str) -> str:
+    if not _APT.fullmatch(value):
+        raise ValueError(
+            "an apt package is a Debian package name (lowercase letters, digits, + . -), "
+            "optionally =version; spaces, quotes and newlines are not allowed"
+        )
+    return value
+
+
+def _pip(value: str) -> str:
+    if "\n" in value or "\r" in value or value.lstrip().startswith("-"):
+        raise ValueError("a pip requirement is one PEP 508 line, not an option or several lines")
+    try:
+        Requirement(value)
+    except InvalidRequirement as exc:
+        raise ValueError(f"not a PEP 508 requirement ({exc})") from None
+    return value
+
+
+def _env_key(value: str) -> str:
+    if not _ENV_KEY.fullmatch(value):
+        raise ValueError("an environment name is letters, digits and _, not starting with a digit")
+    return value
+
+
+def _env_value(value: Any) -> str:
+    if isinstance(value, bool) or not isinstance(value, str | int):
+        raise ValueError(f'write the value as a string, e.g. "{value}"')
+    text = str(value)
+    if "\n" in text or "\r" in text:
+        raise ValueError("an environment value must be one line")
+    return text
+
+
+def parse_size(value: Any) -> int:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    match = _SIZE.fullmatch(str(value))
+    if not match:
+        raise ValueError('expected a size such as "12GB", "800MiB" or a number of bytes')
+    return int(float(match.group(1)) * _UNITS[match.group(2) or "B"])
+
+
+def _pattern(regex: re.Pattern[str], what: str) -> Any:
+    def check(value: str) -> str:
+        if not regex.fullmatch(value):
+            raise ValueError(f"not a valid {what}")
+        return value
+
+    return AfterValidator(check)
+
+
+CudaV = Annotated[str, BeforeValidator(_not_a_number), _version(r"cpu|\d+\.\d+", '"12.6" or "cpu"')]
+TorchV = Annotated[str, BeforeValidator(_not_a_number), _version(r"\d+\.\d+(\.\d+)?", '"2.7.1"')]
+PythonV = Annotated[str, BeforeValidator(_not_a_number), _version(r"3\.\d+", '"3.11"')]
+Axis = Annotated[list[str], BeforeValidator(_listify)]
+Flavor = Literal["nvidia", "slim"]
+
+AptPackage = Annotated[str, AfterValidator(_apt)]
+PipRequirement = Annotated[str, AfterValidator(_pip)]
+EnvKey = Annotated[str, AfterValidator(_env_key)]
+EnvValue = Annotated[str, BeforeValidator(_env_value)]
+Size = Annotated[int, BeforeValidator(parse_size)]
+ImageRef = Annotated[str, _pattern(_IMAGE_REF, "image reference (e.g. debian:bookworm-slim)")]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Options(_Strict):
+    """Per-cell options. Lists replace, `env` merges, later layers win."""
+
+    apt: list[AptPackage] | None = None
+    pip: list[PipRequirement] | None = None
+    features: list[Literal["flash-attn", "onnx-tensorrt"]] | None = None
+    profile: Literal["single-node", "multi-node-ib", "multi-node-ethernet"] | None = None
+    env: dict[EnvKey, EnvValue] | None = None
+    size_budget: Size | None = None
+    installer: Literal["uv", "pip"] | None = None
+    torchvision: bool | None = None
+    tf32: bool | None = None
+    base: ImageRef | None = None
+    source: str | None = None
+
+
+class Axes(_Strict):
+    cuda: Annotated[list[CudaV], BeforeValidator(_listify)] | None = None
+    torch: Annotated[list[TorchV], BeforeValidator(_listify)] | None = None
+    python: Annotated[list[PythonV], BeforeValidator(_listify)] | None = None
+    os: Annotated[list[str], BeforeValidator(_listify)] | None = None
+    flavor: Annotated[list[Flavor], BeforeValidator(_listify)] | None = None
+
+
+class Block(Axes, Options):
+    """A product of axis values, with options for the cells it makes."""
+
+
+class Match(_Strict):
+    """Partial axes; values are exact or shell-style globs ("2.7*"), scalar or list."""
+
+    cuda: Axis | None = None
+    torch: Axis | None = None
+    python: Axis | None = None
+    os: Axis | None = None
+    flavor: Axis | None = None
+
+
+class Override(Options):
+    match: Match
+
+
+class EnvFile(_Strict):
+    registry: Annotated[str, _pattern(_REGISTRY, "registry (host[:port][/namespace])")] = (
+        "localhost"
+    )
+    repository: Annotated[str, _pattern(_REPOSITORY, "repository name (lowercase)")] = "imagekit"
+    tag: str = "{torch}-{variant}-py{python}-{os}-{flavor}"
+    extra_tags: list[str] = []
+    defaults: Block = Block()
+    matrix: list[Block] = []
+    include: list[Block] = []
+    exclude: list[Match] = []
+    overrides: list[Override] = []
+
+
+# -- raw cells ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Origin:
+    file: str
+    line: int
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}"
+
+
+@dataclass(frozen=True)
+class RawCell:
+    """One matrix cell before completion: its axes, merged options and where it came from."""
+
+    cuda: str
+    torch: str
+    python: str
+    os: str
+    flavor: str
+    options: Options
+    env_file: EnvFile
+    origin: Origin
+    base_dir: Path
+
+
+def merge(base: Options, top: Options) -> Options:
+    """`top` wins field by field; `env` maps merge."""
+    values = base.model_dump(exclude_none=True)
+    for key, value in top.model_dump(exclude_none=True).items():
+        values[key] = {**values.get(key, {}), **value} if key == "env" else value
+    return Options(**{k: v for k, v in values.items() if k in Options.model_fields})
+
+
+def _options_of(model: BaseModel) -> Options:
+    return Options(**model.model_dump(include=set(Options.model_fields), exclude_none=True))
+
+
+def matches(match: Match, axes: dict[str, str]) -> bool:
+    for axis in AXES:
+        patterns = getattr(match, axis)
+        if patterns is not None and not any(
+            fnmatch.fnmatchcase(axes[axis], str(p)) for p in patterns
+        ):
+            return False
+    return True
+
+
+def _product(block: Block, defaults: Block) -> Iterator[dict[str, str]]:
+    values = [getattr(block, a) or getattr(defaults, a) or [] for a in AXES]
+    for combo in itertools.product(*values):
+        yield dict(zip(AXES, combo, strict=True))
+
+
+def _missing_axes(block: Block, defaults: Block) -> list[str]:
+    return [a for a in AXES if not (getattr(block, a) or getattr(defaults, a))]
+
+
+def expand(doc: EnvFile, located: Located, base_dir: Path) -> tuple[list[RawCell], list[str]]:
+    """Blocks -> cells. Returns the cells and the problems found (missing axes, tags)."""
+    problems = _check_tags(doc, located)
+    cells: list[RawCell] = []
+    groups = [("matrix", b, True) for b in doc.matrix] + [
+        ("include", b, False) for b in doc.include
+    ]
+    counters = {"matrix": 0, "include": 0}
+    for section, block, excludable in groups:
+        index = counters[section]
+        counters[section] += 1
+        origin = Origin(located.file, located.line_of((section, index)))
+        missing = _missing_axes(block, doc.defaults)
+        if missing:
+            problems.append(
+                f"{origin}: {section}[{index}]: no value for {', '.join(missing)}; set it in "
+                "the block or in defaults"
+            )
+            continue
+        for axes in _product(block, doc.defaults):
+            if excludable and any(matches(m, axes) for m in doc.exclude):
+                continue
+            options = merge(_options_of(doc.defaults), _options_of(block))
+            for override in doc.overrides:
+                if matches(override.match, axes):
+                    options = merge(options, _options_of(override))
+            cells.append(
+                RawCell(**axes, options=options, env_file=doc, origin=origin, base_dir=base_dir)
+            )
+    return cells, problems
+
+
+def _check_tags(doc: EnvFile, located: Located) -> list[str]:
+    problems = []
+    for where, template in [("tag", doc.tag)] + [
+        (f"extra_tags[{i}]", t) for i, t in enumerate(doc.extra_tags)
+    ]:
+        try:
+            fields = [f for _, f, _, _ in string.Formatter().parse(template) if f is not None]
+        except ValueError as exc:
+            fields, bad = [], str(exc)
+        else:
+            bad = ", ".join(f"{{{f}}}" for f in fields if f not in TAG_FIELDS)
+        if bad:
+            path = ("tag",) if where == "tag" else ("extra_tags", int(where[11:-1]))
+            problems.append(
+                f"{located.file}:{located.line_of(path)}: {where}: {template!r} uses {bad}; "
+                f"a tag template may use {', '.join('{' + f + '}' for f in TAG_FIELDS)}"
+            )
+    return problems
+
+
+# -- errors -------------------------------------------------------------------------------
+
+
+def _dotted(loc: Iterable[str | int]) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def _model_at(loc: tuple[str | int, ...]) -> type[BaseModel]:
+    """The model whose keys are valid at `loc` (for did-you-mean)."""
+    model: type[BaseModel] = EnvFile
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        annotation = model.model_fields.get(str(part))
+        inner = _model_in(annotation.annotation) if annotation else None
+        if inner is None:
+            break
+        model = inner
+    return model
+
+
+def _model_in(annotation: Any) -> type[BaseModel] | None:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in getattr(annotation, "__args__", ()):
+        found = _model_in(arg)
+        if found:
+            return found
+    return None
+
+
+def _describe(error: Any, located: Located) -> str:
+    loc = tuple(error["loc"])
+    # pydantic appends validator names like "function-before[...]"; drop them.
+    loc = tuple(p for p in loc if isinstance(p, int) or not str(p).startswith("function-"))
+    where = f"{located.file}:{located.line_of(loc)}: {_dotted(loc) or '(top level)'}"
+    if error["type"] == "extra_forbidden":
+        key = str(loc[-1])
+        valid = list(_model_at(loc[:-1]).model_fields)
+        close = difflib.get_close_matches(key, valid, n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        return f"{where}: unknown key {key!r}{hint} Valid keys: {', '.join(valid)}"
+    if error["type"] == "missing":
+        return f"{where}: required"
+    message = str(error["msg"]).removeprefix("Value error, ")
+    return f"{where}: value {error['input']!r}: {message}"
+
+
+# -- loading ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Spec:
+    files: tuple[str, ...]
+    cells: tuple[RawCell, ...]
+    problems: tuple[str, ...] = ()  # reported together with completion's problems
+
+
+def env_files(paths: Iterable[Path]) -> list[Path]:
+    found: list[Path] = []
+    for path in paths:
+        if path.is_dir():
+            found.extend(sorted(p for p in path.glob("*.yaml") if p.is_file()))
+            found.extend(sorted(p for p in path.glob("*.yml") if p.is_file()))
+        else:
+            found.append(path)
+    return found
+
+
+def load_spec(paths: Iterable[Path], root: Path | None = None) -> Spec:
+    """Load and validate every file. Problems are collected in `Spec.problems` so that the
+    caller can report them together with those found when completing the cells."""
+    problems: list[str] = []
+    cells: list[RawCell] = []
+    files = env_files(paths)
+    if not files:
+        raise SpecError([f"no matrix files (*.yaml) found in {', '.join(map(str, paths))}"])
+    for path in files:
+        display = _display(path, root)
+        file_cells, file_problems = _load_one(path, display)
+        cells.extend(file_cells)
+        problems.extend(file_problems)
+    return Spec(
+        files=tuple(_display(p, root) for p in files), cells=tuple(cells), problems=tuple(problems)
+    )
+
+
+def _display(path: Path, root: Path | None) -> str:
+    try:
+        return str(path.resolve().relative_to((root or Path.cwd()).resolve()))
+    except ValueError:
+        return str(path)
+
+
+def _load_one(path: Path, display: str) -> tuple[list[RawCell], list[str]]:
+    if not path.is_file():
+        return [], [f"{display}: no such file"]
+    try:
+        located = load_yaml(path, display)
+    except YamlSyntaxError as exc:
+        return [], [str(exc)]
+    if not isinstance(located.data, dict):
+        return [], [f"{display}:1: the file must be a mapping with a `matrix` list"]
+    try:
+        doc = EnvFile.model_validate(located.data)
+    except ValidationError as exc:
+        return [], [_describe(e, located) for e in exc.errors()]
+    return expand(doc, located, path.resolve().parent)

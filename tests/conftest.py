@@ -1,0 +1,40 @@
+"""Shared fixtures. Unit tests may not spawn processes: a real engine test says so with
+the `docker` marker (cibuildwheel's rule: a stray subprocess in a unit test is a bug)."""
+
+from __future__ import annotations
+
+import subprocess
+import textwrap
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(autouse=True)
+def _no_subprocess_in_unit_tests(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if request.node.get_closest_marker("docker") or request.node.get_closest_marker("subprocess"):
+        return
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError(f"unit test tried to spawn a process: {args!r}")
+
+    monkeypatch.setattr(subprocess, "Popen", refuse)
+
+
+@pytest.fixture
+def write_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[..., Path]:
+    """Write a matrix file into tmp_path/envs (the working directory) and return the folder."""
+    monkeypatch.chdir(tmp_path)
+
+    def write(text: str, name: str = "m.yaml") -> Path:
+        folder = tmp_path / "envs"
+        folder.mkdir(exist_ok=True)
+        (folder / name).write_text(textwrap.dedent(text).lstrip(), encoding="utf-8")
+        return folder
+
+    return write

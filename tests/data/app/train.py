@@ -1,0 +1,3 @@
+"""A stand-in for the team's training code: copied last into /workspace."""
+
+print("training code v1")

@@ -1,0 +1,86 @@
+# Rendered by imagekit for cell cpu-torch2.13.0-py3.11-debian12-slim (tests/data/envs/cpu.yaml:11).
+# Do not edit: change envs/ and run `imagekit render`. Build it with `imagekit build`,
+# which stages the context (imagekit/, wheelhouse/, source/) and passes the secrets.
+#
+# Stages, least-changing first:
+#   os-base  OS packages and the non-root user
+#   builder  the Python environment: installer, torch, features, then your pip packages
+#   runtime  os-base + your apt packages + the environment, then env, labels, source last
+
+FROM debian:bookworm-slim AS os-base
+ENV DEBIAN_FRONTEND=noninteractive LANG=C.UTF-8 LC_ALL=C.UTF-8
+# Keep downloaded .debs in the cache mount rather than deleting them after each install.
+RUN rm -f /etc/apt/apt.conf.d/docker-clean \
+    && echo 'Binary::apt::APT::Keep-Downloaded-Packages "true";' > /etc/apt/apt.conf.d/keep-cache
+RUN --mount=type=cache,id=imagekit-apt-cache-debian12,target=/var/cache/apt,sharing=locked \
+    --mount=type=cache,id=imagekit-apt-lists-debian12,target=/var/lib/apt/lists,sharing=locked \
+    apt-get update \
+    && apt-get install -y --no-install-recommends \
+       ca-certificates \
+       python3
+# The non-root runtime user (Ubuntu 24.04 images already use uid 1000 for "ubuntu").
+RUN if id -u ubuntu >/dev/null 2>&1; then userdel --remove ubuntu; fi \
+    && useradd --create-home --uid 1000 --shell /bin/bash imagekit \
+    && install -d -o 1000 -g 1000 /workspace
+
+FROM os-base AS builder
+RUN --mount=type=cache,id=imagekit-apt-cache-debian12,target=/var/cache/apt,sharing=locked \
+    --mount=type=cache,id=imagekit-apt-lists-debian12,target=/var/lib/apt/lists,sharing=locked \
+    apt-get update \
+    && apt-get install -y --no-install-recommends \
+       ca-certificates \
+       python3 \
+       python3-venv
+# Where torch comes from; `imagekit build --torch-index` overrides it (empty: wheelhouse/PyPI).
+ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
+RUN python3.11 -m venv /opt/venv
+# torch (the heaviest layer; it changes only with the cell)
+RUN --mount=type=cache,id=imagekit-pip,target=/root/.cache/pip,sharing=locked \
+    --mount=type=secret,id=ca \
+    --mount=type=secret,id=index \
+    --mount=type=bind,source=imagekit/build-env.sh,target=/run/imagekit/build-env.sh \
+    --mount=type=bind,source=wheelhouse,target=/wheelhouse \
+    . /run/imagekit/build-env.sh \
+    && /opt/venv/bin/pip install --find-links /wheelhouse ${TORCH_INDEX_URL:+--extra-index-url "$TORCH_INDEX_URL"} \
+       torch==2.13.0
+# Feature: onnx-tensorrt
+RUN --mount=type=cache,id=imagekit-pip,target=/root/.cache/pip,sharing=locked \
+    --mount=type=secret,id=ca \
+    --mount=type=secret,id=index \
+    --mount=type=bind,source=imagekit/build-env.sh,target=/run/imagekit/build-env.sh \
+    --mount=type=bind,source=wheelhouse,target=/wheelhouse \
+    . /run/imagekit/build-env.sh \
+    && /opt/venv/bin/pip install --find-links /wheelhouse \
+       'onnx>=1.16' \
+       'onnxscript>=0.1' \
+       'onnxruntime>=1.19'
+
+FROM os-base AS runtime
+COPY --from=builder /opt/venv /opt/venv
+COPY imagekit/entrypoint.sh /usr/local/bin/imagekit-entrypoint
+COPY imagekit/lib/imagekit /opt/venv/lib/python3.11/site-packages/imagekit
+ENV PATH=/opt/venv/bin:$PATH VIRTUAL_ENV=/opt/venv
+# Tuned defaults from the cell's profile; `docker run -e NAME=...` overrides any of them.
+ENV IMAGEKIT_PROFILE="single-node"
+LABEL io.imagekit.archs="" \
+      io.imagekit.cell="cpu-torch2.13.0-py3.11-debian12-slim" \
+      io.imagekit.cuda="cpu" \
+      io.imagekit.features="onnx-tensorrt" \
+      io.imagekit.flavor="slim" \
+      io.imagekit.min-driver="" \
+      io.imagekit.os="debian12" \
+      io.imagekit.profile="single-node" \
+      io.imagekit.python="3.11" \
+      io.imagekit.torch="2.13.0" \
+      io.imagekit.variant="cpu" \
+      io.imagekit.version="0.1.0" \
+      org.opencontainers.image.base.name="debian:bookworm-slim" \
+      org.opencontainers.image.description="PyTorch 2.13.0 (cpu), Python 3.11, debian12, slim flavor; built by imagekit" \
+      org.opencontainers.image.title="imagekit-test" \
+      org.opencontainers.image.version="2.13.0-cpu-py3.11-debian12-slim"
+USER 1000:1000
+WORKDIR /workspace
+# Sets OMP_NUM_THREADS from the cgroup CPU quota at start unless you set it, then runs CMD.
+ENTRYPOINT ["/usr/local/bin/imagekit-entrypoint"]
+CMD ["python"]
+COPY --chown=1000:1000 source/ /workspace/

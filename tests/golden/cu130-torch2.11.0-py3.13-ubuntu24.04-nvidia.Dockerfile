@@ -1,0 +1,140 @@
+# Rendered by imagekit for cell cu130-torch2.11.0-py3.13-ubuntu24.04-nvidia (envs/training.yaml:50).
+# Do not edit: change envs/ and run `imagekit render`. Build it with `imagekit build`,
+# which stages the context (imagekit/, wheelhouse/, source/) and passes the secrets.
+#
+# Stages, least-changing first:
+#   os-base  OS packages and the non-root user
+#   builder  the Python environment: installer, torch, features, then your pip packages
+#   runtime  os-base + your apt packages + the environment, then env, labels, source last
+
+FROM nvidia/cuda:13.0.2-cudnn-runtime-ubuntu24.04 AS os-base
+ENV DEBIAN_FRONTEND=noninteractive LANG=C.UTF-8 LC_ALL=C.UTF-8
+# Keep downloaded .debs in the cache mount rather than deleting them after each install.
+RUN rm -f /etc/apt/apt.conf.d/docker-clean \
+    && echo 'Binary::apt::APT::Keep-Downloaded-Packages "true";' > /etc/apt/apt.conf.d/keep-cache
+RUN --mount=type=cache,id=imagekit-apt-cache-ubuntu24.04,target=/var/cache/apt,sharing=locked \
+    --mount=type=cache,id=imagekit-apt-lists-ubuntu24.04,target=/var/lib/apt/lists,sharing=locked \
+    apt-get update \
+    && apt-get install -y --no-install-recommends \
+       ca-certificates
+# The non-root runtime user (Ubuntu 24.04 images already use uid 1000 for "ubuntu").
+RUN if id -u ubuntu >/dev/null 2>&1; then userdel --remove ubuntu; fi \
+    && useradd --create-home --uid 1000 --shell /bin/bash imagekit \
+    && install -d -o 1000 -g 1000 /workspace
+
+FROM nvidia/cuda:13.0.2-cudnn-devel-ubuntu24.04 AS builder
+ENV DEBIAN_FRONTEND=noninteractive LANG=C.UTF-8 LC_ALL=C.UTF-8
+RUN rm -f /etc/apt/apt.conf.d/docker-clean \
+    && echo 'Binary::apt::APT::Keep-Downloaded-Packages "true";' > /etc/apt/apt.conf.d/keep-cache
+RUN --mount=type=cache,id=imagekit-apt-cache-ubuntu24.04,target=/var/cache/apt,sharing=locked \
+    --mount=type=cache,id=imagekit-apt-lists-ubuntu24.04,target=/var/lib/apt/lists,sharing=locked \
+    apt-get update \
+    && apt-get install -y --no-install-recommends \
+       build-essential \
+       ca-certificates \
+       git \
+       python3 \
+       python3-dev \
+       python3-venv
+# Where torch comes from; `imagekit build --torch-index` overrides it (empty: wheelhouse/PyPI).
+ARG TORCH_INDEX_URL=
+# Parallel compile jobs for CUDA extensions; each can take several GB of RAM.
+ARG MAX_JOBS=4
+ENV UV_LINK_MODE=copy UV_PYTHON_INSTALL_DIR=/opt/python UV_COMPILE_BYTECODE=1
+RUN --mount=type=cache,id=imagekit-pip,target=/root/.cache/pip,sharing=locked \
+    --mount=type=secret,id=ca \
+    --mount=type=secret,id=index \
+    --mount=type=bind,source=imagekit/build-env.sh,target=/run/imagekit/build-env.sh \
+    --mount=type=bind,source=wheelhouse,target=/wheelhouse \
+    . /run/imagekit/build-env.sh \
+    && python3 -m venv /opt/uv \
+    && /opt/uv/bin/pip install --find-links /wheelhouse 'uv>=0.4' \
+    && /opt/uv/bin/uv venv --python 3.13 --python-preference only-managed /opt/venv
+# torch (the heaviest layer; it changes only with the cell)
+RUN --mount=type=cache,id=imagekit-uv,target=/root/.cache/uv,sharing=shared \
+    --mount=type=secret,id=ca \
+    --mount=type=secret,id=index \
+    --mount=type=bind,source=imagekit/build-env.sh,target=/run/imagekit/build-env.sh \
+    --mount=type=bind,source=wheelhouse,target=/wheelhouse \
+    . /run/imagekit/build-env.sh \
+    && /opt/uv/bin/uv pip install --python /opt/venv/bin/python --find-links /wheelhouse ${TORCH_INDEX_URL:+--extra-index-url "$TORCH_INDEX_URL"} \
+       torch==2.11.0 \
+       torchvision==0.26.0
+# Build tools for CUDA extensions, which build against the installed torch.
+RUN --mount=type=cache,id=imagekit-uv,target=/root/.cache/uv,sharing=shared \
+    --mount=type=secret,id=ca \
+    --mount=type=secret,id=index \
+    --mount=type=bind,source=imagekit/build-env.sh,target=/run/imagekit/build-env.sh \
+    --mount=type=bind,source=wheelhouse,target=/wheelhouse \
+    . /run/imagekit/build-env.sh \
+    && /opt/uv/bin/uv pip install --python /opt/venv/bin/python --find-links /wheelhouse \
+       ninja \
+       packaging \
+       psutil \
+       setuptools \
+       wheel
+# Feature: flash-attn
+RUN --mount=type=cache,id=imagekit-uv,target=/root/.cache/uv,sharing=shared \
+    --mount=type=secret,id=ca \
+    --mount=type=secret,id=index \
+    --mount=type=bind,source=imagekit/build-env.sh,target=/run/imagekit/build-env.sh \
+    --mount=type=bind,source=wheelhouse,target=/wheelhouse \
+    . /run/imagekit/build-env.sh \
+    && /opt/uv/bin/uv pip install --python /opt/venv/bin/python --find-links /wheelhouse --no-build-isolation \
+       'flash-attn>=2.6,<3'
+# Feature: onnx-tensorrt
+RUN --mount=type=cache,id=imagekit-uv,target=/root/.cache/uv,sharing=shared \
+    --mount=type=secret,id=ca \
+    --mount=type=secret,id=index \
+    --mount=type=bind,source=imagekit/build-env.sh,target=/run/imagekit/build-env.sh \
+    --mount=type=bind,source=wheelhouse,target=/wheelhouse \
+    . /run/imagekit/build-env.sh \
+    && /opt/uv/bin/uv pip install --python /opt/venv/bin/python --find-links /wheelhouse \
+       'onnx>=1.16' \
+       'onnxscript>=0.1' \
+       'onnxruntime-gpu>=1.23' \
+       'tensorrt-cu13>=10.13'
+# Your pip packages: they change most often, so they come last.
+RUN --mount=type=cache,id=imagekit-uv,target=/root/.cache/uv,sharing=shared \
+    --mount=type=secret,id=ca \
+    --mount=type=secret,id=index \
+    --mount=type=bind,source=imagekit/build-env.sh,target=/run/imagekit/build-env.sh \
+    --mount=type=bind,source=wheelhouse,target=/wheelhouse \
+    . /run/imagekit/build-env.sh \
+    && /opt/uv/bin/uv pip install --python /opt/venv/bin/python --find-links /wheelhouse \
+       'numpy<3' \
+       'tqdm>=4.66'
+
+FROM os-base AS runtime
+COPY --from=builder /opt/python /opt/python
+COPY --from=builder /opt/venv /opt/venv
+COPY imagekit/entrypoint.sh /usr/local/bin/imagekit-entrypoint
+COPY imagekit/lib/imagekit /opt/venv/lib/python3.13/site-packages/imagekit
+ENV PATH=/opt/venv/bin:$PATH VIRTUAL_ENV=/opt/venv
+# Tuned defaults from the cell's profile; `docker run -e NAME=...` overrides any of them.
+ENV IMAGEKIT_PROFILE="single-node" \
+    NVIDIA_DRIVER_CAPABILITIES="compute,utility" \
+    NVIDIA_VISIBLE_DEVICES="all" \
+    PYTORCH_CUDA_ALLOC_CONF="expandable_segments:True" \
+    TORCH_ALLOW_TF32_CUBLAS_OVERRIDE="1"
+LABEL io.imagekit.archs="7.5 8.0 8.6 9.0 10.0 12.0" \
+      io.imagekit.cell="cu130-torch2.11.0-py3.13-ubuntu24.04-nvidia" \
+      io.imagekit.cuda="13.0" \
+      io.imagekit.features="flash-attn,onnx-tensorrt" \
+      io.imagekit.flavor="nvidia" \
+      io.imagekit.min-driver="580.65.06" \
+      io.imagekit.os="ubuntu24.04" \
+      io.imagekit.profile="single-node" \
+      io.imagekit.python="3.13" \
+      io.imagekit.torch="2.11.0" \
+      io.imagekit.variant="cu130" \
+      io.imagekit.version="0.1.0" \
+      org.opencontainers.image.base.name="nvidia/cuda:13.0.2-cudnn-runtime-ubuntu24.04" \
+      org.opencontainers.image.description="PyTorch 2.11.0 (cu130), Python 3.13, ubuntu24.04, nvidia flavor; built by imagekit" \
+      org.opencontainers.image.title="pytorch-train" \
+      org.opencontainers.image.version="2.11.0-cu130-py3.13-ubuntu24.04-nvidia"
+USER 1000:1000
+WORKDIR /workspace
+# Sets OMP_NUM_THREADS from the cgroup CPU quota at start unless you set it, then runs CMD.
+ENTRYPOINT ["/usr/local/bin/imagekit-entrypoint"]
+CMD ["python"]

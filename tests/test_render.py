@@ -1,0 +1,164 @@
+"""Rendering: whole-file golden tests, determinism, committed files, atomic writes."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from imagekit import render as render_mod
+from imagekit.catalog import Filters, load_cells, select
+from imagekit.errors import StaleError
+from imagekit.render import dockerfile_quote, render, render_all, write_atomic
+
+from .conftest import ROOT
+
+GOLDEN = Path(__file__).parent / "golden"
+GOLDEN_CELLS = [
+    "cu126-torch2.7.1-py3.11-debian12-slim",  # the README cell: pip, onnx, system Python
+    "cu128-torch2.10.0-py3.12-ubuntu24.04-nvidia",  # devel builder, flash-attn, multi-node-ib
+    "cu126-torch2.11.0-py3.11-ubuntu24.04-slim",  # uv-managed Python, cu126 index
+    "cu130-torch2.11.0-py3.13-ubuntu24.04-nvidia",  # CUDA 13 line
+]
+
+
+@pytest.fixture(scope="module")
+def catalog() -> dict[str, object]:
+    return {c.id: c for c in load_cells([ROOT / "envs"])}
+
+
+@pytest.mark.parametrize("cell_id", GOLDEN_CELLS)
+def test_whole_dockerfile_matches_golden(catalog: dict[str, object], cell_id: str) -> None:
+    text = render(catalog[cell_id])  # type: ignore[arg-type]
+    golden = GOLDEN / f"{cell_id}.Dockerfile"
+    if os.environ.get("IMAGEKIT_UPDATE_GOLDEN") == "1":
+        golden.write_text(text, encoding="utf-8")
+    assert text == golden.read_text(encoding="utf-8")
+
+
+def test_test_cell_matches_golden() -> None:
+    (cell,) = load_cells([ROOT / "tests" / "data" / "envs"])
+    text = render(cell)
+    golden = GOLDEN / f"{cell.id}.Dockerfile"
+    if os.environ.get("IMAGEKIT_UPDATE_GOLDEN") == "1":
+        golden.write_text(text, encoding="utf-8")
+    assert text == golden.read_text(encoding="utf-8")
+    assert "COPY --chown=1000:1000 source/ /workspace/" in text.splitlines()[-1]
+
+
+def test_structure_of_the_readme_cell(catalog: dict[str, object]) -> None:
+    text = render(catalog["cu126-torch2.7.1-py3.11-debian12-slim"])  # type: ignore[arg-type]
+    lines = text.splitlines()
+    assert not text.startswith("# syntax")  # Docker 20.10's built-in frontend only
+    stages = [line for line in lines if line.startswith("FROM ")]
+    assert stages == [
+        "FROM debian:bookworm-slim AS os-base",
+        "FROM os-base AS builder",
+        "FROM os-base AS runtime",
+    ]
+    assert text.count("sharing=locked") >= 3  # apt caches and pip's cache
+    assert "--mount=type=secret,id=ca" in text and "/etc/ssl" not in text
+    # least-changing first: torch before features before the user's pip packages
+    assert text.index("torch==2.7.1") < text.index("onnx>=1.16") < text.index("numpy<3")
+    assert lines.index("USER 1000:1000") > lines.index("COPY --from=builder /opt/venv /opt/venv")
+
+
+def test_syntax_line_is_opt_in(catalog: dict[str, object]) -> None:
+    cell = catalog[GOLDEN_CELLS[0]]
+    text = render(cell, syntax="docker/dockerfile:1.7")  # type: ignore[arg-type]
+    assert text.startswith("# syntax=docker/dockerfile:1.7\n")
+
+
+def test_committed_dockerfiles_are_current() -> None:
+    rendered = render_all(load_cells([ROOT / "envs"]))
+    render_mod.check(rendered, ROOT / "dockerfiles")
+
+
+def test_check_reports_a_diff_and_orphans(tmp_path: Path, catalog: dict[str, object]) -> None:
+    cell = catalog[GOLDEN_CELLS[0]]
+    rendered = render_all([cell])  # type: ignore[list-item]
+    render_mod.write_all(rendered, tmp_path)
+    render_mod.check(rendered, tmp_path)
+    path = tmp_path / GOLDEN_CELLS[0] / "Dockerfile"
+    path.write_text(path.read_text().replace("numpy<3", "numpy<2"))
+    (tmp_path / "gone-cell").mkdir()
+    (tmp_path / "gone-cell" / "Dockerfile").write_text("FROM scratch\n")
+    with pytest.raises(StaleError) as info:
+        render_mod.check(rendered, tmp_path)
+    assert "-       'numpy<2'" in str(info.value) and "+       'numpy<3'" in str(info.value)
+    assert "gone-cell: no cell in the matrix renders this any more" in str(info.value)
+
+
+def test_atomic_write_leaves_old_file_on_failure(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "cell" / "Dockerfile"
+    assert write_atomic(path, "FROM a\n") is True
+    assert write_atomic(path, "FROM a\n") is False  # unchanged: not rewritten
+
+    def boom(src: str, dst: str) -> None:
+        raise OSError("disk full")
+
+    monkeypatch.setattr(os, "replace", boom)
+    with pytest.raises(OSError, match="disk full"):
+        write_atomic(path, "FROM b\n")
+    assert path.read_text() == "FROM a\n"
+    assert sorted(p.name for p in path.parent.iterdir()) == ["Dockerfile"]  # no temp left
+
+
+def test_dockerfile_quote() -> None:
+    assert dockerfile_quote('a "b" \\ $c') == '"a \\"b\\" \\\\ \\$c"'
+    with pytest.raises(ValueError, match="one line"):
+        dockerfile_quote("a\nRUN evil")
+
+
+_names = st.lists(st.sampled_from(["git", "curl", "vim", "htop", "jq", "less"]), unique=True)
+_reqs = st.lists(st.sampled_from(["numpy<3", "tqdm", "scipy>=1.10", "rich", "pyyaml"]), unique=True)
+_env = st.dictionaries(st.sampled_from(["A", "B", "C_D", "E"]), st.text("abc:=/ ", max_size=8))
+
+
+@settings(max_examples=40, deadline=None)
+@given(apt=_names, pip=_reqs, env=_env)
+def test_rendering_is_deterministic_and_order_free(
+    tmp_path_factory: pytest.TempPathFactory, apt: list[str], pip: list[str], env: dict[str, str]
+) -> None:
+    import json
+
+    folder = tmp_path_factory.mktemp("envs")
+
+    def write(order: Callable[[list[str]], list[str]]) -> str:
+        (folder / "m.yaml").write_text(
+            "defaults:\n"
+            f"  apt: {json.dumps(order(apt))}\n  pip: {json.dumps(order(pip))}\n"
+            f"  env: {json.dumps(env_in_order(env, order))}\n"
+            "matrix:\n  - {cuda: '12.6', torch: '2.7.1', python: '3.11',"
+            " os: debian12, flavor: slim}\n"
+        )
+        (cell,) = load_cells([folder])
+        return render(cell)
+
+    first = write(list)
+    assert write(list) == first  # same input, same bytes
+    assert write(reversed_) == first  # order of lists and maps does not matter
+
+
+def env_in_order(env: dict[str, str], order: Callable[[list[str]], list[str]]) -> dict[str, str]:
+    return {key: env[key] for key in order(list(env))}
+
+
+def reversed_(items: list[str]) -> list[str]:
+    return list(reversed(items))
+
+
+def test_filters_select_by_prefix(catalog: dict[str, object]) -> None:
+    cells = list(catalog.values())
+    chosen = select(cells, Filters(cuda=("12.6",), torch=("2.7",), flavor=("slim",)))  # type: ignore[arg-type]
+    assert {c.id for c in chosen} == {  # type: ignore[attr-defined]
+        "cu126-torch2.7.1-py3.11-debian12-slim",
+        "cu126-torch2.7.1-py3.11-ubuntu24.04-slim",
+        "cu126-torch2.7.1-py3.12-ubuntu24.04-slim",
+    }
