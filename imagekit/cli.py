@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import click
 
 from imagekit import __version__
-from imagekit.catalog import Filters, load_cells, select
+from imagekit.cli_common import examples, filter_options, selected_cells
 from imagekit.errors import ImagekitError
 
 EPILOG_RENDER = """\b
@@ -23,56 +22,6 @@ Examples:
   imagekit render --cuda 12.6          # only the CUDA 12.6 cells
   imagekit render --check              # CI: fail with a diff if committed files are stale
 """
-
-
-def examples(*lines: str) -> str:
-    """An epilog click prints verbatim (\\b stops it re-wrapping the lines)."""
-    return "\b\nExamples:\n" + "\n".join(f"  {line}" for line in lines)
-
-
-def filter_options(func: Callable[..., Any]) -> Callable[..., Any]:
-    """--cuda/--torch/--python/--os/--flavor/--cell, repeatable; plus --envs and --lock."""
-    options = [
-        click.option(
-            "--envs",
-            "envs",
-            multiple=True,
-            type=click.Path(path_type=Path),
-            help="Matrix file or folder (repeatable). Default: ./envs, else the built-in catalog.",
-        ),
-        click.option(
-            "--lock",
-            type=click.Path(path_type=Path),
-            default=None,
-            help="Digest lock file. Default: images.lock beside the matrix files.",
-        ),
-        click.option("--cuda", multiple=True, help="CUDA version(s), e.g. 12.6, or cpu."),
-        click.option("--torch", multiple=True, help="torch version(s); 2.7 matches 2.7.1."),
-        click.option("--python", multiple=True, help="Python version(s), e.g. 3.11."),
-        click.option("--os", "os_", multiple=True, help="OS, e.g. ubuntu24.04 or debian12."),
-        click.option("--flavor", multiple=True, type=click.Choice(["nvidia", "slim"])),
-        click.option("--cell", multiple=True, help="Cell id glob, e.g. 'cu126-*-slim'."),
-    ]
-    for option in reversed(options):
-        func = option(func)
-    return func
-
-
-def filters_from(kwargs: dict[str, Any]) -> Filters:
-    return Filters(
-        cuda=tuple(kwargs.pop("cuda")),
-        torch=tuple(kwargs.pop("torch")),
-        python=tuple(kwargs.pop("python")),
-        os=tuple(kwargs.pop("os_")),
-        flavor=tuple(kwargs.pop("flavor")),
-        cell=tuple(kwargs.pop("cell")),
-    )
-
-
-def selected_cells(kwargs: dict[str, Any]) -> tuple[list[Any], Filters]:
-    filters = filters_from(kwargs)
-    cells = load_cells(kwargs.pop("envs"), kwargs.pop("lock"))
-    return select(cells, filters), filters
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})

@@ -1,9 +1,162 @@
-"""Registers the engine-facing commands (build, test, lock, base) on the CLI group."""
+"""Engine-facing commands: build, lock, base bootstrap, test. Registered on the CLI group."""
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 import click
+
+from imagekit.cli_common import examples, filter_options, selected_cells
+
+
+@click.command(
+    epilog=examples(
+        "imagekit build --cuda 12.6 --os debian12          # the README cell",
+        "imagekit build --cuda 12.6 --jobs 2 --keep-going",
+        "imagekit build --cell 'cpu-*' --wheelhouse /opt/wheels --torch-index none",
+        "imagekit build --cuda 12.8 --push --progress plain  # CI",
+        "imagekit build --dry-run                          # print the plan only",
+    )
+)
+@filter_options
+@click.option(
+    "--target",
+    default="runtime",
+    show_default=True,
+    type=click.Choice(["runtime", "builder", "os-base"]),
+    help="Stage to build.",
+)
+@click.option("--push", is_flag=True, help="Push every tag after a successful build.")
+@click.option(
+    "--jobs",
+    "-j",
+    default=1,
+    show_default=True,
+    type=click.IntRange(1, 32),
+    help="Cells built at the same time.",
+)
+@click.option("--keep-going", is_flag=True, help="Build the other cells when one fails.")
+@click.option("--no-cache", is_flag=True, help="Ignore BuildKit's layer cache.")
+@click.option("--cache-from", multiple=True, metavar="REF", help="Image to take inline cache from.")
+@click.option("--dry-run", is_flag=True, help="Print the plan; build nothing, contact nothing.")
+@click.option(
+    "--progress",
+    type=click.Choice(["auto", "plain", "quiet"]),
+    default="auto",
+    show_default=True,
+    help="auto: a live table on a terminal, plain lines in CI.",
+)
+@click.option(
+    "--ca-bundle",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Extra CA bundle for pip/uv inside the build (a secret, never a layer). "
+    "Default: $PIP_CERT, $REQUESTS_CA_BUNDLE, $SSL_CERT_FILE or pip.conf's cert.",
+)
+@click.option(
+    "--index-url",
+    default=None,
+    metavar="URL",
+    help="Package-index mirror (may hold credentials: passed as a secret). "
+    "Default: $IMAGEKIT_INDEX_URL.",
+)
+@click.option(
+    "--wheelhouse",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Folder of wheels offered to every install step (bind-mounted, never copied).",
+)
+@click.option(
+    "--torch-index",
+    default=None,
+    metavar="URL|none",
+    help="Override where torch comes from; 'none' = wheelhouse and PyPI only.",
+)
+@click.option(
+    "--bootstrap-base",
+    is_flag=True,
+    help="Make missing Debian bases with debootstrap (no registry needed).",
+)
+@click.option("--mirror", default=None, help="Debian mirror for --bootstrap-base.")
+@click.option(
+    "--docker",
+    "docker_cli",
+    default=None,
+    metavar="PATH",
+    help="Docker CLI to use (default: $IMAGEKIT_DOCKER, else discovered).",
+)
+@click.option(
+    "--report-dir",
+    type=click.Path(path_type=Path),
+    default=Path("reports"),
+    show_default=True,
+    help="Where <cell>/build.json reports go.",
+)
+def build(**kwargs: Any) -> None:
+    """Build the selected cells with BuildKit and report on each."""
+    from imagekit.build_command import run_build
+
+    cells, _ = selected_cells(kwargs)
+    run_build(cells, kwargs)
+
+
+@click.command(epilog=examples("imagekit lock", "imagekit lock --cuda 12.8"))
+@filter_options
+@click.option("--docker", "docker_cli", default=None, metavar="PATH")
+def lock(**kwargs: Any) -> None:
+    """Pin base images to registry digests in images.lock (the renderer uses the pins)."""
+    from imagekit import base, lockfile
+    from imagekit.catalog import default_envs
+    from imagekit.engine.docker import DockerEngine
+
+    envs, lock_path, docker_cli = kwargs["envs"], kwargs["lock"], kwargs.pop("docker_cli")
+    path = lock_path or lockfile.default_path(list(envs) or default_envs())
+    cells, _ = selected_cells(kwargs)
+    new, notes = base.lock(DockerEngine(docker_cli), cells, lockfile.read(path))
+    for note in notes:
+        click.echo(note)
+    changed = lockfile.write(path, new)
+    click.echo(
+        f"{path}: {len(new.pins)} pins ({'updated' if changed else 'unchanged'}); "
+        "run `imagekit render` to use them"
+    )
+
+
+@click.group(name="base")
+def base_group() -> None:
+    """Make base images without a registry."""
+
+
+@base_group.command(
+    epilog=examples(
+        "sudo imagekit base bootstrap --suite bookworm",
+        "sudo imagekit base bootstrap --suite bookworm --mirror http://mirror.internal/debian",
+    )
+)
+@click.option("--suite", default="bookworm", show_default=True, help="Debian suite.")
+@click.option("--mirror", default=None, help="Debian mirror URL (default: deb.debian.org).")
+@click.option(
+    "--tag",
+    default=None,
+    help="Image name (default: the matrix's name for the suite, "
+    "e.g. debian:bookworm-slim, so FROM lines resolve to it).",
+)
+@click.option("--docker", "docker_cli", default=None, metavar="PATH")
+def bootstrap(suite: str, mirror: str | None, tag: str | None, docker_cli: str | None) -> None:
+    """Make a Debian base image from a package mirror with debootstrap."""
+    from imagekit import base, compat
+    from imagekit.engine.discover import find_builder
+
+    names = {o.suite: o.image for o in compat.load().os.values() if o.suite}
+    tag = tag or names.get(suite) or f"debian:{suite}"
+    image_id = base.bootstrap(
+        find_builder(docker_cli).cli, suite, tag, mirror or base.DEFAULT_MIRROR
+    )
+    click.echo(f"{tag}: {image_id}")
 
 
 def register(cli: click.Group) -> None:
-    del cli  # filled in as the engine commands land
+    cli.add_command(build)
+    cli.add_command(lock)
+    cli.add_command(base_group)

@@ -1,0 +1,106 @@
+"""Base images without a container registry, and base digests where there is one.
+
+`bootstrap` makes a real Debian base with debootstrap from a package mirror and imports it
+into the engine under the name the matrix uses (debian:bookworm-slim by default), so the
+slim Debian cells build where no registry is reachable. `lock` pins bases by digest.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+from imagekit.cells import Cell
+from imagekit.engine.base import Engine
+from imagekit.errors import EngineError, ImagekitError
+from imagekit.lockfile import Lock
+
+DEFAULT_MIRROR = "http://deb.debian.org/debian"
+# Trimmed like the official -slim images: no docs, man pages or apt lists.
+TRIM = ("usr/share/doc", "usr/share/man", "usr/share/info", "var/lib/apt/lists", "var/cache/apt")
+
+
+def debootstrap(suite: str, mirror: str, target: Path, variant: str = "minbase") -> None:
+    if not shutil.which("debootstrap"):
+        raise EngineError(
+            "debootstrap is not installed; install it with `apt-get install debootstrap`"
+        )
+    if os.geteuid() != 0:
+        raise EngineError("debootstrap needs root; run `imagekit base bootstrap` with sudo")
+    args = ["debootstrap", f"--variant={variant}", suite, str(target), mirror]
+    result = subprocess.run(args, capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        tail = "\n".join((result.stdout + result.stderr).splitlines()[-15:])
+        raise EngineError(f"debootstrap {suite} from {mirror} failed:\n{tail}")
+    for rel in TRIM:
+        path = target / rel
+        if path.is_dir():
+            for child in path.iterdir():
+                shutil.rmtree(
+                    child
+                ) if child.is_dir() and not child.is_symlink() else child.unlink()
+
+
+def import_rootfs(docker_cli: str, rootfs: Path, tag: str) -> str:
+    """`tar | docker import`: the folder becomes a one-layer image named `tag`."""
+    tar = subprocess.Popen(
+        ["tar", "-C", str(rootfs), "--numeric-owner", "-c", "."], stdout=subprocess.PIPE
+    )
+    result = subprocess.run(
+        [
+            docker_cli,
+            "import",
+            "--change",
+            'CMD ["bash"]',
+            "--change",
+            "ENV LANG=C.UTF-8",
+            "-",
+            tag,
+        ],
+        stdin=tar.stdout,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if tar.stdout:
+        tar.stdout.close()
+    tar.wait()
+    if result.returncode != 0 or tar.returncode != 0:
+        raise EngineError(f"docker import of {tag} failed: {result.stderr.strip()}")
+    return result.stdout.strip()
+
+
+def bootstrap(docker_cli: str, suite: str, tag: str, mirror: str = DEFAULT_MIRROR) -> str:
+    with tempfile.TemporaryDirectory(prefix="imagekit-rootfs-") as tmp:
+        rootfs = Path(tmp) / "rootfs"
+        debootstrap(suite, mirror, rootfs)
+        return import_rootfs(docker_cli, rootfs, tag)
+
+
+def bases_of(cells: Sequence[Cell]) -> list[str]:
+    """Distinct base references of the cells, without any digest already pinned."""
+    refs = {c.runtime_image for c in cells} | {c.builder_image for c in cells if c.builder_image}
+    return sorted({ref.split("@", 1)[0] for ref in refs})
+
+
+def lock(engine: Engine, cells: Sequence[Cell], current: Lock) -> tuple[Lock, list[str]]:
+    """Resolve each base tag to its registry digest. Unreachable ones keep their old pin."""
+    pins = dict(current.pins)
+    notes: list[str] = []
+    for ref in bases_of(cells):
+        try:
+            digest = engine.registry_digest(ref)
+        except ImagekitError:
+            raise
+        except Exception as exc:  # the SDK's errors for "no registry / no such tag"
+            kept = f"; kept {pins[ref]}" if ref in pins else ""
+            notes.append(f"{ref}: not resolved ({type(exc).__name__}: {str(exc)[:120]}){kept}")
+            continue
+        if pins.get(ref) != digest:
+            notes.append(f"{ref}: {pins.get(ref, 'unpinned')} -> {digest}")
+        pins[ref] = digest
+    return Lock(pins=pins), notes

@@ -1,0 +1,299 @@
+"""`imagekit build`: plan the selected cells, build them with BuildKit, report.
+
+plan() is pure (testable without Docker, printed by --dry-run); run() drives an Engine.
+Tags are applied only after a build succeeds, so an interrupted or failed build leaves
+no tag behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import time
+from collections.abc import Iterator, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+from imagekit import context as context_mod
+from imagekit.buildlog import StepLog
+from imagekit.cells import Cell
+from imagekit.display import Display
+from imagekit.engine.base import BuildRequest, Engine
+from imagekit.errors import BuildError, ImagekitError, Interrupted
+from imagekit.inputs import Inputs
+from imagekit.render import render, write_atomic
+
+
+@dataclass(frozen=True)
+class BuildOptions:
+    target: str = "runtime"
+    push: bool = False
+    jobs: int = 1
+    keep_going: bool = False
+    no_cache: bool = False
+    cache_from: tuple[str, ...] = ()
+    torch_index: str | None = None  # None: as rendered; "": none (wheelhouse/PyPI only)
+    work_dir: Path = Path(".imagekit")
+    report_dir: Path = Path("reports")
+
+
+@dataclass(frozen=True)
+class PlannedBuild:
+    cell: Cell
+    request: BuildRequest
+    tags: tuple[str, ...]
+
+    def command(self, docker: Sequence[str] = ("docker", "build")) -> str:
+        r = self.request
+        args = [*docker, "-f", str(r.dockerfile), "--target", r.target]
+        args += [f"--build-arg={k}={v}" for k, v in r.build_args]
+        args += [f"--secret=id={i},src={p}" for i, p in r.secrets]
+        args += [f"--cache-from={c}" for c in r.cache_from] + (["--no-cache"] if r.no_cache else [])
+        return shlex.join([*args, str(r.context)]) + f"   # then tag {', '.join(self.tags)}"
+
+
+@dataclass
+class CellReport:
+    cell: str
+    status: str = "pending"  # built | failed | over-budget | push-failed | interrupted
+    tags: list[str] = field(default_factory=list)
+    image_id: str = ""
+    seconds: float = 0.0
+    steps: list[dict[str, object]] = field(default_factory=list)
+    size_bytes: int = 0
+    size_budget: int = 0
+    largest_layers: list[dict[str, object]] = field(default_factory=list)
+    pushed: list[str] = field(default_factory=list)
+    error: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "built"
+
+
+def plan(cells: Sequence[Cell], options: BuildOptions, inputs: Inputs) -> list[PlannedBuild]:
+    builds = []
+    for cell in cells:
+        ctx = options.work_dir / "context" / cell.id
+        args = [("BUILDKIT_INLINE_CACHE", "1")]
+        if options.torch_index is not None:
+            args.append(("TORCH_INDEX_URL", options.torch_index))
+        secrets = [("ca", inputs.ca_bundle)] if inputs.ca_bundle else []
+        if inputs.index_url:
+            secrets.append(("index", options.work_dir / "secrets" / "index"))
+        request = BuildRequest(
+            context=ctx,
+            dockerfile=options.work_dir / "dockerfiles" / cell.id / "Dockerfile",
+            target=options.target,
+            build_args=tuple(args),
+            secrets=tuple(secrets),
+            labels=build_labels(),
+            cache_from=options.cache_from,
+            no_cache=options.no_cache,
+        )
+        builds.append(PlannedBuild(cell=cell, request=request, tags=cell.tags))
+    return builds
+
+
+def build_labels() -> tuple[tuple[str, str], ...]:
+    """Labels that change every build: set at build time so they never bust the cache."""
+    labels = [
+        (
+            "org.opencontainers.image.created",
+            datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        )
+    ]
+    revision = git_revision()
+    if revision:
+        labels.append(("org.opencontainers.image.revision", revision))
+    if os.environ.get("GITHUB_REPOSITORY"):
+        server = os.environ.get("GITHUB_SERVER_URL", "https://github.com")
+        labels.append(
+            ("org.opencontainers.image.source", f"{server}/{os.environ['GITHUB_REPOSITORY']}")
+        )
+    return tuple(labels)
+
+
+def git_revision() -> str:
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10, check=False
+        )
+    except OSError:
+        return ""
+    return out.stdout.strip() if out.returncode == 0 else ""
+
+
+@contextmanager
+def index_secret(path: Path, url: str | None) -> Iterator[None]:
+    """The index URL as a 0600 file for the duration of the builds, then gone."""
+    if not url:
+        yield
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(url)
+    try:
+        yield
+    finally:
+        path.unlink(missing_ok=True)
+
+
+class Runner:
+    def __init__(
+        self, engine: Engine, options: BuildOptions, inputs: Inputs, display: Display
+    ) -> None:
+        self.engine, self.options, self.inputs, self.display = engine, options, inputs, display
+        self.reports: dict[str, CellReport] = {}
+
+    def run(self, builds: Sequence[PlannedBuild]) -> list[CellReport]:
+        self.display.message(self.engine.describe())
+        for b in builds:
+            self.reports[b.cell.id] = CellReport(cell=b.cell.id, size_budget=b.cell.size_budget)
+        secret = self.options.work_dir / "secrets" / "index"
+        with index_secret(secret, self.inputs.index_url), self.display:
+            self._run_pool(builds)
+        return [self.reports[b.cell.id] for b in builds]
+
+    def _run_pool(self, builds: Sequence[PlannedBuild]) -> None:
+        pool = ThreadPoolExecutor(max_workers=max(1, self.options.jobs))
+        futures: dict[Future[None], PlannedBuild] = {
+            pool.submit(self.build_one, b): b for b in builds
+        }
+        try:
+            pending = set(futures)
+            while pending:
+                done, pending = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
+                failed = any(not self.reports[futures[f].cell.id].ok for f in done)
+                if failed and not self.options.keep_going:
+                    for f in pending:
+                        f.cancel()
+        except KeyboardInterrupt:
+            for f in futures:
+                f.cancel()
+            self.engine.stop_all()
+            pool.shutdown(wait=True)
+            self._mark_unfinished("interrupted")
+            raise Interrupted(self._interrupted_message()) from None
+        pool.shutdown(wait=True)
+        self._mark_unfinished("skipped")
+
+    def _mark_unfinished(self, status: str) -> None:
+        for report in self.reports.values():
+            if report.status == "pending" or (status == "interrupted" and not report.ok):
+                report.status = status
+                self._untag(report)
+                self._write_report(report)
+
+    def _interrupted_message(self) -> str:
+        stopped = [r.cell for r in self.reports.values() if r.status == "interrupted"]
+        return f"interrupted; stopped {', '.join(stopped) or 'nothing'} (no tags left for them)"
+
+    def build_one(self, build: PlannedBuild) -> None:
+        report = self.reports[build.cell.id]
+        started = time.monotonic()
+        self.display.start(build.cell.id)
+        steps = StepLog()
+        try:
+            self._prepare(build)
+            result = self.engine.build(build.request, lambda line: self._line(build, line, steps))
+            report.image_id = result.image_id
+            self._tag(build, report)
+            self._measure(build, report)
+            if report.status == "built" and self.options.push:
+                self._push(build, report)
+        except ImagekitError as exc:
+            report.status = "failed" if report.status in ("pending", "built") else report.status
+            report.error = str(exc)
+        except BaseException:
+            report.status = "interrupted"
+            self._untag(report)
+            raise
+        finally:
+            report.seconds = round(time.monotonic() - started, 2)
+            report.steps = steps.as_list()
+            self.display.finish(build.cell.id, report.status)
+            self._write_report(report)
+
+    def _line(self, build: PlannedBuild, line: str, steps: StepLog) -> None:
+        steps.feed(line)
+        self.display.line(build.cell.id, line, steps)
+
+    def _prepare(self, build: PlannedBuild) -> None:
+        context_mod.stage(build.cell, build.request.context, self.inputs.wheelhouse)
+        write_atomic(build.request.dockerfile, render(build.cell))
+
+    def _tag(self, build: PlannedBuild, report: CellReport) -> None:
+        try:
+            for ref in build.tags:
+                self.engine.tag(report.image_id, ref)
+                report.tags.append(ref)
+        except BaseException:
+            self._untag(report)  # all of a cell's tags or none
+            raise
+        report.status = "built"
+
+    def _untag(self, report: CellReport) -> None:
+        for ref in report.tags:
+            self.engine.untag(ref)
+        report.tags.clear()
+
+    def _measure(self, build: PlannedBuild, report: CellReport) -> None:
+        info = self.engine.inspect(report.image_id)
+        report.size_bytes = info.size if info else 0
+        layers = sorted(self.engine.layers(report.image_id), key=lambda layer: -layer.size)
+        report.largest_layers = [
+            {"size_bytes": x.size, "created_by": x.created_by[:160]} for x in layers[:5]
+        ]
+        if report.size_bytes > build.cell.size_budget:
+            report.status = "over-budget"
+            top = "; ".join(f"{gb(x.size)} {x.created_by[:80]}" for x in layers[:3])
+            report.error = (
+                f"image is {gb(report.size_bytes)}, over the cell's size_budget of "
+                f"{gb(build.cell.size_budget)}; largest layers: {top}"
+            )
+
+    def _push(self, build: PlannedBuild, report: CellReport) -> None:
+        try:
+            for ref in build.tags:
+                report.pushed.append(self.engine.push(ref))
+        except ImagekitError:
+            report.status = "push-failed"
+            raise
+
+    def _write_report(self, report: CellReport) -> None:
+        path = self.options.report_dir / report.cell / "build.json"
+        write_atomic(path, json.dumps(asdict(report), indent=2) + "\n")
+
+
+def gb(size: int) -> str:
+    return f"{size / 1e9:.2f} GB"
+
+
+def summary(reports: Sequence[CellReport]) -> str:
+    lines = [f"{'CELL':<48} {'STATUS':<12} {'TIME':>7} {'SIZE':>9} {'CACHED':>7}"]
+    for r in reports:
+        cached = sum(1 for s in r.steps if s["cached"])
+        lines.append(
+            f"{r.cell:<48} {r.status:<12} {r.seconds:>6.0f}s {gb(r.size_bytes):>9} "
+            f"{cached:>3}/{len(r.steps):<3}"
+        )
+    for r in reports:
+        if not r.ok and r.error:
+            tail = "\n".join("    " + line for line in r.error.splitlines()[-15:])
+            lines.append(f"\n{r.cell} {r.status}:\n{tail}")
+    return "\n".join(lines)
+
+
+def raise_for_failures(reports: Sequence[CellReport]) -> None:
+    failed = [r.cell for r in reports if not r.ok]
+    if failed:
+        raise BuildError(
+            f"{len(failed)} of {len(reports)} cells did not build: {', '.join(failed)}"
+        )

@@ -1,0 +1,58 @@
+"""`imagekit build`, from parsed options to reports and an exit code."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import click
+
+from imagekit import base, inputs
+from imagekit.build import BuildOptions, Runner, plan, raise_for_failures, summary
+from imagekit.cells import Cell
+from imagekit.display import make_display
+from imagekit.engine.docker import DockerEngine
+
+
+def options_from(kwargs: dict[str, Any]) -> BuildOptions:
+    torch_index = kwargs["torch_index"]
+    return BuildOptions(
+        target=kwargs["target"],
+        push=kwargs["push"],
+        jobs=kwargs["jobs"],
+        keep_going=kwargs["keep_going"],
+        no_cache=kwargs["no_cache"],
+        cache_from=tuple(kwargs["cache_from"]),
+        torch_index="" if torch_index == "none" else torch_index,
+        report_dir=kwargs["report_dir"],
+    )
+
+
+def run_build(cells: Sequence[Cell], kwargs: dict[str, Any]) -> None:
+    options = options_from(kwargs)
+    # Every path is checked before anything is built or contacted.
+    resolved = inputs.resolve(kwargs["ca_bundle"], kwargs["index_url"], kwargs["wheelhouse"])
+    builds = plan(cells, options, resolved)
+    if kwargs["dry_run"]:
+        click.echo(f"CA bundle: {resolved.ca_bundle or 'none'} (from {resolved.ca_source})")
+        for b in builds:
+            click.echo(f"{b.cell.id}:\n  {b.command()}")
+        return
+    engine = DockerEngine(kwargs["docker_cli"])
+    if kwargs["bootstrap_base"]:
+        bootstrap_missing(engine, cells, kwargs["mirror"] or base.DEFAULT_MIRROR)
+    reports = Runner(engine, options, resolved, make_display(kwargs["progress"])).run(builds)
+    click.echo(summary(reports))
+    click.echo(f"reports: {Path(options.report_dir)}/<cell>/build.json")
+    raise_for_failures(reports)
+
+
+def bootstrap_missing(engine: DockerEngine, cells: Sequence[Cell], mirror: str) -> None:
+    from imagekit import compat
+
+    suites = {o.image: o.suite for o in compat.load().os.values() if o.suite}
+    for ref in base.bases_of(cells):
+        if ref in suites and engine.inspect(ref) is None:
+            click.echo(f"bootstrapping {ref} from {mirror} (debootstrap {suites[ref]})")
+            base.bootstrap(engine.builder.cli, str(suites[ref]), ref, mirror)

@@ -1,0 +1,50 @@
+"""The build context imagekit hands to BuildKit, one folder per cell:
+
+imagekit/build-env.sh      turns the ca/index secrets into installer settings (bind-mounted)
+imagekit/entrypoint.sh     sets OMP_NUM_THREADS from the cgroup quota at container start
+imagekit/lib/imagekit/     the self-check package (stdlib-only), copied into the image
+wheelhouse/                hard links to --wheelhouse wheels (bind-mounted, never a layer)
+source/                    the cell's `source` folder, copied last into /workspace
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+from imagekit.cells import Cell
+from imagekit.resources import PACKAGE_DIR, templates_dir
+
+IGNORE = shutil.ignore_patterns(".git", "__pycache__", "*.pyc", ".venv", ".imagekit")
+
+
+def stage(cell: Cell, dest: Path, wheelhouse: Path | None = None) -> Path:
+    """(Re)create the context for one cell under `dest` and return it."""
+    if dest.exists():
+        shutil.rmtree(dest)
+    helpers = dest / "imagekit"
+    (helpers / "lib").mkdir(parents=True)
+    for name in ("build-env.sh", "entrypoint.sh"):
+        shutil.copy2(templates_dir() / "context" / name, helpers / name)
+    os.chmod(helpers / "entrypoint.sh", 0o755)
+    lib = helpers / "lib" / "imagekit"
+    shutil.copytree(PACKAGE_DIR / "selfcheck", lib / "selfcheck", ignore=IGNORE)
+    shutil.copy2(PACKAGE_DIR / "__init__.py", lib / "__init__.py")
+    _link_wheels(wheelhouse, dest / "wheelhouse")
+    if cell.source:
+        shutil.copytree(cell.source, dest / "source", ignore=IGNORE)
+    else:
+        (dest / "source").mkdir()
+    return dest
+
+
+def _link_wheels(wheelhouse: Path | None, dest: Path) -> None:
+    dest.mkdir()
+    if wheelhouse is None:
+        return
+    for wheel in sorted(wheelhouse.glob("*.whl")):
+        try:
+            os.link(wheel, dest / wheel.name)  # free on the same filesystem
+        except OSError:
+            shutil.copy2(wheel, dest / wheel.name)

@@ -1,0 +1,90 @@
+"""Engine interface and the plain data it takes and returns."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+
+@dataclass(frozen=True)
+class BuildRequest:
+    context: Path
+    dockerfile: Path
+    target: str = "runtime"
+    build_args: tuple[tuple[str, str], ...] = ()
+    secrets: tuple[tuple[str, Path], ...] = ()  # (id, file): mounted for one RUN, never a layer
+    labels: tuple[tuple[str, str], ...] = ()  # build-time labels (created, revision)
+    cache_from: tuple[str, ...] = ()
+    no_cache: bool = False
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    image_id: str
+    log: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Layer:
+    created_by: str
+    size: int
+
+
+@dataclass(frozen=True)
+class ImageInfo:
+    id: str
+    size: int
+    labels: dict[str, str]
+    env: dict[str, str]
+    user: str
+    repo_digests: tuple[str, ...]
+    tags: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class RunResult:
+    exit_code: int
+    output: str
+    timed_out: bool = False
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    shm_size: str | None = "8g"
+    ipc_host: bool = False
+    gpus: bool = False
+    memlock_unlimited: bool = True
+    env: dict[str, str] = field(default_factory=dict)
+    volumes: dict[str, str] = field(default_factory=dict)  # host path -> container path
+    timeout: float = 600.0
+    user: str | None = None
+    entrypoint: Sequence[str] | None = None
+
+
+LineSink = Callable[[str], None]
+
+
+class Engine(Protocol):
+    def describe(self) -> str: ...
+
+    def build(self, request: BuildRequest, on_line: LineSink) -> BuildResult: ...
+
+    def tag(self, image_id: str, ref: str) -> None: ...
+
+    def untag(self, ref: str) -> None: ...
+
+    def inspect(self, ref: str) -> ImageInfo | None: ...
+
+    def layers(self, ref: str) -> list[Layer]: ...
+
+    def push(self, ref: str) -> str: ...
+
+    def run(self, image: str, command: Sequence[str], options: RunOptions) -> RunResult: ...
+
+    def registry_digest(self, ref: str) -> str: ...
+
+    def has_gpu_runtime(self) -> bool: ...
+
+    def stop_all(self) -> None: ...

@@ -1,0 +1,115 @@
+"""Finding a way to build with BuildKit, and the daemon to build on.
+
+Order: the chosen CLI (--docker / IMAGEKIT_DOCKER) or each `docker` found, first with the
+buildx plugin, else a pre-23 CLI driven with DOCKER_BUILDKIT=1. Never the classic builder.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from packaging.version import InvalidVersion, Version
+
+from imagekit.errors import EngineError
+
+MIN_ENGINE = Version("20.10")
+CANDIDATES = ("/usr/bin/docker", "/usr/local/bin/docker")
+HOW_TO_GET = (
+    "install the buildx plugin (https://docs.docker.com/go/buildx/), or point --docker "
+    "(or IMAGEKIT_DOCKER) at a Docker CLI older than 23, which runs BuildKit itself when "
+    "DOCKER_BUILDKIT=1; imagekit never falls back to the classic builder"
+)
+
+
+@dataclass(frozen=True)
+class Builder:
+    cli: str
+    kind: str  # "buildx" or "buildkit" (pre-23 CLI with DOCKER_BUILDKIT=1)
+    cli_version: str
+
+    def build_command(self) -> list[str]:
+        if self.kind == "buildx":
+            return [self.cli, "buildx", "build", "--load"]
+        return [self.cli, "build"]
+
+    def environment(self) -> dict[str, str]:
+        env = dict(os.environ)
+        if self.kind == "buildkit":
+            env["DOCKER_BUILDKIT"] = "1"
+        return env
+
+
+def _run(args: list[str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(args, capture_output=True, text=True, timeout=60, check=False)
+
+
+def cli_version(cli: str) -> Version | None:
+    result = _run([cli, "--version"])  # client only: works with the daemon down
+    match = re.search(r"version (\d+\.\d+(?:\.\d+)?)", result.stdout)
+    try:
+        return Version(match.group(1)) if match else None
+    except InvalidVersion:
+        return None
+
+
+def has_buildx(cli: str) -> bool:
+    return _run([cli, "buildx", "version"]).returncode == 0
+
+
+def candidates(chosen: str | None) -> list[str]:
+    if chosen:
+        return [chosen]
+    found: list[str] = []
+    for path in [shutil.which("docker"), *CANDIDATES]:
+        if (
+            path
+            and Path(path).exists()
+            and Path(path).resolve() not in {Path(f).resolve() for f in found}
+        ):
+            found.append(path)
+    return found
+
+
+def find_builder(chosen: str | None = None) -> Builder:
+    chosen = chosen or os.environ.get("IMAGEKIT_DOCKER") or None
+    tried: list[str] = []
+    for cli in candidates(chosen):
+        if not shutil.which(cli):
+            tried.append(f"{cli}: not found or not executable")
+            continue
+        version = cli_version(cli)
+        if has_buildx(cli):
+            return Builder(cli, "buildx", str(version))
+        if version is not None and version < Version("23"):
+            return Builder(cli, "buildkit", str(version))
+        tried.append(
+            f"{cli}: Docker CLI {version} without the buildx plugin (CLIs 23+ build only through buildx)"
+        )
+    if not tried:
+        tried.append("no docker CLI on PATH")
+    raise EngineError("cannot build with BuildKit: " + "; ".join(tried) + ". To fix: " + HOW_TO_GET)
+
+
+def daemon_hint() -> str:
+    host = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+    return (
+        f"cannot reach the Docker daemon at {host}. Start it (`sudo systemctl start docker`, "
+        "or `sudo dockerd &` where there is no systemd), or set DOCKER_HOST to a running engine"
+    )
+
+
+def check_engine_version(version: str) -> None:
+    try:
+        ok = Version(version.split("+")[0].split("-")[0]) >= MIN_ENGINE
+    except InvalidVersion:
+        ok = True  # unknown scheme (a dev build): let BuildKit itself decide
+    if not ok:
+        raise EngineError(
+            f"Docker engine {version} is too old: imagekit needs {MIN_ENGINE} or newer for "
+            "BuildKit cache and secret mounts; upgrade the engine"
+        )

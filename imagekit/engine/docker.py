@@ -1,0 +1,253 @@
+"""The real engine: BuildKit builds through the docker CLI, the rest through the Docker SDK.
+
+The SDK has no BuildKit build API, so builds run the CLI (buildx, or a pre-23 CLI with
+DOCKER_BUILDKIT=1). Nothing here contacts the daemon until a method is called.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import tempfile
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from imagekit.engine.base import (
+    BuildRequest,
+    BuildResult,
+    ImageInfo,
+    Layer,
+    LineSink,
+    RunOptions,
+    RunResult,
+)
+from imagekit.engine.discover import Builder, check_engine_version, daemon_hint, find_builder
+from imagekit.errors import BuildError, EngineError, PushError
+
+
+class DockerEngine:
+    def __init__(self, docker_cli: str | None = None) -> None:
+        self._chosen_cli = docker_cli
+        self._builder: Builder | None = None
+        self._client: Any = None
+        self._server_version = "?"
+        self._procs: set[subprocess.Popen[str]] = set()
+        self._lock = threading.Lock()
+
+    # -- connection -----------------------------------------------------------------------
+    @property
+    def client(self) -> Any:
+        if self._client is None:
+            import docker  # deferred: never contact the daemon at import time
+
+            try:
+                client = docker.from_env(timeout=300)
+                self._server_version = str(client.version().get("Version", "?"))
+            except Exception as exc:  # the SDK raises several types for "no daemon"
+                raise EngineError(f"{daemon_hint()} ({type(exc).__name__}: {exc})") from None
+            check_engine_version(self._server_version)
+            self._client = client
+        return self._client
+
+    @property
+    def builder(self) -> Builder:
+        if self._builder is None:
+            self._builder = find_builder(self._chosen_cli)
+        return self._builder
+
+    def describe(self) -> str:
+        self.client  # noqa: B018 - connects and checks the version
+        b = self.builder
+        how = "buildx" if b.kind == "buildx" else "DOCKER_BUILDKIT=1"
+        return f"Docker engine {self._server_version}; builds with {b.cli} {b.cli_version} ({how})"
+
+    # -- build ----------------------------------------------------------------------------
+    def build_args(self, request: BuildRequest, iidfile: Path) -> list[str]:
+        args = [*self.builder.build_command(), "--progress=plain", "--iidfile", str(iidfile)]
+        args += ["-f", str(request.dockerfile), "--target", request.target]
+        for key, value in request.build_args:
+            args += ["--build-arg", f"{key}={value}"]
+        for secret_id, path in request.secrets:
+            args += ["--secret", f"id={secret_id},src={path}"]
+        for key, value in request.labels:
+            args += ["--label", f"{key}={value}"]
+        for ref in request.cache_from:
+            args += ["--cache-from", ref]
+        if request.no_cache:
+            args.append("--no-cache")
+        return [*args, str(request.context)]
+
+    def build(self, request: BuildRequest, on_line: LineSink) -> BuildResult:
+        self.client  # noqa: B018 - fail early with the daemon hint
+        with tempfile.TemporaryDirectory(prefix="imagekit-iid-") as tmp:
+            iidfile = Path(tmp) / "iid"
+            log = self._stream(self.build_args(request, iidfile), on_line)
+            if not iidfile.is_file():
+                raise BuildError("\n".join(log[-40:]) or "docker build failed with no output")
+            return BuildResult(image_id=iidfile.read_text().strip(), log=tuple(log))
+
+    def _stream(self, args: list[str], on_line: LineSink) -> list[str]:
+        # Own process group: Ctrl-C handling stops builds explicitly (stop_all).
+        proc = subprocess.Popen(
+            args,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=self.builder.environment(),
+            start_new_session=True,
+            errors="replace",
+        )
+        with self._lock:
+            self._procs.add(proc)
+        log: list[str] = []
+        try:
+            assert proc.stdout is not None
+            for raw in proc.stdout:
+                line = raw.rstrip("\n")
+                log.append(line)
+                on_line(line)
+            proc.wait()
+        finally:
+            with self._lock:
+                self._procs.discard(proc)
+        if proc.returncode != 0:
+            raise BuildError("\n".join(log[-40:]))
+        return log
+
+    def stop_all(self) -> None:
+        with self._lock:
+            procs = list(self._procs)
+        for proc in procs:
+            try:
+                os.killpg(proc.pid, signal.SIGINT)
+            except ProcessLookupError:
+                continue
+        for proc in procs:
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+
+    # -- images ---------------------------------------------------------------------------
+    def tag(self, image_id: str, ref: str) -> None:
+        repo, tag = split_ref(ref)
+        self.client.images.get(image_id).tag(repo, tag)
+
+    def untag(self, ref: str) -> None:
+        import docker.errors
+
+        with contextlib.suppress(docker.errors.ImageNotFound):
+            self.client.images.remove(ref, noprune=True)
+
+    def inspect(self, ref: str) -> ImageInfo | None:
+        import docker.errors
+
+        try:
+            image = self.client.images.get(ref)
+        except docker.errors.ImageNotFound:
+            return None
+        config = image.attrs.get("Config") or {}
+        env = dict(item.split("=", 1) for item in config.get("Env") or [] if "=" in item)
+        return ImageInfo(
+            id=image.id,
+            size=int(image.attrs.get("Size", 0)),
+            labels=dict(config.get("Labels") or {}),
+            env=env,
+            user=str(config.get("User") or ""),
+            repo_digests=tuple(image.attrs.get("RepoDigests") or ()),
+            tags=tuple(image.tags),
+        )
+
+    def layers(self, ref: str) -> list[Layer]:
+        return [
+            Layer(created_by=str(h.get("CreatedBy", "")), size=int(h.get("Size", 0)))
+            for h in self.client.images.get(ref).history()
+        ]
+
+    def push(self, ref: str) -> str:
+        repo, tag = split_ref(ref)
+        digest = ""
+        try:
+            for event in self.client.images.push(repo, tag=tag, stream=True, decode=True):
+                if "error" in event:
+                    raise PushError(_push_failure(ref, str(event["error"])))
+                digest = (event.get("aux") or {}).get("Digest", digest)
+        except PushError:
+            raise
+        except Exception as exc:  # connection refused, DNS, TLS: all mean "not pushed"
+            raise PushError(_push_failure(ref, f"{type(exc).__name__}: {exc}")) from None
+        if not digest:
+            raise PushError(_push_failure(ref, "the registry returned no digest"))
+        return f"{repo}@{digest}"
+
+    def pull(self, ref: str) -> None:
+        self.client.images.pull(ref)
+
+    def registry_digest(self, ref: str) -> str:
+        return str(self.client.images.get_registry_data(ref).id)
+
+    def has_gpu_runtime(self) -> bool:
+        runtimes = self.client.info().get("Runtimes") or {}
+        return "nvidia" in runtimes or Path("/usr/bin/nvidia-container-runtime").exists()
+
+    # -- containers -----------------------------------------------------------------------
+    def run(self, image: str, command: Sequence[str], options: RunOptions) -> RunResult:
+        import docker.errors
+        import requests.exceptions
+
+        kwargs = run_kwargs(options)
+        container = self.client.containers.run(image, list(command), detach=True, **kwargs)
+        timed_out = False
+        try:
+            try:
+                status = container.wait(timeout=options.timeout)
+                code = int(status.get("StatusCode", 1))
+            except (requests.exceptions.ConnectionError, requests.exceptions.ReadTimeout):
+                timed_out, code = True, 124
+                container.kill()
+            output = container.logs(stdout=True, stderr=True).decode("utf-8", "replace")
+        finally:
+            with contextlib.suppress(docker.errors.NotFound):
+                container.remove(force=True)
+        return RunResult(exit_code=code, output=output, timed_out=timed_out)
+
+
+def run_kwargs(options: RunOptions) -> dict[str, Any]:
+    from docker.types import DeviceRequest, Ulimit
+
+    kwargs: dict[str, Any] = {"environment": dict(options.env)}
+    if options.ipc_host:
+        kwargs["ipc_mode"] = "host"
+    elif options.shm_size:
+        kwargs["shm_size"] = options.shm_size
+    if options.memlock_unlimited:
+        kwargs["ulimits"] = [Ulimit(name="memlock", soft=-1, hard=-1)]
+    if options.gpus:
+        kwargs["device_requests"] = [DeviceRequest(count=-1, capabilities=[["gpu"]])]
+    if options.volumes:
+        kwargs["volumes"] = {h: {"bind": c, "mode": "rw"} for h, c in options.volumes.items()}
+    if options.user:
+        kwargs["user"] = options.user
+    if options.entrypoint is not None:
+        kwargs["entrypoint"] = list(options.entrypoint)
+    return kwargs
+
+
+def split_ref(ref: str) -> tuple[str, str]:
+    """'host:5000/a/b:tag' -> ('host:5000/a/b', 'tag'); no tag means 'latest'."""
+    name, _, tag = ref.rpartition(":")
+    if not name or "/" in tag:
+        return ref, "latest"
+    return name, tag
+
+
+def _push_failure(ref: str, reason: str) -> str:
+    registry = ref.split("/", 1)[0] if "/" in ref else "docker.io"
+    return (
+        f"push of {ref} failed: {reason}. The local image {ref} is kept; check that the "
+        f"registry {registry} is reachable and that you are logged in (`docker login {registry}`)"
+    )
