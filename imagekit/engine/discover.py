@@ -88,7 +88,8 @@ def find_builder(chosen: str | None = None) -> Builder:
         if version is not None and version < Version("23"):
             return Builder(cli, "buildkit", str(version))
         tried.append(
-            f"{cli}: Docker CLI {version} without the buildx plugin (CLIs 23+ build only through buildx)"
+            f"{cli}: Docker CLI {version} without the buildx plugin "
+            "(CLIs 23+ build only through buildx)"
         )
     if not tried:
         tried.append("no docker CLI on PATH")
