@@ -11,6 +11,7 @@ import json
 import os
 import shlex
 import subprocess
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
@@ -40,6 +41,7 @@ class BuildOptions:
     torch_index: str | None = None  # None: as rendered; "": none (wheelhouse/PyPI only)
     work_dir: Path = Path(".imagekit")
     report_dir: Path = Path("reports")
+    labels: tuple[tuple[str, str], ...] = ()  # build-time labels, see build_labels()
 
 
 @dataclass(frozen=True)
@@ -92,7 +94,7 @@ def plan(cells: Sequence[Cell], options: BuildOptions, inputs: Inputs) -> list[P
             target=options.target,
             build_args=tuple(args),
             secrets=tuple(secrets),
-            labels=build_labels(),
+            labels=options.labels,
             cache_from=options.cache_from,
             no_cache=options.no_cache,
         )
@@ -151,6 +153,7 @@ class Runner:
     ) -> None:
         self.engine, self.options, self.inputs, self.display = engine, options, inputs, display
         self.reports: dict[str, CellReport] = {}
+        self._stop = threading.Event()  # set on the first failure unless --keep-going
 
     def run(self, builds: Sequence[PlannedBuild]) -> list[CellReport]:
         self.display.message(self.engine.describe())
@@ -169,11 +172,7 @@ class Runner:
         try:
             pending = set(futures)
             while pending:
-                done, pending = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
-                failed = any(not self.reports[futures[f].cell.id].ok for f in done)
-                if failed and not self.options.keep_going:
-                    for f in pending:
-                        f.cancel()
+                _, pending = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
         except KeyboardInterrupt:
             for f in futures:
                 f.cancel()
@@ -197,6 +196,8 @@ class Runner:
 
     def build_one(self, build: PlannedBuild) -> None:
         report = self.reports[build.cell.id]
+        if self._stop.is_set():
+            return  # an earlier cell failed; left "pending", reported as skipped
         started = time.monotonic()
         self.display.start(build.cell.id)
         steps = StepLog()
@@ -216,6 +217,8 @@ class Runner:
             self._untag(report)
             raise
         finally:
+            if not report.ok and not self.options.keep_going:
+                self._stop.set()
             report.seconds = round(time.monotonic() - started, 2)
             report.steps = steps.as_list()
             self.display.finish(build.cell.id, report.status)

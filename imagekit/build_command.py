@@ -3,13 +3,21 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import click
 
 from imagekit import base, inputs
-from imagekit.build import BuildOptions, Runner, plan, raise_for_failures, summary
+from imagekit.build import (
+    BuildOptions,
+    Runner,
+    build_labels,
+    plan,
+    raise_for_failures,
+    summary,
+)
 from imagekit.cells import Cell
 from imagekit.display import make_display
 from imagekit.engine.docker import DockerEngine
@@ -39,6 +47,7 @@ def run_build(cells: Sequence[Cell], kwargs: dict[str, Any]) -> None:
         for b in builds:
             click.echo(f"{b.cell.id}:\n  {b.command()}")
         return
+    builds = plan(cells, replace(options, labels=build_labels()), resolved)
     engine = DockerEngine(kwargs["docker_cli"])
     if kwargs["bootstrap_base"]:
         bootstrap_missing(engine, cells, kwargs["mirror"] or base.DEFAULT_MIRROR)

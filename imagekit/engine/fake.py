@@ -1,0 +1,75 @@
+"""A recording engine for unit tests of planning and orchestration (no Docker)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from imagekit.engine.base import (
+    BuildRequest,
+    BuildResult,
+    ImageInfo,
+    Layer,
+    LineSink,
+    RunOptions,
+    RunResult,
+)
+from imagekit.errors import BuildError, PushError
+
+
+@dataclass
+class FakeEngine:
+    fail_builds: set[str] = field(default_factory=set)  # context folder names that fail
+    image_size: int = 10**9
+    push_error: bool = False
+    calls: list[tuple[str, str]] = field(default_factory=list)
+    tags: dict[str, str] = field(default_factory=dict)
+
+    def describe(self) -> str:
+        return "fake engine"
+
+    def build(self, request: BuildRequest, on_line: LineSink) -> BuildResult:
+        name = request.context.name
+        self.calls.append(("build", name))
+        on_line("#5 [runtime 1/2] COPY --from=builder /opt/venv /opt/venv")
+        if name in self.fail_builds:
+            on_line("#5 ERROR: process did not complete successfully")
+            raise BuildError(f"ERROR: failed to build {name}\nno matching distribution")
+        on_line("#5 DONE 1.5s")
+        return BuildResult(image_id=f"sha256:{name}", log=())
+
+    def tag(self, image_id: str, ref: str) -> None:
+        self.calls.append(("tag", ref))
+        self.tags[ref] = image_id
+
+    def untag(self, ref: str) -> None:
+        self.calls.append(("untag", ref))
+        self.tags.pop(ref, None)
+
+    def inspect(self, ref: str) -> ImageInfo | None:
+        return ImageInfo(ref, self.image_size, {}, {}, "1000:1000", (), ())
+
+    def layers(self, ref: str) -> list[Layer]:
+        return [
+            Layer("COPY /opt/venv /opt/venv # buildkit", self.image_size - 10**8),
+            Layer("RUN apt-get install python3", 10**8),
+        ]
+
+    def push(self, ref: str) -> str:
+        self.calls.append(("push", ref))
+        if self.push_error:
+            raise PushError(f"push of {ref} failed: connection refused. The local image is kept")
+        return ref.rsplit(":", 1)[0] + "@sha256:" + "0" * 64
+
+    def run(self, image: str, command: Sequence[str], options: RunOptions) -> RunResult:
+        self.calls.append(("run", image))
+        return RunResult(exit_code=0, output="")
+
+    def registry_digest(self, ref: str) -> str:
+        return "sha256:" + "1" * 64
+
+    def has_gpu_runtime(self) -> bool:
+        return False
+
+    def stop_all(self) -> None:
+        self.calls.append(("stop_all", ""))

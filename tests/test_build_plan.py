@@ -1,0 +1,147 @@
+"""Build planning and orchestration against the recording fake engine (no Docker)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from imagekit.build import BuildOptions, Runner, plan, raise_for_failures, summary
+from imagekit.buildlog import StepLog
+from imagekit.catalog import load_cells
+from imagekit.display import QuietDisplay
+from imagekit.engine.fake import FakeEngine
+from imagekit.errors import BuildError, UsageError
+from imagekit.inputs import Inputs, resolve
+
+from .conftest import ROOT
+
+TWO_CELLS = """
+defaults: {installer: pip, size_budget: 2GB}
+matrix:
+  - {cuda: cpu, torch: "2.13.0", python: "3.11", os: debian12, flavor: slim}
+  - {cuda: "12.6", torch: "2.7.1", python: "3.11", os: debian12, flavor: slim}
+"""
+
+
+@pytest.fixture
+def cells(write_env):  # type: ignore[no-untyped-def]
+    return load_cells([write_env(TWO_CELLS)])
+
+
+def run(cells, tmp_path: Path, engine: FakeEngine, **opts: object):  # type: ignore[no-untyped-def]
+    options = BuildOptions(work_dir=tmp_path / ".imagekit", report_dir=tmp_path / "reports", **opts)  # type: ignore[arg-type]
+    inputs = Inputs(ca_bundle=None, ca_source="none", index_url=None, wheelhouse=None)
+    return Runner(engine, options, inputs, QuietDisplay()).run(plan(cells, options, inputs))
+
+
+def test_tags_only_after_success_and_keep_going(cells, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    engine = FakeEngine(fail_builds={cells[0].id})
+    reports = run(cells, tmp_path, engine, keep_going=True)
+    assert [r.status for r in reports] == ["failed", "built"]
+    assert not any(ref.endswith("cpu-py3.11-debian12-slim") for ref in engine.tags)
+    assert set(engine.tags) == set(cells[1].tags)
+    text = summary(reports)
+    assert cells[0].id in text and "no matching distribution" in text  # log tail in summary
+    with pytest.raises(BuildError, match=cells[0].id):
+        raise_for_failures(reports)
+    saved = json.loads((tmp_path / "reports" / cells[1].id / "build.json").read_text())
+    assert saved["status"] == "built" and saved["steps"][0]["seconds"] == 1.5
+
+
+def test_without_keep_going_later_cells_are_skipped(cells, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    engine = FakeEngine(fail_builds={cells[0].id})
+    reports = run(cells, tmp_path, engine, jobs=1)
+    assert [r.status for r in reports] == ["failed", "skipped"]
+    assert ("build", cells[1].id) not in engine.calls
+
+
+def test_size_budget_fails_the_cell_and_names_layers(cells, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    reports = run(cells, tmp_path, FakeEngine(image_size=3 * 10**9), push=True, keep_going=True)
+    assert all(r.status == "over-budget" for r in reports)
+    assert "over the cell's size_budget of 2.00 GB" in reports[0].error
+    assert "COPY /opt/venv" in reports[0].error
+
+
+def test_push_failure_keeps_local_image(cells, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    engine = FakeEngine(push_error=True)
+    reports = run(cells[:1], tmp_path, engine, push=True)
+    assert reports[0].status == "push-failed" and "local image is kept" in reports[0].error
+    assert set(engine.tags) == set(cells[0].tags)  # not untagged
+
+
+def test_bad_paths_fail_before_any_build(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match="--wheelhouse .* is not a directory"):
+        resolve(None, None, tmp_path / "missing")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(UsageError, match="holds no .whl files"):
+        resolve(None, None, tmp_path / "empty")
+    with pytest.raises(UsageError, match=r"CA bundle .*nope.pem \(from --ca-bundle\)"):
+        resolve(tmp_path / "nope.pem", None, None)
+    with pytest.raises(UsageError, match="is not a URL"):
+        resolve(None, "ftp://x y", None)
+
+
+def test_ca_bundle_found_from_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    bundle = tmp_path / "ca.pem"
+    bundle.write_text("-----BEGIN CERTIFICATE-----\n")
+    for name in ("PIP_CERT", "REQUESTS_CA_BUNDLE", "SSL_CERT_FILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("PIP_CONFIG_FILE", str(tmp_path / "pip.conf"))
+    (tmp_path / "pip.conf").write_text(f"[global]\ncert = {bundle}\n")
+    assert resolve(None, None, None).ca_source.endswith("pip.conf [global] cert")
+    monkeypatch.setenv("REQUESTS_CA_BUNDLE", str(bundle))
+    found = resolve(None, None, None)
+    assert found.ca_bundle == bundle and found.ca_source == "$REQUESTS_CA_BUNDLE"
+
+
+def test_plan_is_pure_and_passes_secrets_not_args(cells, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    inputs = Inputs(
+        ca_bundle=tmp_path / "ca.pem",
+        ca_source="x",
+        index_url="https://u:p@m/simple",
+        wheelhouse=None,
+    )
+    (planned, _) = plan(cells, BuildOptions(torch_index=""), inputs)
+    request = planned.request
+    assert ("ca", tmp_path / "ca.pem") in request.secrets
+    assert any(i == "index" for i, _ in request.secrets)
+    assert ("TORCH_INDEX_URL", "") in request.build_args
+    assert "u:p@" not in planned.command()  # credentials never on a command line
+    assert planned.tags == cells[0].tags
+
+
+def test_step_log_parses_buildkit_plain_output() -> None:
+    log = StepLog()
+    for line in [
+        "#1 [internal] load build definition from Dockerfile",
+        "#1 DONE 0.0s",
+        "#7 [builder 2/5] RUN --mount=type=cache,target=/root/.cache/pip --mount=type=secret,id=ca pip install x",
+        "#7 CACHED",
+        "#9 [runtime 5/5] COPY source/ /workspace/",
+        "#9 DONE 0.3s",
+        "#10 [builder 3/5] RUN false",
+        "#10 ERROR: process did not complete",
+    ]:
+        log.feed(line)
+    steps = log.as_list()
+    assert [s["step"] for s in steps] == [
+        "[builder 2/5] RUN pip install x",
+        "[runtime 5/5] COPY source/ /workspace/",
+        "[builder 3/5] RUN false",
+    ]
+    assert steps[0]["cached"] and steps[1]["seconds"] == 0.3 and steps[2]["error"]
+
+
+def test_default_readme_cell_dry_run(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from imagekit.cli import main
+
+    monkeypatch.chdir(ROOT)
+    with pytest.raises(SystemExit) as info:
+        main(["build", "--cuda", "12.6", "--os", "debian12", "--dry-run", "--ca-bundle", __file__])
+    out = capsys.readouterr().out
+    assert info.value.code == 0
+    assert "cu126-torch2.7.1-py3.11-debian12-slim" in out and "--secret=id=ca" in out
