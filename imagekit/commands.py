@@ -156,7 +156,48 @@ def bootstrap(suite: str, mirror: str | None, tag: str | None, docker_cli: str |
     click.echo(f"{tag}: {image_id}")
 
 
+@click.command(
+    name="test",
+    epilog=examples(
+        "imagekit test ghcr.io/acme/train:2.7.1-cu126-py3.11-debian12-slim",
+        "imagekit test IMAGE --require gpu,flash,tensorrt --junit reports/selfcheck.xml",
+        "imagekit test IMAGE --stamp          # tag IMAGE-validated when it passes",
+    ),
+)
+@click.argument("image")
+@click.option(
+    "--gpus",
+    type=click.Choice(["auto", "all", "none"]),
+    default="auto",
+    show_default=True,
+    help="auto: all GPUs when the engine has the NVIDIA runtime.",
+)
+@click.option(
+    "--ipc-host", is_flag=True, help="Share the host IPC namespace instead of --shm-size."
+)
+@click.option("--shm-size", default="8g", show_default=True)
+@click.option("--require", default="", help="Comma list: gpu, flash, flash-attn, onnx, tensorrt.")
+@click.option("--checks", default="", help="Comma list of checks to run (default: all).")
+@click.option("--timeout", default=180.0, show_default=True, help="Seconds per check.")
+@click.option("--json", "json_path", type=click.Path(path_type=Path), default=None)
+@click.option("--junit", "junit_path", type=click.Path(path_type=Path), default=None)
+@click.option(
+    "--stamp", is_flag=True, help="On success, tag IMAGE-validated with the results as labels."
+)
+@click.option("--docker", "docker_cli", default=None, metavar="PATH")
+def test_image(image: str, docker_cli: str | None, **kwargs: Any) -> None:
+    """Run the self-check inside IMAGE on this host and report."""
+    from imagekit.engine.docker import DockerEngine
+    from imagekit.selftest import SelfCheckOptions, check_image
+
+    output, validated = check_image(DockerEngine(docker_cli), image, SelfCheckOptions(**kwargs))
+    click.echo(output.rstrip())
+    if validated:
+        click.echo(f"stamped: {validated}")
+
+
 def register(cli: click.Group) -> None:
     cli.add_command(build)
     cli.add_command(lock)
     cli.add_command(base_group)
+    cli.add_command(test_image)

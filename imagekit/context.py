@@ -3,12 +3,14 @@
 imagekit/build-env.sh      turns the ca/index secrets into installer settings (bind-mounted)
 imagekit/entrypoint.sh     sets OMP_NUM_THREADS from the cgroup quota at container start
 imagekit/lib/imagekit/     the self-check package (stdlib-only), copied into the image
+imagekit/labels.json       the io.imagekit.* labels of the cell, read by the self-check
 wheelhouse/                hard links to --wheelhouse wheels (bind-mounted, never a layer)
 source/                    the cell's `source` folder, copied last into /workspace
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
@@ -31,6 +33,8 @@ def stage(cell: Cell, dest: Path, wheelhouse: Path | None = None) -> Path:
     lib = helpers / "lib" / "imagekit"
     shutil.copytree(PACKAGE_DIR / "selfcheck", lib / "selfcheck", ignore=IGNORE)
     shutil.copy2(PACKAGE_DIR / "__init__.py", lib / "__init__.py")
+    labels = {k: v for k, v in cell.labels if k.startswith("io.imagekit.")}
+    (helpers / "labels.json").write_text(json.dumps(labels, indent=2, sort_keys=True) + "\n")
     _link_wheels(wheelhouse, dest / "wheelhouse")
     if cell.source:
         shutil.copytree(cell.source, dest / "source", ignore=IGNORE)

@@ -48,6 +48,7 @@ class RunResult:
     exit_code: int
     output: str
     timed_out: bool = False
+    notes: tuple[str, ...] = ()  # what the engine could not give (e.g. unlimited memlock)
 
 
 @dataclass(frozen=True)
@@ -86,5 +87,7 @@ class Engine(Protocol):
     def registry_digest(self, ref: str) -> str: ...
 
     def has_gpu_runtime(self) -> bool: ...
+
+    def stamp(self, image: str, ref: str, labels: dict[str, str]) -> None: ...
 
     def stop_all(self) -> None: ...

@@ -7,12 +7,14 @@ DOCKER_BUILDKIT=1). Nothing here contacts the daemon until a method is called.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
 import tempfile
 import threading
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -194,18 +196,52 @@ class DockerEngine:
         runtimes = self.client.info().get("Runtimes") or {}
         return "nvidia" in runtimes or Path("/usr/bin/nvidia-container-runtime").exists()
 
+    def stamp(self, image: str, ref: str, labels: dict[str, str]) -> None:
+        """Tag `ref` as `image` plus labels: same layers, one metadata commit."""
+        repo, tag = split_ref(ref)
+        changes = [f"LABEL {key}={json.dumps(value)}" for key, value in sorted(labels.items())]
+        container = self.client.containers.create(image)
+        try:
+            container.commit(repository=repo, tag=tag, changes=changes)
+        finally:
+            container.remove(force=True)
+
     # -- containers -----------------------------------------------------------------------
     def run(self, image: str, command: Sequence[str], options: RunOptions) -> RunResult:
         import docker.errors
+
+        notes: tuple[str, ...] = ()
+        try:
+            container = self._start(image, command, options)
+        except docker.errors.APIError as exc:
+            if not (options.memlock_unlimited and "rlimit" in str(exc)):
+                raise EngineError(f"could not start {image}: {exc.explanation or exc}") from None
+            # Unprivileged engines (rootless, nested) may not raise RLIMIT_MEMLOCK.
+            notes = (
+                "this engine refused --ulimit memlock=-1; ran with its default memlock "
+                "(NCCL over RDMA needs it unlimited on real training hosts)",
+            )
+            options = replace(options, memlock_unlimited=False)
+            container = self._start(image, command, options)
+        return self._wait(container, options, notes)
+
+    def _start(self, image: str, command: Sequence[str], options: RunOptions) -> Any:
+        container = self.client.containers.create(image, list(command), **run_kwargs(options))
+        try:
+            container.start()
+        except BaseException:
+            container.remove(force=True)  # a container that never ran leaves nothing behind
+            raise
+        return container
+
+    def _wait(self, container: Any, options: RunOptions, notes: tuple[str, ...]) -> RunResult:
+        import docker.errors
         import requests.exceptions
 
-        kwargs = run_kwargs(options)
-        container = self.client.containers.run(image, list(command), detach=True, **kwargs)
         timed_out = False
         try:
             try:
-                status = container.wait(timeout=options.timeout)
-                code = int(status.get("StatusCode", 1))
+                code = int(container.wait(timeout=options.timeout).get("StatusCode", 1))
             except (requests.exceptions.ConnectionError, requests.exceptions.ReadTimeout):
                 timed_out, code = True, 124
                 container.kill()
@@ -213,7 +249,7 @@ class DockerEngine:
         finally:
             with contextlib.suppress(docker.errors.NotFound):
                 container.remove(force=True)
-        return RunResult(exit_code=code, output=output, timed_out=timed_out)
+        return RunResult(exit_code=code, output=output, timed_out=timed_out, notes=notes)
 
 
 def run_kwargs(options: RunOptions) -> dict[str, Any]:

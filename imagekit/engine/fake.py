@@ -71,5 +71,9 @@ class FakeEngine:
     def has_gpu_runtime(self) -> bool:
         return False
 
+    def stamp(self, image: str, ref: str, labels: dict[str, str]) -> None:
+        self.calls.append(("stamp", ref))
+        self.tags[ref] = image
+
     def stop_all(self) -> None:
         self.calls.append(("stop_all", ""))

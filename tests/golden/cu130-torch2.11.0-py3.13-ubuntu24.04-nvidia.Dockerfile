@@ -110,6 +110,8 @@ COPY --from=builder /opt/python /opt/python
 COPY --from=builder /opt/venv /opt/venv
 COPY imagekit/entrypoint.sh /usr/local/bin/imagekit-entrypoint
 COPY imagekit/lib/imagekit /opt/venv/lib/python3.13/site-packages/imagekit
+# What this image promises (the same as its io.imagekit.* labels), for the self-check.
+COPY imagekit/labels.json /etc/imagekit/labels.json
 ENV PATH=/opt/venv/bin:$PATH VIRTUAL_ENV=/opt/venv
 # Tuned defaults from the cell's profile; `docker run -e NAME=...` overrides any of them.
 ENV IMAGEKIT_PROFILE="single-node" \

@@ -1,0 +1,26 @@
+"""Runs one check in this process and writes its result: python -m imagekit.selfcheck.child
+NAME RESULT_FILE WORKDIR. Kept apart so a hang or a crash takes only this process down."""
+
+from __future__ import annotations
+
+import json
+import sys
+import traceback
+
+from imagekit.selfcheck.checks import CHECKS, failed
+
+
+def main() -> None:
+    name, result_file, workdir = sys.argv[1:4]
+    check = CHECKS[name]
+    try:
+        result = check(workdir) if name in ("onnx", "tensorrt") else check()
+    except Exception as exc:
+        tail = "".join(traceback.format_exception(exc)[-3:]).strip()
+        result = failed(f"{type(exc).__name__}: {exc}", traceback=tail)
+    with open(result_file, "w", encoding="utf-8") as fh:
+        json.dump(result, fh, default=str)
+
+
+if __name__ == "__main__":
+    main()

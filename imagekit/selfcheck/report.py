@@ -1,0 +1,89 @@
+"""Self-check output: a readable table, JSON and JUnit XML."""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from typing import Any
+
+KEYS = (
+    "torch",
+    "gpu",
+    "arch",
+    "driver",
+    "cudnn",
+    "nccl",
+    "device",
+    "final_loss_fp32",
+    "final_loss_bf16",
+    "final_loss_fp16",
+    "speedup_bf16_vs_fp32",
+    "backend",
+    "world_size",
+    "max_grad_difference",
+    "allreduce_busbw_GBps",
+    "dtype",
+    "max_error_vs_math",
+    "speedup_vs_math",
+    "flash_attn_package",
+    "exporter",
+    "provider_ran",
+    "tensorrt",
+    "max_error_vs_torch",
+    "bf16_gemm_tflops",
+    "gemm_vs_peak",
+    "copy_tbps",
+    "bandwidth_vs_peak",
+    "warning",
+    "note",
+)
+
+
+def _short(value: object) -> str:
+    return f"{value:.3g}" if isinstance(value, float) else str(value)
+
+
+def _details(result: dict[str, Any]) -> str:
+    m = result.get("measurements", {})
+    shown = [f"{k}={_short(m[k])}" for k in KEYS if m.get(k) not in (None, "", {})]
+    reason = result.get("reason") or ""
+    return "; ".join(filter(None, [reason, ", ".join(shown)]))
+
+
+def table(results: dict[str, dict[str, Any]]) -> str:
+    lines = [f"{'CHECK':<15}{'STATUS':<9}{'TIME':>7}  DETAILS"]
+    for name, r in results.items():
+        status = "TIMEOUT" if r.get("timed_out") else r["status"].upper()
+        lines.append(f"{name:<15}{status:<9}{r['seconds']:>6.1f}s  {_details(r)}")
+    counts = {
+        s: sum(r["status"] == s for r in results.values()) for s in ("passed", "failed", "skipped")
+    }
+    lines.append(
+        f"{counts['passed']} passed, {counts['failed']} failed, {counts['skipped']} skipped"
+    )
+    return "\n".join(lines)
+
+
+def to_json(results: dict[str, dict[str, Any]], context: dict[str, Any]) -> str:
+    return json.dumps({"context": context, "checks": list(results.values())}, indent=2, default=str)
+
+
+def to_junit(results: dict[str, dict[str, Any]]) -> str:
+    suite = ET.Element(
+        "testsuite",
+        name="imagekit.selfcheck",
+        tests=str(len(results)),
+        failures=str(sum(r["status"] == "failed" for r in results.values())),
+        skipped=str(sum(r["status"] == "skipped" for r in results.values())),
+        time=f"{sum(r['seconds'] for r in results.values()):.2f}",
+    )
+    for name, r in results.items():
+        case = ET.SubElement(
+            suite, "testcase", classname="selfcheck", name=name, time=f"{r['seconds']:.2f}"
+        )
+        if r["status"] == "failed":
+            ET.SubElement(case, "failure", message=r.get("reason", "")).text = r.get("log_tail", "")
+        elif r["status"] == "skipped":
+            ET.SubElement(case, "skipped", message=r.get("reason", ""))
+        ET.SubElement(case, "system-out").text = json.dumps(r.get("measurements", {}), default=str)
+    return ET.tostring(suite, encoding="unicode", xml_declaration=True)

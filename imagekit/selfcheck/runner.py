@@ -1,0 +1,115 @@
+"""Runs each check in its own process with a time limit and decides the outcome.
+
+Standard library only: this runs inside images before anything else is known to work.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ORDER = ("stack", "amp", "ddp", "flash", "onnx", "tensorrt", "perf")
+REQUIREMENTS = ("gpu", "flash", "flash-attn", "onnx", "tensorrt")
+
+
+def run_check(name: str, timeout: float) -> dict[str, Any]:
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix=f"selfcheck-{name}-") as tmp:
+        result_file = Path(tmp) / "result.json"
+        cmd = [sys.executable, "-m", "imagekit.selfcheck.child", name, str(result_file), tmp]
+        # A new session: on timeout the whole group goes (DDP's rank processes too).
+        proc = subprocess.Popen(
+            cmd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+            errors="replace",
+        )
+        try:
+            output, _ = proc.communicate(timeout=timeout)
+            result = _result(proc.returncode, result_file, output)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            output, _ = proc.communicate()
+            result = {
+                "status": "failed",
+                "timed_out": True,
+                "measurements": {},
+                "reason": f"timed out after {timeout:g}s and was killed (a hang, e.g. a "
+                "collective that never completed)",
+            }
+    result["name"] = name
+    result["seconds"] = round(time.monotonic() - started, 2)
+    result.setdefault("timed_out", False)
+    result["log_tail"] = "\n".join(output.splitlines()[-20:])
+    return result
+
+
+def _result(returncode: int, result_file: Path, output: str) -> dict[str, Any]:
+    if returncode < 0:
+        sig = signal.Signals(-returncode).name
+        return {
+            "status": "failed",
+            "measurements": {"signal": sig},
+            "reason": f"crashed: killed by signal {sig} ({-returncode})",
+        }
+    if not result_file.is_file():
+        tail = " | ".join(output.splitlines()[-3:])
+        return {
+            "status": "failed",
+            "measurements": {},
+            "reason": f"exited with {returncode} without a result: {tail}",
+        }
+    return dict(json.loads(result_file.read_text()))
+
+
+def required(requested: set[str], labels: dict[str, str], gpu: bool) -> set[str]:
+    """--require plus what the image's labels promise (features need a GPU to be proven)."""
+    need = set(requested)
+    features = set(filter(None, labels.get("io.imagekit.features", "").split(",")))
+    if "flash-attn" in features:
+        need |= {"flash", "flash-attn"} if gpu else {"flash"}
+    if "onnx-tensorrt" in features:
+        need |= {"onnx", "tensorrt"} if gpu else {"onnx"}
+    return need
+
+
+def apply_requirements(results: dict[str, dict[str, Any]], need: set[str]) -> None:
+    """Turn skips (and missing pieces) of required things into failures, saying why."""
+
+    def fail(name: str, why: str) -> None:
+        if name in results and results[name]["status"] != "failed":
+            results[name]["status"] = "failed"
+            results[name]["reason"] = f"required ({why}); {results[name].get('reason', '')}".rstrip(
+                "; "
+            )
+
+    stack = results.get("stack", {}).get("measurements", {})
+    if "gpu" in need and "stack" in results and not stack.get("gpu"):
+        fail("stack", "gpu: no GPU is visible to torch")
+    if "flash" in need and results.get("flash", {}).get("status") == "skipped":
+        fail("flash", "flash")
+    flash_pkg = str(results.get("flash", {}).get("measurements", {}).get("flash_attn_package", ""))
+    if "flash-attn" in need and not flash_pkg[:1].isdigit():
+        fail("flash", f"flash-attn: flash_attn package {flash_pkg or 'did not run'}")
+    if "onnx" in need and results.get("onnx", {}).get("status") == "skipped":
+        fail("onnx", "onnx")
+    ort_trt = results.get("onnx", {}).get("measurements", {}).get("tensorrt_ran")
+    if (
+        "tensorrt" in need
+        and results.get("tensorrt", {}).get("status") == "skipped"
+        and not ort_trt
+    ):
+        fail("tensorrt", "tensorrt")
+
+
+def exit_code(results: dict[str, dict[str, Any]]) -> int:
+    return 1 if any(r["status"] == "failed" for r in results.values()) else 0

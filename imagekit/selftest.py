@@ -1,0 +1,123 @@
+"""`imagekit test IMAGE`: run the self-check inside a container, the way training would run.
+
+The container gets a large /dev/shm (or the host IPC namespace), unlimited memlock, and
+every GPU when the engine has an NVIDIA runtime. The image's real labels are passed in,
+so a promise the image cannot keep fails. `--stamp` marks a passing image as validated.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+from imagekit.engine.base import Engine, RunOptions, RunResult
+from imagekit.errors import SelfCheckFailed, UsageError
+
+VALIDATED_SUFFIX = "-validated"
+
+
+@dataclass(frozen=True)
+class SelfCheckOptions:
+    gpus: str = "auto"  # auto | all | none
+    ipc_host: bool = False
+    shm_size: str = "8g"
+    require: str = ""
+    checks: str = ""
+    timeout: float = 180.0
+    json_path: Path | None = None
+    junit_path: Path | None = None
+    stamp: bool = False
+
+
+def selfcheck_command(options: SelfCheckOptions) -> list[str]:
+    cmd = [
+        "python",
+        "-m",
+        "imagekit.selfcheck",
+        "--timeout",
+        f"{options.timeout:g}",
+        "--json",
+        "/imagekit-reports/selfcheck.json",
+        "--junit",
+        "/imagekit-reports/selfcheck.xml",
+    ]
+    if options.require:
+        cmd += ["--require", options.require]
+    if options.checks:
+        cmd += ["--checks", options.checks]
+    return cmd
+
+
+def run_selfcheck(engine: Engine, image: str, options: SelfCheckOptions) -> tuple[RunResult, dict]:  # type: ignore[type-arg]
+    info = engine.inspect(image)
+    if info is None:
+        raise UsageError(f"image {image} is not on this engine; build it or `docker pull` it first")
+    gpus = options.gpus == "all" or (options.gpus == "auto" and engine.has_gpu_runtime())
+    with tempfile.TemporaryDirectory(prefix="imagekit-selfcheck-") as tmp:
+        os.chmod(tmp, 0o777)  # the image's non-root user writes the reports
+        run_options = RunOptions(
+            shm_size=None if options.ipc_host else options.shm_size,
+            ipc_host=options.ipc_host,
+            gpus=gpus,
+            env={"IMAGEKIT_LABELS": json.dumps(info.labels)},
+            volumes={tmp: "/imagekit-reports"},
+            # Whole-run limit: every check's own limit, plus start-up.
+            timeout=options.timeout * 7 + 120,
+        )
+        result = engine.run(image, selfcheck_command(options), run_options)
+        report = _read(Path(tmp) / "selfcheck.json")
+        _copy(Path(tmp) / "selfcheck.json", options.json_path)
+        _copy(Path(tmp) / "selfcheck.xml", options.junit_path)
+    return result, report
+
+
+def _read(path: Path) -> dict:  # type: ignore[type-arg]
+    return dict(json.loads(path.read_text())) if path.is_file() else {}
+
+
+def _copy(src: Path, dest: Path | None) -> None:
+    if dest and src.is_file():
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(src, dest)
+
+
+def stamp_labels(report: dict) -> dict[str, str]:  # type: ignore[type-arg]
+    checks = report.get("checks", [])
+    gpu = next((c["measurements"].get("gpu") for c in checks if c.get("name") == "stack"), None)
+    return {
+        "io.imagekit.validated": "true",
+        "io.imagekit.validated.at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "io.imagekit.validated.on": gpu or "cpu",
+        "io.imagekit.selfcheck": json.dumps(
+            {c["name"]: c["status"] for c in checks}, sort_keys=True
+        ),
+    }
+
+
+def check_image(engine: Engine, image: str, options: SelfCheckOptions) -> tuple[str, str | None]:
+    """Returns (the self-check's output, the validated tag if stamped). Raises on failure."""
+    result, report = run_selfcheck(engine, image, options)
+    output = "\n".join([result.output.rstrip(), *(f"note: {n}" for n in result.notes)])
+    if result.timed_out:
+        raise SelfCheckFailed(f"{output}\nthe self-check of {image} did not finish in time")
+    if result.exit_code != 0:
+        raise SelfCheckFailed(f"{output}\nself-check of {image} failed (exit {result.exit_code})")
+    validated = None
+    if options.stamp:
+        validated = validated_ref(image)
+        engine.stamp(image, validated, stamp_labels(report))
+    return output, validated
+
+
+def validated_ref(image: str) -> str:
+    if "@" in image:
+        raise UsageError("--stamp needs a tagged image (repo:tag), not a digest reference")
+    name, _, tag = image.rpartition(":")
+    if not name or "/" in tag:
+        return f"{image}:latest{VALIDATED_SUFFIX}"
+    return f"{name}:{tag}{VALIDATED_SUFFIX}"

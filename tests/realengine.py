@@ -1,0 +1,95 @@
+"""Helpers for tests that drive the real Docker engine, registry and containers."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from .conftest import ROOT
+
+DOCKER = "/usr/bin/docker" if Path("/usr/bin/docker").exists() else "docker"
+REGISTRY = "127.0.0.1:5000"
+MARKER = "imagekit-ca-bundle-marker-3f9c1d"  # appended to the CA bundle given to builds
+
+
+def wheelhouse() -> Path:
+    path = Path(os.environ.get("IMAGEKIT_TEST_WHEELHOUSE", "/opt/wheels"))
+    if not any(path.glob("torch-*-cp311-*.whl")):
+        pytest.fail(f"no CPU torch wheel for CPython 3.11 in {path}; set IMAGEKIT_TEST_WHEELHOUSE")
+    return path
+
+
+def imagekit(
+    *args: str, cwd: Path, env: dict[str, str] | None = None, timeout: float = 900
+) -> subprocess.CompletedProcess[str]:
+    full_env = {**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1"}
+    return subprocess.run(
+        [sys.executable, "-m", "imagekit", *args],
+        cwd=cwd,
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def docker(
+    *args: str, check: bool = True, timeout: float = 300
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [DOCKER, *args], capture_output=True, text=True, timeout=timeout, check=check
+    )
+
+
+def require_engine() -> None:
+    if docker("info", check=False).returncode != 0:
+        pytest.fail("no Docker engine: run `bash .ci/setup-host.sh` (installs and starts dockerd)")
+
+
+def make_project(
+    dest: Path, registry: str = REGISTRY, repository: str = "imagekit-test", extra: str = ""
+) -> Path:
+    """A copy of tests/data (matrix + app source) with its own registry/repository."""
+    shutil.copytree(
+        ROOT / "tests" / "data", dest, ignore=shutil.ignore_patterns(".imagekit", "reports")
+    )
+    matrix = dest / "envs" / "cpu.yaml"
+    text = matrix.read_text().replace("registry: 127.0.0.1:5000", f"registry: {registry}")
+    matrix.write_text(
+        text.replace("repository: imagekit-test", f"repository: {repository}") + extra
+    )
+    return dest
+
+
+def marked_ca_bundle(dest: Path) -> Path:
+    host = Path(
+        os.environ.get("PIP_CERT")
+        or os.environ.get("SSL_CERT_FILE")
+        or "/etc/ssl/certs/ca-certificates.crt"
+    )
+    bundle = dest / "ca-marked.pem"
+    bundle.write_text(host.read_text() + f"\n# {MARKER}\n")
+    return bundle
+
+
+def build_args(bundle: Path, *more: str) -> list[str]:
+    return [
+        "build",
+        "--envs",
+        "envs",
+        "--wheelhouse",
+        str(wheelhouse()),
+        "--torch-index",
+        "none",
+        "--ca-bundle",
+        str(bundle),
+        "--progress",
+        "plain",
+        *more,
+    ]

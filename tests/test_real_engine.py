@@ -1,0 +1,369 @@
+"""Real engine, real BuildKit, real registry, real containers (started by .ci/setup-host.sh).
+
+One image is built for the module (a CPU torch cell from the local wheelhouse); the other
+tests reuse it and BuildKit's cache.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import tarfile
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from .realengine import (
+    MARKER,
+    REGISTRY,
+    build_args,
+    docker,
+    imagekit,
+    make_project,
+    marked_ca_bundle,
+    require_engine,
+)
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
+CELL = "cpu-torch2.13.0-py3.11-debian12-slim"
+TAG = f"{REGISTRY}/imagekit-test:2.13.0-cpu-py3.11-debian12-slim"
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    require_engine()
+    if docker("image", "inspect", "debian:bookworm-slim", check=False).returncode != 0:
+        result = imagekit("base", "bootstrap", "--suite", "bookworm", cwd=Path.cwd())
+        assert result.returncode == 0, result.stderr
+    root = make_project(tmp_path_factory.mktemp("proj") / "p")
+    result = imagekit(*build_args(marked_ca_bundle(root), "--push"), cwd=root)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return root
+
+
+def report(root: Path) -> dict:  # type: ignore[type-arg]
+    return json.loads((root / "reports" / CELL / "build.json").read_text())
+
+
+def run_in_image(*args: str) -> str:
+    return docker("run", "--rm", *args).stdout.strip()
+
+
+def test_engine_discovery_picks_buildkit() -> None:
+    from imagekit.engine.discover import find_builder
+    from imagekit.engine.docker import DockerEngine
+
+    require_engine()
+    builder = find_builder()
+    assert builder.kind in {"buildx", "buildkit"}
+    assert "builds with" in DockerEngine().describe()
+
+
+def test_newer_cli_without_buildx_is_refused_with_a_fix() -> None:
+    from imagekit.engine.discover import cli_version, find_builder, has_buildx
+    from imagekit.errors import EngineError
+
+    new_cli = "/usr/local/bin/docker"
+    version = cli_version(new_cli) if Path(new_cli).exists() else None
+    if version is None or version.major < 23 or has_buildx(new_cli):
+        pytest.skip("needs a Docker CLI >= 23 without buildx at /usr/local/bin/docker")
+    with pytest.raises(EngineError, match="without the buildx plugin.*install the buildx plugin"):
+        find_builder(new_cli)
+
+
+def test_base_bootstrap_makes_a_real_debian_image() -> None:
+    require_engine()
+    tag = "imagekit-test/bookworm-bootstrap:test"
+    result = imagekit("base", "bootstrap", "--suite", "bookworm", "--tag", tag, cwd=Path.cwd())
+    assert result.returncode == 0, result.stderr
+    assert run_in_image(tag, "cat", "/etc/debian_version").startswith("12.")
+    docker("rmi", tag)
+
+
+def test_torch_imports_in_the_built_image(project: Path) -> None:
+    out = run_in_image(TAG, "python", "-c", "import torch, onnxruntime; print(torch.__version__)")
+    assert out.startswith("2.13.0")
+    assert report(project)["status"] == "built"
+
+
+def test_labels_user_and_environment(project: Path) -> None:
+    info = json.loads(docker("image", "inspect", TAG).stdout)[0]["Config"]
+    labels = info["Labels"]
+    assert labels["io.imagekit.torch"] == "2.13.0" and labels["io.imagekit.cell"] == CELL
+    assert labels["io.imagekit.features"] == "onnx-tensorrt"
+    assert labels["org.opencontainers.image.created"].startswith("20")
+    assert info["User"] == "1000:1000"
+    assert run_in_image(TAG, "id", "-u") == "1000"
+    env = dict(e.split("=", 1) for e in info["Env"])
+    assert env["IMAGEKIT_PROFILE"] == "single-node" and "OMP_NUM_THREADS" not in env
+    assert run_in_image("--cpus", "1", TAG, "sh", "-c", "echo $OMP_NUM_THREADS") == "1"
+    assert run_in_image("-e", "OMP_NUM_THREADS=3", TAG, "sh", "-c", "echo $OMP_NUM_THREADS") == "3"
+    assert run_in_image(TAG, "cat", "/workspace/train.py").endswith('print("training code v1")')
+
+
+def test_push_and_pull_by_digest(project: Path) -> None:
+    pushed = report(project)["pushed"]
+    assert len(pushed) == 2 and all("@sha256:" in ref for ref in pushed)
+    image_id = json.loads(docker("image", "inspect", TAG).stdout)[0]["Id"]
+    docker("rmi", pushed[0], check=False)
+    docker("pull", pushed[0])
+    assert json.loads(docker("image", "inspect", pushed[0]).stdout)[0]["Id"] == image_id
+
+
+def _strings_in_saved_image(tag: str, dest: Path, needles: list[str]) -> set[str]:
+    archive = dest / "image.tar"
+    docker("save", "-o", str(archive), tag)
+    found: set[str] = set()
+    with tarfile.open(archive) as outer:
+        for member in outer.getmembers():
+            data = outer.extractfile(member).read() if member.isfile() else b""  # type: ignore[union-attr]
+            if member.name.endswith("layer.tar"):
+                with tarfile.open(fileobj=__import__("io").BytesIO(data)) as layer:
+                    for inner in layer.getmembers():
+                        if inner.isfile():
+                            content = layer.extractfile(inner).read()  # type: ignore[union-attr]
+                            found |= {n for n in needles if n.encode() in content}
+            found |= {n for n in needles if n.encode() in data}
+    return found
+
+
+def test_ca_bundle_is_in_no_layer(project: Path, tmp_path: Path) -> None:
+    history = docker("history", "--no-trunc", TAG).stdout
+    assert MARKER not in history
+    found = _strings_in_saved_image(TAG, tmp_path, [MARKER, "training code v1"])
+    assert "training code v1" in found  # the scan does see file contents
+    assert MARKER not in found
+
+
+def test_source_only_change_rebuilds_only_the_last_layer(project: Path) -> None:
+    unchanged = imagekit(*build_args(project / "ca-marked.pem"), cwd=project)
+    assert unchanged.returncode == 0, unchanged.stdout[-2000:]
+    token = uuid.uuid4().hex  # unique content: BuildKit's cache is content-addressed
+    (project / "app" / "train.py").write_text(f'print("training code {token}")\n')
+    result = imagekit(*build_args(project / "ca-marked.pem"), cwd=project)
+    assert result.returncode == 0, result.stdout[-2000:]
+    steps = report(project)["steps"]
+    rebuilt = [s["step"] for s in steps if not s["cached"] and "FROM" not in s["step"]]
+    assert len(rebuilt) == 1 and rebuilt[0].endswith("COPY --chown=1000:1000 source/ /workspace/")
+    assert steps[-1]["step"] == rebuilt[0]  # the last layer, and only that one
+    assert run_in_image(TAG, "cat", "/workspace/train.py").endswith(f'"training code {token}")')
+
+
+def test_size_budget_names_the_layers(tmp_path: Path, project: Path) -> None:
+    root = make_project(tmp_path / "p")
+    matrix = root / "envs" / "cpu.yaml"
+    matrix.write_text(matrix.read_text().replace("size_budget: 3GB", "size_budget: 300MB"))
+    result = imagekit(*build_args(project / "ca-marked.pem", "--progress", "quiet"), cwd=root)
+    assert result.returncode == 6
+    assert (
+        "over-budget" in result.stdout and "over the cell's size_budget of 0.30 GB" in result.stdout
+    )
+    assert "COPY /opt/venv" in result.stdout
+
+
+def test_push_to_unreachable_registry_keeps_local_image(tmp_path: Path, project: Path) -> None:
+    root = make_project(tmp_path / "p", registry="127.0.0.1:5999")
+    result = imagekit(
+        *build_args(project / "ca-marked.pem", "--push", "--progress", "quiet"), cwd=root
+    )
+    assert result.returncode == 6, result.stdout
+    assert (
+        "push of 127.0.0.1:5999/imagekit-test:2.13.0-cpu-py3.11-debian12-slim failed"
+        in result.stdout
+    )
+    assert "is kept" in result.stdout
+    docker("image", "inspect", "127.0.0.1:5999/imagekit-test:2.13.0-cpu-py3.11-debian12-slim")
+
+
+def test_daemon_not_running_is_a_clear_error(tmp_path: Path) -> None:
+    root = make_project(tmp_path / "p")
+    result = imagekit(
+        "build",
+        "--envs",
+        "envs",
+        "--ca-bundle",
+        str(marked_ca_bundle(root)),
+        cwd=root,
+        env={"DOCKER_HOST": "unix:///tmp/imagekit-no-daemon.sock"},
+    )
+    assert result.returncode == 5
+    assert "cannot reach the Docker daemon at unix:///tmp/imagekit-no-daemon.sock" in result.stderr
+    assert "Start it" in result.stderr
+
+
+def test_bad_wheelhouse_fails_before_building(tmp_path: Path) -> None:
+    root = make_project(tmp_path / "p")
+    result = imagekit("build", "--envs", "envs", "--wheelhouse", str(tmp_path / "none"), cwd=root)
+    assert result.returncode == 2 and "is not a directory" in result.stderr
+    assert not (root / "reports").exists()
+
+
+def test_ctrl_c_stops_the_build_and_leaves_no_tag(tmp_path: Path, project: Path) -> None:
+    root = make_project(tmp_path / "p", repository="imagekit-interrupt")
+    args = build_args(project / "ca-marked.pem", "--no-cache")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "imagekit", *args],
+        cwd=root,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    assert proc.stdout is not None
+    deadline = time.monotonic() + 120
+    for line in proc.stdout:  # wait until BuildKit is really working on a RUN step
+        if ("[builder" in line and "RUN" in line) or time.monotonic() > deadline:
+            break
+    time.sleep(3)
+    proc.send_signal(signal.SIGINT)
+    rest = proc.communicate(timeout=120)[0]
+    assert proc.returncode == 130, rest[-2000:]
+    assert "interrupted" in rest
+    images = docker("images", "--format", "{{.Repository}}:{{.Tag}}").stdout
+    assert "imagekit-interrupt" not in images
+
+
+def test_lock_pins_bases_from_a_real_registry(tmp_path: Path, project: Path) -> None:
+    base = f"{REGISTRY}/debian:bookworm-slim"
+    docker("tag", "debian:bookworm-slim", base)
+    docker("push", base)
+    root = make_project(tmp_path / "p")
+    matrix = root / "envs" / "cpu.yaml"
+    matrix.write_text(
+        matrix.read_text().replace(
+            "    source: ../app\n", f"    source: ../app\n    base: {base}\n"
+        )
+    )
+    result = imagekit("lock", "--envs", "envs", cwd=root)
+    assert result.returncode == 0, result.stderr
+    pins = json.loads((root / "envs" / "images.lock").read_text())["images"]
+    assert pins[base].startswith("sha256:")
+    imagekit("render", "--envs", "envs", "--out", "df", cwd=root)
+    dockerfile = next((root / "df").glob("*/Dockerfile")).read_text()
+    assert f"FROM {base}@{pins[base]} AS os-base" in dockerfile
+
+
+def test_keep_going_builds_the_rest_and_names_the_failed_cell(
+    tmp_path: Path, project: Path
+) -> None:
+    # Python 3.12 on Debian 12 needs a uv-managed CPython, downloaded from GitHub: offline
+    # here, so that cell really fails while the other one builds.
+    broken = (
+        '  - {cuda: cpu, torch: "2.13.0", python: "3.12", os: debian12, flavor: slim,'
+        " installer: uv}\n"
+    )
+    root = make_project(tmp_path / "p")
+    matrix = root / "envs" / "cpu.yaml"
+    matrix.write_text(matrix.read_text().replace("matrix:\n", "matrix:\n" + broken))
+    result = imagekit(
+        *build_args(
+            project / "ca-marked.pem", "--keep-going", "--jobs", "2", "--progress", "quiet"
+        ),
+        cwd=root,
+    )
+    assert result.returncode == 6
+    assert "1 of 2 cells did not build: cpu-torch2.13.0-py3.12-debian12-slim" in result.stderr
+    lines = result.stdout.splitlines()
+    assert any(line.startswith(CELL) and " built " in line for line in lines)
+    assert "cpu-torch2.13.0-py3.12-debian12-slim failed:" in result.stdout
+    assert "exit code" in result.stdout  # the tail of its log
+
+
+# -- self-check in real containers ------------------------------------------------------
+
+
+def test_selfcheck_passes_in_the_cpu_container(project: Path, tmp_path: Path) -> None:
+    started = time.monotonic()
+    result = imagekit(
+        "test",
+        TAG,
+        "--json",
+        str(tmp_path / "r.json"),
+        "--junit",
+        str(tmp_path / "r.xml"),
+        cwd=project,
+    )
+    elapsed = time.monotonic() - started
+    assert result.returncode == 0, result.stdout + result.stderr
+    checks = {c["name"]: c for c in json.loads((tmp_path / "r.json").read_text())["checks"]}
+    assert {
+        n: checks[n]["status"] for n in ("stack", "amp", "ddp", "flash", "onnx")
+    } == dict.fromkeys(("stack", "amp", "ddp", "flash", "onnx"), "passed")
+    assert (
+        checks["tensorrt"]["status"] == "skipped"
+        and "tensorrt package is not installed" in checks["tensorrt"]["reason"]
+    )
+    assert (
+        checks["ddp"]["measurements"]["backend"] == "gloo"
+        and checks["ddp"]["measurements"]["world_size"] == 2
+    )
+    assert checks["onnx"]["measurements"]["provider_ran"] == "CPUExecutionProvider"
+    assert "<testsuite" in (tmp_path / "r.xml").read_text()
+    print(f"CPU self-check in a container: {elapsed:.1f}s")
+
+
+def test_a_broken_promise_fails(project: Path) -> None:
+    broken = f"{REGISTRY}/imagekit-test:broken-promise"
+    container = docker("create", TAG).stdout.strip()
+    docker("commit", "--change", 'LABEL io.imagekit.torch="2.7.1"', container, broken)
+    docker("rm", container)
+    result = imagekit("test", broken, "--checks", "stack", cwd=project)
+    assert result.returncode == 8
+    assert (
+        "label io.imagekit.torch promises torch 2.7.1, the image has torch 2.13.0" in result.stderr
+    )
+    docker("rmi", broken)
+
+
+def test_a_hanging_check_times_out_and_the_others_run(project: Path) -> None:
+    result = docker(
+        "run",
+        "--rm",
+        "-e",
+        "IMAGEKIT_SELFCHECK_FAULT=ddp-hang",
+        TAG,
+        "python",
+        "-m",
+        "imagekit.selfcheck",
+        "--checks",
+        "ddp,flash",
+        "--timeout",
+        "20",
+        check=False,
+    )
+    assert result.returncode == 1
+    ddp = next(line for line in result.stdout.splitlines() if line.startswith("ddp"))
+    assert "TIMEOUT" in ddp and "timed out after 20s" in ddp
+    assert any(line.startswith("flash") and "PASSED" in line for line in result.stdout.splitlines())
+
+
+def test_a_crashing_check_reports_its_signal(project: Path) -> None:
+    result = docker(
+        "run",
+        "--rm",
+        "-e",
+        "IMAGEKIT_SELFCHECK_FAULT=amp-crash",
+        TAG,
+        "python",
+        "-m",
+        "imagekit.selfcheck",
+        "--checks",
+        "amp",
+        check=False,
+    )
+    assert result.returncode == 1
+    assert "crashed: killed by signal SIGSEGV (11)" in result.stdout
+
+
+def test_stamp_marks_a_passing_image(project: Path) -> None:
+    result = imagekit("test", TAG, "--checks", "stack,flash", "--stamp", cwd=project)
+    assert result.returncode == 0, result.stderr
+    labels = json.loads(docker("image", "inspect", f"{TAG}-validated").stdout)[0]["Config"][
+        "Labels"
+    ]
+    assert labels["io.imagekit.validated"] == "true" and labels["io.imagekit.validated.on"] == "cpu"
+    assert json.loads(labels["io.imagekit.selfcheck"]) == {"flash": "passed", "stack": "passed"}
+    assert labels["io.imagekit.torch"] == "2.13.0"  # the image's own labels are kept

@@ -1,0 +1,152 @@
+"""Self-check outcome logic, reports and the `imagekit test` flow (no torch, no Docker)."""
+
+from __future__ import annotations
+
+import json
+import signal
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from imagekit.engine.base import RunOptions, RunResult
+from imagekit.engine.fake import FakeEngine
+from imagekit.errors import SelfCheckFailed
+from imagekit.selfcheck import report, runner
+from imagekit.selfcheck.peaks import peak_for
+from imagekit.selftest import SelfCheckOptions, check_image, selfcheck_command, validated_ref
+
+
+def result(status: str, reason: str = "", **m: Any) -> dict[str, Any]:
+    return {
+        "status": status,
+        "reason": reason,
+        "measurements": m,
+        "seconds": 1.0,
+        "timed_out": False,
+    }
+
+
+def cpu_results() -> dict[str, dict[str, Any]]:
+    return {
+        "stack": result("passed", torch="2.13.0+cpu"),
+        "flash": result("passed", flash_attn_package="not installed"),
+        "onnx": result("passed", provider_ran="CPUExecutionProvider", tensorrt_ran=False),
+        "tensorrt": result("skipped", "the tensorrt package is not installed"),
+        "perf": result("skipped", "no GPU: GEMM and bandwidth are measured on GPUs only"),
+    }
+
+
+def test_cpu_image_passes_and_tensorrt_is_not_required_without_gpu() -> None:
+    labels = {"io.imagekit.features": "onnx-tensorrt"}
+    need = runner.required(set(), labels, gpu=False)
+    assert need == {"onnx"}
+    results = cpu_results()
+    runner.apply_requirements(results, need)
+    assert runner.exit_code(results) == 0
+
+
+def test_labels_require_tensorrt_and_flash_attn_on_gpu() -> None:
+    labels = {"io.imagekit.features": "flash-attn,onnx-tensorrt"}
+    need = runner.required(set(), labels, gpu=True)
+    assert need == {"flash", "flash-attn", "onnx", "tensorrt"}
+    results = cpu_results()
+    results["stack"]["measurements"]["gpu"] = "NVIDIA H100 80GB HBM3"
+    runner.apply_requirements(results, need)
+    assert results["flash"]["status"] == "failed"
+    assert "flash_attn package not installed" in results["flash"]["reason"]
+    assert results["tensorrt"]["reason"] == (
+        "required (tensorrt); the tensorrt package is not installed"
+    )
+    assert runner.exit_code(results) == 1
+
+
+def test_require_turns_skips_into_failures_with_reasons() -> None:
+    results = cpu_results()
+    results["flash"] = result("skipped", "the CUDA flash backend needs sm80+; this GPU is sm_75")
+    results["onnx"] = result("skipped", "onnxruntime is not installed")
+    runner.apply_requirements(results, {"gpu", "flash", "onnx"})
+    assert results["stack"]["reason"] == "required (gpu: no GPU is visible to torch)"
+    assert results["flash"]["reason"] == (
+        "required (flash); the CUDA flash backend needs sm80+; this GPU is sm_75"
+    )
+    assert results["onnx"]["status"] == "failed"
+    assert results["perf"]["status"] == "skipped"  # not required: stays a skip with its reason
+
+
+def test_crash_and_missing_result_are_failures(tmp_path: Path) -> None:
+    crashed = runner._result(-signal.SIGSEGV, tmp_path / "none.json", "")
+    assert crashed["reason"] == "crashed: killed by signal SIGSEGV (11)"
+    silent = runner._result(3, tmp_path / "none.json", "line1\nImportError: no torch\n")
+    assert silent["status"] == "failed" and "exited with 3" in silent["reason"]
+    assert "ImportError: no torch" in silent["reason"]
+
+
+def test_table_json_and_junit() -> None:
+    results = cpu_results()
+    results["ddp"] = {**result("failed", "timed out after 20s and was killed"), "timed_out": True}
+    results["ddp"]["name"] = "ddp"
+    text = report.table(results)
+    assert "TIMEOUT" in text and "3 passed, 1 failed, 2 skipped" in text
+    assert "no GPU: GEMM and bandwidth" in text  # a skip always says why
+    suite = ET.fromstring(report.to_junit(results))
+    assert (
+        suite.get("failures") == "1" and suite.get("skipped") == "2" and suite.get("tests") == "6"
+    )
+    failure = suite.find("testcase[@name='ddp']/failure")
+    assert failure is not None and "timed out" in failure.get("message", "")
+    data = json.loads(report.to_json(results, {"date": "x"}))
+    assert len(data["checks"]) == 6
+
+
+def test_peak_table() -> None:
+    assert peak_for("NVIDIA H100 80GB HBM3") == ("H100", 989.0, 3.35)
+    assert peak_for("NVIDIA H100 PCIe")[0] == "H100 PCIe"  # type: ignore[index]
+    assert peak_for("NVIDIA H200")[0] == "H200"  # type: ignore[index]
+    assert peak_for("Some Future GPU") is None
+
+
+class SelfcheckEngine(FakeEngine):
+    def __init__(self, exit_code: int, labels: dict[str, str]) -> None:
+        super().__init__()
+        self.exit_code, self.labels = exit_code, labels
+        self.options: list[RunOptions] = []
+
+    def inspect(self, ref: str):  # type: ignore[no-untyped-def]
+        info = super().inspect(ref)
+        return (
+            None if ref == "missing:1" else info.__class__(ref, 1, self.labels, {}, "1000", (), ())
+        )  # type: ignore[union-attr]
+
+    def run(self, image: str, command, options: RunOptions) -> RunResult:  # type: ignore[no-untyped-def]
+        self.options.append(options)
+        (Path(next(iter(options.volumes))) / "selfcheck.json").write_text(
+            json.dumps({"checks": [{"name": "stack", "status": "passed", "measurements": {}}]})
+        )
+        return RunResult(self.exit_code, "stack PASSED")
+
+
+def test_imagekit_test_passes_labels_shm_memlock_and_stamps(tmp_path: Path) -> None:
+    engine = SelfcheckEngine(0, {"io.imagekit.torch": "2.13.0"})
+    _, validated = check_image(
+        engine, "reg/x:1", SelfCheckOptions(stamp=True, json_path=tmp_path / "r.json")
+    )
+    (options,) = engine.options
+    assert json.loads(options.env["IMAGEKIT_LABELS"]) == {"io.imagekit.torch": "2.13.0"}
+    assert options.shm_size == "8g" and options.memlock_unlimited and not options.gpus
+    assert validated == "reg/x:1-validated" and ("stamp", "reg/x:1-validated") in engine.calls
+    assert json.loads((tmp_path / "r.json").read_text())["checks"][0]["name"] == "stack"
+
+
+def test_imagekit_test_failure_is_not_stamped() -> None:
+    engine = SelfcheckEngine(1, {})
+    with pytest.raises(SelfCheckFailed, match="self-check of reg/x:1 failed"):
+        check_image(engine, "reg/x:1", SelfCheckOptions(stamp=True))
+    assert not any(call[0] == "stamp" for call in engine.calls)
+
+
+def test_command_and_refs() -> None:
+    cmd = selfcheck_command(SelfCheckOptions(require="gpu,tensorrt", timeout=60))
+    assert cmd[:3] == ["python", "-m", "imagekit.selfcheck"] and "--require" in cmd
+    assert validated_ref("localhost:5000/a/b") == "localhost:5000/a/b:latest-validated"
