@@ -24,7 +24,7 @@ from imagekit.yamlsrc import Located, YamlSyntaxError
 from imagekit.yamlsrc import load as load_yaml
 
 AXES = ("cuda", "torch", "python", "os", "flavor")
-FEATURES = ("flash-attn", "onnx-tensorrt")
+FEATURES = ("flash-attn", "onnx", "onnx-tensorrt")
 PROFILES = ("single-node", "multi-node-ib", "multi-node-ethernet")
 TAG_FIELDS = ("id", "cuda", "variant", "torch", "python", "os", "flavor")
 
@@ -151,7 +151,7 @@ class Options(_Strict):
 
     apt: list[AptPackage] | None = None
     pip: list[PipRequirement] | None = None
-    features: list[Literal["flash-attn", "onnx-tensorrt"]] | None = None
+    features: list[Literal["flash-attn", "onnx", "onnx-tensorrt"]] | None = None
     profile: Literal["single-node", "multi-node-ib", "multi-node-ethernet"] | None = None
     env: dict[EnvKey, EnvValue] | None = None
     size_budget: Size | None = None

@@ -77,6 +77,8 @@ def required(requested: set[str], labels: dict[str, str], gpu: bool) -> set[str]
     features = set(filter(None, labels.get("io.imagekit.features", "").split(",")))
     if "flash-attn" in features:
         need |= {"flash", "flash-attn"} if gpu else {"flash"}
+    if "onnx" in features:
+        need.add("onnx")
     if "onnx-tensorrt" in features:
         need |= {"onnx", "tensorrt"} if gpu else {"onnx"}
     return need

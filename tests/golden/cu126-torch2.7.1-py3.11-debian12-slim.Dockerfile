@@ -44,7 +44,7 @@ RUN --mount=type=cache,id=imagekit-pip,target=/root/.cache/pip,sharing=locked \
     && /opt/venv/bin/pip install --find-links /wheelhouse ${TORCH_INDEX_URL:+--extra-index-url "$TORCH_INDEX_URL"} \
        torch==2.7.1 \
        torchvision==0.22.1
-# Feature: onnx-tensorrt
+# Feature: onnx
 RUN --mount=type=cache,id=imagekit-pip,target=/root/.cache/pip,sharing=locked \
     --mount=type=secret,id=ca \
     --mount=type=secret,id=index \
@@ -54,8 +54,7 @@ RUN --mount=type=cache,id=imagekit-pip,target=/root/.cache/pip,sharing=locked \
     && /opt/venv/bin/pip install --find-links /wheelhouse \
        'onnx>=1.16' \
        'onnxscript>=0.1' \
-       'onnxruntime-gpu>=1.19' \
-       'tensorrt-cu12>=10.2,<11'
+       'onnxruntime-gpu>=1.19'
 # Your pip packages: they change most often, so they come last.
 RUN --mount=type=cache,id=imagekit-pip,target=/root/.cache/pip,sharing=locked \
     --mount=type=secret,id=ca \
@@ -84,7 +83,7 @@ ENV IMAGEKIT_PROFILE="single-node" \
 LABEL io.imagekit.archs="5.0 6.0 7.0 7.5 8.0 8.6 9.0" \
       io.imagekit.cell="cu126-torch2.7.1-py3.11-debian12-slim" \
       io.imagekit.cuda="12.6" \
-      io.imagekit.features="onnx-tensorrt" \
+      io.imagekit.features="onnx" \
       io.imagekit.flavor="slim" \
       io.imagekit.min-driver="525.60.13" \
       io.imagekit.os="debian12" \

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# The main job on a fresh Debian machine: install and start Docker (and the rest of the
+# host setup), install imagekit, build the README cell (CUDA 12.6, torch 2.7.1, Python
+# 3.11, Debian 12, slim) from PyPI with BuildKit, then self-check the image.
+# Needs no container registry: the Debian base is made with debootstrap when missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+bash .ci/setup-host.sh
+bash scripts/dev-setup.sh
+. .venv/bin/activate
+
+imagekit build --cuda 12.6 --torch 2.7 --python 3.11 --os debian12 --flavor slim --bootstrap-base "$@"
+image=$(imagekit matrix --format json --cuda 12.6 --torch 2.7 --python 3.11 --os debian12 --flavor slim \
+  | python3 -c 'import json,sys; print(json.load(sys.stdin)[0]["tags"][0])')
+imagekit test "$image" --json reports/selfcheck.json --junit reports/selfcheck.xml
