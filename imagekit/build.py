@@ -38,6 +38,9 @@ class BuildOptions:
     keep_going: bool = False
     no_cache: bool = False
     cache_from: tuple[str, ...] = ()
+    cache_to: tuple[str, ...] = ()
+    # e.g. "-candidate-123": CI pushes candidates and promotes them after the self-check
+    tag_suffix: str = ""
     torch_index: str | None = None  # None: as rendered; "": none (wheelhouse/PyPI only)
     work_dir: Path = Path(".imagekit")
     report_dir: Path = Path("reports")
@@ -96,9 +99,11 @@ def plan(cells: Sequence[Cell], options: BuildOptions, inputs: Inputs) -> list[P
             secrets=tuple(secrets),
             labels=options.labels,
             cache_from=options.cache_from,
+            cache_to=options.cache_to,
             no_cache=options.no_cache,
         )
-        builds.append(PlannedBuild(cell=cell, request=request, tags=cell.tags))
+        tags = tuple(t + options.tag_suffix for t in cell.tags)
+        builds.append(PlannedBuild(cell=cell, request=request, tags=tags))
     return builds
 
 

@@ -32,6 +32,8 @@ def options_from(kwargs: dict[str, Any]) -> BuildOptions:
         keep_going=kwargs["keep_going"],
         no_cache=kwargs["no_cache"],
         cache_from=tuple(kwargs["cache_from"]),
+        cache_to=tuple(kwargs["cache_to"]),
+        tag_suffix=kwargs["tag_suffix"],
         torch_index="" if torch_index == "none" else torch_index,
         report_dir=kwargs["report_dir"],
     )

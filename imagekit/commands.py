@@ -39,6 +39,18 @@ from imagekit.cli_common import examples, filter_options, selected_cells
 @click.option("--keep-going", is_flag=True, help="Build the other cells when one fails.")
 @click.option("--no-cache", is_flag=True, help="Ignore BuildKit's layer cache.")
 @click.option("--cache-from", multiple=True, metavar="REF", help="Image to take inline cache from.")
+@click.option(
+    "--cache-to",
+    multiple=True,
+    metavar="SPEC",
+    help="Cache export, e.g. type=registry,ref=REPO:buildcache,mode=max (buildx only).",
+)
+@click.option(
+    "--tag-suffix",
+    default="",
+    metavar="SUFFIX",
+    help="Append to every tag (CI candidates, promoted after `imagekit test`).",
+)
 @click.option("--dry-run", is_flag=True, help="Print the plan; build nothing, contact nothing.")
 @click.option(
     "--progress",
@@ -196,8 +208,29 @@ def test_image(image: str, docker_cli: str | None, **kwargs: Any) -> None:
         click.echo(f"stamped: {validated}")
 
 
+@click.command(
+    epilog=examples(
+        "imagekit stage --cuda 12.8 && imagekit matrix --format bake --cuda 12.8 > docker-bake.json",
+        "docker buildx bake -f docker-bake.json cuda-12-8",
+    )
+)
+@filter_options
+@click.option("--wheelhouse", type=click.Path(path_type=Path), default=None)
+def stage(**kwargs: Any) -> None:
+    """Write the build contexts (.imagekit/context/<cell>) that a bake file points at."""
+    from imagekit import context, inputs
+    from imagekit.emit import CONTEXT_ROOT
+
+    wheelhouse = inputs.check_wheelhouse(kwargs.pop("wheelhouse"))
+    cells, _ = selected_cells(kwargs)
+    for cell in cells:
+        context.stage(cell, Path(CONTEXT_ROOT) / cell.id, wheelhouse)
+    click.echo(f"staged {len(cells)} contexts under {CONTEXT_ROOT}/")
+
+
 def register(cli: click.Group) -> None:
     cli.add_command(build)
     cli.add_command(lock)
     cli.add_command(base_group)
     cli.add_command(test_image)
+    cli.add_command(stage)

@@ -69,6 +69,7 @@ def github_matrix(cells: Sequence[Cell], gpu_runner: str = "gpu") -> dict[str, A
                 "runner": "ubuntu-latest",
                 "gpu_runner": gpu_runner if cell.cuda != "cpu" else "ubuntu-latest",
                 "requires_gpu": cell.cuda != "cpu",
+                "cache": f"{cell.repository}:buildcache-{cell.id}",
             }
         )
     return {"include": include}

@@ -17,6 +17,7 @@ class BuildRequest:
     secrets: tuple[tuple[str, Path], ...] = ()  # (id, file): mounted for one RUN, never a layer
     labels: tuple[tuple[str, str], ...] = ()  # build-time labels (created, revision)
     cache_from: tuple[str, ...] = ()
+    cache_to: tuple[str, ...] = ()  # registry/local cache export: buildx only
     no_cache: bool = False
 
 

@@ -79,6 +79,13 @@ class DockerEngine:
             args += ["--label", f"{key}={value}"]
         for ref in request.cache_from:
             args += ["--cache-from", ref]
+        if request.cache_to and self.builder.kind != "buildx":
+            raise EngineError(
+                "--cache-to needs docker buildx (the built-in BuildKit of older CLIs exports "
+                "inline cache only: use --cache-from IMAGE instead)"
+            )
+        for ref in request.cache_to:
+            args += ["--cache-to", ref]
         if request.no_cache:
             args.append("--no-cache")
         return [*args, str(request.context)]
