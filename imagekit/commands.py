@@ -210,7 +210,8 @@ def test_image(image: str, docker_cli: str | None, **kwargs: Any) -> None:
 
 @click.command(
     epilog=examples(
-        "imagekit stage --cuda 12.8 && imagekit matrix --format bake --cuda 12.8 > docker-bake.json",
+        "imagekit stage --cuda 12.8",
+        "imagekit matrix --format bake --cuda 12.8 > docker-bake.json",
         "docker buildx bake -f docker-bake.json cuda-12-8",
     )
 )
