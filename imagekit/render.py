@@ -29,17 +29,22 @@ class Installer:
     command: str
     cache: str
     sharing: str
+    no_cache: str  # the flag that keeps the installer from caching (no cache mount)
 
 
 INSTALLERS = {
     "pip": Installer(
-        "/opt/venv/bin/pip install --find-links /wheelhouse", "/root/.cache/pip", "locked"
+        "/opt/venv/bin/pip install --find-links /wheelhouse",
+        "/root/.cache/pip",
+        "locked",
+        "--no-cache-dir",
     ),
     # uv's cache is safe for concurrent builds; pip's is not guaranteed to be.
     "uv": Installer(
         "/opt/uv/bin/uv pip install --python /opt/venv/bin/python --find-links /wheelhouse",
         "/root/.cache/uv",
         "shared",
+        "--no-cache",
     ),
 }
 
@@ -76,8 +81,11 @@ def _packages(cell: Cell) -> tuple[list[str], list[str]]:
     return sorted(base), sorted(builder)
 
 
-def render(cell: Cell, syntax: str | None = None, templates: Path | None = None) -> str:
-    """The Dockerfile for one cell. `syntax` opts into a `# syntax=` frontend line."""
+def render(
+    cell: Cell, syntax: str | None = None, templates: Path | None = None, cache_mounts: bool = True
+) -> str:
+    """The Dockerfile for one cell. `syntax` opts into a `# syntax=` frontend line;
+    `cache_mounts=False` drops the installer's cache mount (the benchmarks' baseline)."""
     base_packages, builder_packages = _packages(cell)
     template = _environment(str(templates or templates_dir())).get_template("Dockerfile.j2")
     return template.render(
@@ -88,6 +96,7 @@ def render(cell: Cell, syntax: str | None = None, templates: Path | None = None)
         devel_requirements=DEVEL_REQUIREMENTS,
         installer=INSTALLERS[cell.installer],
         user={"name": USER[0], "uid": USER[1]},
+        cache_mounts=cache_mounts,
     )
 
 

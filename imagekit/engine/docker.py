@@ -70,7 +70,9 @@ class DockerEngine:
     # -- build ----------------------------------------------------------------------------
     def build_args(self, request: BuildRequest, iidfile: Path) -> list[str]:
         args = [*self.builder.build_command(), "--progress=plain", "--iidfile", str(iidfile)]
-        args += ["-f", str(request.dockerfile), "--target", request.target]
+        args += ["-f", str(request.dockerfile)]
+        if request.target:  # empty: the Dockerfile's last stage
+            args += ["--target", request.target]
         for key, value in request.build_args:
             args += ["--build-arg", f"{key}={value}"]
         for secret_id, path in request.secrets:
