@@ -24,8 +24,6 @@ from imagekit.yamlsrc import Located, YamlSyntaxError
 from imagekit.yamlsrc import load as load_yaml
 
 AXES = ("cuda", "torch", "python", "os", "flavor")
-FEATURES = ("flash-attn", "onnx", "onnx-tensorrt")
-PROFILES = ("single-node", "multi-node-ib", "multi-node-ethernet")
 TAG_FIELDS = ("id", "cuda", "variant", "torch", "python", "os", "flavor")
 
 # -- value checks -------------------------------------------------------------------------

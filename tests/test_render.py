@@ -162,3 +162,12 @@ def test_filters_select_by_prefix(catalog: dict[str, object]) -> None:
         "cu126-torch2.7.1-py3.11-ubuntu24.04-slim",
         "cu126-torch2.7.1-py3.12-ubuntu24.04-slim",
     }
+
+
+def test_benchmark_baseline_drops_only_the_installer_cache(catalog: dict[str, object]) -> None:
+    cell = catalog[GOLDEN_CELLS[0]]
+    with_cache = render(cell)  # type: ignore[arg-type]
+    without = render(cell, cache_mounts=False)  # type: ignore[arg-type]
+    assert "target=/root/.cache/pip" in with_cache and "target=/root/.cache/pip" not in without
+    assert without.count("--no-cache-dir") == with_cache.count("/opt/venv/bin/pip install")
+    assert "target=/var/cache/apt" in without  # apt keeps its cache mounts
