@@ -61,3 +61,12 @@ def selected_cells(kwargs: dict[str, Any]) -> tuple[list[Cell], Filters]:
     filters = filters_from(kwargs)
     cells = load_cells(kwargs.pop("envs"), kwargs.pop("lock"))
     return select(cells, filters), filters
+
+
+docker_option = click.option(
+    "--docker",
+    "docker_cli",
+    default=None,
+    metavar="PATH",
+    help="Docker CLI to use (default: $IMAGEKIT_DOCKER, else discovered).",
+)

@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from imagekit.cli_common import examples, filter_options, selected_cells
+from imagekit.cli_common import docker_option, examples, filter_options, selected_cells
 
 
 @click.command(
@@ -91,13 +91,7 @@ from imagekit.cli_common import examples, filter_options, selected_cells
     help="Make missing Debian bases with debootstrap (no registry needed).",
 )
 @click.option("--mirror", default=None, help="Debian mirror for --bootstrap-base.")
-@click.option(
-    "--docker",
-    "docker_cli",
-    default=None,
-    metavar="PATH",
-    help="Docker CLI to use (default: $IMAGEKIT_DOCKER, else discovered).",
-)
+@docker_option
 @click.option(
     "--report-dir",
     type=click.Path(path_type=Path),
@@ -115,7 +109,7 @@ def build(**kwargs: Any) -> None:
 
 @click.command(epilog=examples("imagekit lock", "imagekit lock --cuda 12.8"))
 @filter_options
-@click.option("--docker", "docker_cli", default=None, metavar="PATH")
+@docker_option
 def lock(**kwargs: Any) -> None:
     """Pin base images to registry digests in images.lock (the renderer uses the pins)."""
     from imagekit import base, lockfile
@@ -154,7 +148,7 @@ def base_group() -> None:
     help="Image name (default: the matrix's name for the suite, "
     "e.g. debian:bookworm-slim, so FROM lines resolve to it).",
 )
-@click.option("--docker", "docker_cli", default=None, metavar="PATH")
+@docker_option
 def bootstrap(suite: str, mirror: str | None, tag: str | None, docker_cli: str | None) -> None:
     """Make a Debian base image from a package mirror with debootstrap."""
     from imagekit import base, compat
@@ -196,7 +190,7 @@ def bootstrap(suite: str, mirror: str | None, tag: str | None, docker_cli: str |
 @click.option(
     "--stamp", is_flag=True, help="On success, tag IMAGE-validated with the results as labels."
 )
-@click.option("--docker", "docker_cli", default=None, metavar="PATH")
+@docker_option
 def test_image(image: str, docker_cli: str | None, **kwargs: Any) -> None:
     """Run the self-check inside IMAGE on this host and report."""
     from imagekit.engine.docker import DockerEngine
