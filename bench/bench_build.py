@@ -37,7 +37,8 @@ NAIVE = """FROM debian:bookworm-slim
 RUN apt-get update && apt-get install -y --no-install-recommends python3 python3-venv \\
     ca-certificates && rm -rf /var/lib/apt/lists/*
 COPY . /app
-RUN --mount=type=secret,id=ca PIP_CERT=/run/secrets/ca python3 -m venv /opt/venv \\
+RUN --mount=type=secret,id=ca export PIP_CERT=/run/secrets/ca \\
+    && python3 -m venv /opt/venv \\
     && /opt/venv/bin/pip install --no-cache-dir --find-links /app/wheelhouse {packages}
 WORKDIR /app
 """

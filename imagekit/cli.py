@@ -6,6 +6,7 @@ Errors are ImagekitError subclasses with an exit code each; only `main` exits.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -160,7 +161,30 @@ def main(argv: list[str] | None = None) -> None:
     except click.ClickException as exc:
         exc.show()
         sys.exit(exc.exit_code)
+    except Exception as exc:  # a bug: keep the traceback in a log, not on the user's screen
+        log = write_crash_log(exc)
+        click.echo(
+            f"imagekit: internal error: {type(exc).__name__}: {exc}\n"
+            f"the traceback and versions are in {log}; please include it in a bug report",
+            err=True,
+        )
+        sys.exit(70)
     sys.exit(0)
+
+
+def write_crash_log(exc: BaseException) -> Path:
+    import platform
+    import tempfile
+    import traceback
+
+    text = (
+        f"imagekit {__version__}, Python {platform.python_version()}, {' '.join(os.uname())}\n"
+        f"argv: {sys.argv}\n\n" + "".join(traceback.format_exception(exc))
+    )
+    fd, name = tempfile.mkstemp(prefix="imagekit-crash-", suffix=".log")
+    with open(fd, "w", encoding="utf-8") as fh:
+        fh.write(text)
+    return Path(name)
 
 
 def _register_optional_commands() -> None:

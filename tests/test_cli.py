@@ -98,3 +98,21 @@ def test_compat_show(capsys: pytest.CaptureFixture[str]) -> None:
     assert run("compat", "show")[0] == 0
     out = capsys.readouterr().out
     assert "2.7.1    12.6" in out and "13.0  13.0.2" in out
+
+
+def test_internal_error_writes_a_log_not_a_traceback(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import imagekit.cli_common as common
+
+    def boom(*args: object, **kwargs: object) -> None:
+        raise KeyError("unexpected")
+
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setattr(common, "load_cells", boom)
+    code, _ = run("list")
+    err = capsys.readouterr().err
+    assert code == 70 and "internal error: KeyError" in err and "Traceback" not in err
+    log = Path(err.split("are in ")[1].split(";")[0])
+    assert "Traceback" in log.read_text() and "imagekit 0.1.0" in log.read_text()
+    log.unlink()
