@@ -17,6 +17,10 @@ fi
 
 if ! /usr/bin/docker info >/dev/null 2>&1; then
   echo "setup-host: starting dockerd"
+  # A daemon killed without cleanup leaves its pid file behind, which blocks a new one.
+  if [ -f /var/run/docker.pid ] && ! kill -0 "$(cat /var/run/docker.pid)" 2>/dev/null; then
+    rm -f /var/run/docker.pid
+  fi
   mkdir -p /var/log/imagekit
   # setsid: the daemon must outlive the shell that started it.
   setsid dockerd >/var/log/imagekit/dockerd.log 2>&1 < /dev/null &
