@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+import yaml
 from packaging.version import Version
 
 from imagekit import compat as compat_mod
@@ -150,7 +151,7 @@ def refresh(
     index: str = INDEX,
 ) -> str:
     text = path.read_text(encoding="utf-8")
-    data = compat_mod.parse(__import__("yaml").safe_load(text))
+    data = compat_mod.parse(yaml.safe_load(text))
     wanted = list(versions) or list(data.torch)
     files = index_files(fetch, index)
     new_text, notes = text, []

@@ -8,6 +8,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+import yaml
 
 from imagekit import compat
 from imagekit.compat_refresh import RefreshError, refresh
@@ -92,10 +93,7 @@ def test_refresh_prints_diff_and_writes_only_when_asked(tmp_path: Path, side_fil
         assert fetch.ranges  # type: ignore[attr-defined]
     out = refresh(["2.7.1"], write=True, fetch=fetch, path=path)  # type: ignore[arg-type]
     assert "wrote" in out
-    assert (
-        compat.parse(__import__("yaml").safe_load(path.read_text())).torch["2.7.1"].pypi_cuda
-        == "12.8"
-    )
+    assert compat.parse(yaml.safe_load(path.read_text())).torch["2.7.1"].pypi_cuda == "12.8"
 
 
 def test_refresh_reads_cuda_toolkit_pins_and_reports_current(tmp_path: Path) -> None:

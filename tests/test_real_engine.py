@@ -6,6 +6,7 @@ tests reuse it and BuildKit's cache.
 
 from __future__ import annotations
 
+import io
 import json
 import signal
 import subprocess
@@ -122,7 +123,7 @@ def _strings_in_saved_image(tag: str, dest: Path, needles: list[str]) -> set[str
         for member in outer.getmembers():
             data = outer.extractfile(member).read() if member.isfile() else b""  # type: ignore[union-attr]
             if member.name.endswith("layer.tar"):
-                with tarfile.open(fileobj=__import__("io").BytesIO(data)) as layer:
+                with tarfile.open(fileobj=io.BytesIO(data)) as layer:
                     for inner in layer.getmembers():
                         if inner.isfile():
                             content = layer.extractfile(inner).read()  # type: ignore[union-attr]
