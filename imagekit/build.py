@@ -25,6 +25,7 @@ from imagekit.buildlog import StepLog
 from imagekit.cells import Cell
 from imagekit.display import Display
 from imagekit.engine.base import BuildRequest, Engine
+from imagekit.engine.docker import build_flags
 from imagekit.errors import BuildError, ImagekitError, Interrupted
 from imagekit.inputs import Inputs
 from imagekit.render import render, write_atomic
@@ -54,12 +55,8 @@ class PlannedBuild:
     tags: tuple[str, ...]
 
     def command(self, docker: Sequence[str] = ("docker", "build")) -> str:
-        r = self.request
-        args = [*docker, "-f", str(r.dockerfile), "--target", r.target]
-        args += [f"--build-arg={k}={v}" for k, v in r.build_args]
-        args += [f"--secret=id={i},src={p}" for i, p in r.secrets]
-        args += [f"--cache-from={c}" for c in r.cache_from] + (["--no-cache"] if r.no_cache else [])
-        return shlex.join([*args, str(r.context)]) + f"   # then tag {', '.join(self.tags)}"
+        flags = build_flags(self.request)
+        return shlex.join([*docker, *flags]) + f"   # then tag {', '.join(self.tags)}"
 
 
 @dataclass

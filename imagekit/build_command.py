@@ -43,10 +43,9 @@ def run_build(cells: Sequence[Cell], kwargs: dict[str, Any]) -> None:
     options = options_from(kwargs)
     # Every path is checked before anything is built or contacted.
     resolved = inputs.resolve(kwargs["ca_bundle"], kwargs["index_url"], kwargs["wheelhouse"])
-    builds = plan(cells, options, resolved)
-    if kwargs["dry_run"]:
+    if kwargs["dry_run"]:  # contacts nothing, so no git call for the revision label
         click.echo(f"CA bundle: {resolved.ca_bundle or 'none'} (from {resolved.ca_source})")
-        for b in builds:
+        for b in plan(cells, options, resolved):
             click.echo(f"{b.cell.id}:\n  {b.command()}")
         return
     builds = plan(cells, replace(options, labels=build_labels()), resolved)

@@ -144,4 +144,4 @@ def test_default_readme_cell_dry_run(
         main(["build", "--cuda", "12.6", "--os", "debian12", "--dry-run", "--ca-bundle", __file__])
     out = capsys.readouterr().out
     assert info.value.code == 0
-    assert "cu126-torch2.7.1-py3.11-debian12-slim" in out and "--secret=id=ca" in out
+    assert "cu126-torch2.7.1-py3.11-debian12-slim" in out and "--secret id=ca,src=" in out

@@ -69,28 +69,13 @@ class DockerEngine:
 
     # -- build ----------------------------------------------------------------------------
     def build_args(self, request: BuildRequest, iidfile: Path) -> list[str]:
-        args = [*self.builder.build_command(), "--progress=plain", "--iidfile", str(iidfile)]
-        args += ["-f", str(request.dockerfile)]
-        if request.target:  # empty: the Dockerfile's last stage
-            args += ["--target", request.target]
-        for key, value in request.build_args:
-            args += ["--build-arg", f"{key}={value}"]
-        for secret_id, path in request.secrets:
-            args += ["--secret", f"id={secret_id},src={path}"]
-        for key, value in request.labels:
-            args += ["--label", f"{key}={value}"]
-        for ref in request.cache_from:
-            args += ["--cache-from", ref]
         if request.cache_to and self.builder.kind != "buildx":
             raise EngineError(
                 "--cache-to needs docker buildx (the built-in BuildKit of older CLIs exports "
                 "inline cache only: use --cache-from IMAGE instead)"
             )
-        for ref in request.cache_to:
-            args += ["--cache-to", ref]
-        if request.no_cache:
-            args.append("--no-cache")
-        return [*args, str(request.context)]
+        prefix = [*self.builder.build_command(), "--progress=plain", "--iidfile", str(iidfile)]
+        return [*prefix, *build_flags(request)]
 
     def build(self, request: BuildRequest, on_line: LineSink) -> BuildResult:
         self.client  # noqa: B018 - fail early with the daemon hint
@@ -259,6 +244,26 @@ class DockerEngine:
             with contextlib.suppress(docker.errors.NotFound):
                 container.remove(force=True)
         return RunResult(exit_code=code, output=output, timed_out=timed_out, notes=notes)
+
+
+def build_flags(request: BuildRequest) -> list[str]:
+    """The build command's flags and context for a request; the dry-run prints the same."""
+    args = ["-f", str(request.dockerfile)]
+    if request.target:  # empty: the Dockerfile's last stage
+        args += ["--target", request.target]
+    for key, value in request.build_args:
+        args += ["--build-arg", f"{key}={value}"]
+    for secret_id, path in request.secrets:
+        args += ["--secret", f"id={secret_id},src={path}"]
+    for key, value in request.labels:
+        args += ["--label", f"{key}={value}"]
+    for ref in request.cache_from:
+        args += ["--cache-from", ref]
+    for ref in request.cache_to:
+        args += ["--cache-to", ref]
+    if request.no_cache:
+        args.append("--no-cache")
+    return [*args, str(request.context)]
 
 
 def run_kwargs(options: RunOptions) -> dict[str, Any]:
