@@ -38,6 +38,7 @@ class BuildOptions:
     jobs: int = 1
     keep_going: bool = False
     no_cache: bool = False
+    network: str = ""  # "" (the engine's default), "host" or "none"
     cache_from: tuple[str, ...] = ()
     cache_to: tuple[str, ...] = ()
     # e.g. "-candidate-123": CI pushes candidates and promotes them after the self-check
@@ -98,6 +99,7 @@ def plan(cells: Sequence[Cell], options: BuildOptions, inputs: Inputs) -> list[P
             cache_from=options.cache_from,
             cache_to=options.cache_to,
             no_cache=options.no_cache,
+            network=options.network,
         )
         tags = tuple(t + options.tag_suffix for t in cell.tags)
         builds.append(PlannedBuild(cell=cell, request=request, tags=tags))

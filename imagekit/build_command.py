@@ -31,6 +31,7 @@ def options_from(kwargs: dict[str, Any]) -> BuildOptions:
         jobs=kwargs["jobs"],
         keep_going=kwargs["keep_going"],
         no_cache=kwargs["no_cache"],
+        network="" if kwargs["network"] == "default" else kwargs["network"],
         cache_from=tuple(kwargs["cache_from"]),
         cache_to=tuple(kwargs["cache_to"]),
         tag_suffix=kwargs["tag_suffix"],

@@ -51,6 +51,7 @@ class Cell:
     feature_steps: tuple[FeatureStep, ...]
     needs_devel: bool
     apt: tuple[str, ...]
+    build_apt: tuple[str, ...]
     pip: tuple[str, ...]
     features: tuple[str, ...]
     profile: str
@@ -133,6 +134,7 @@ def complete(raw: RawCell, compat: Compat, pins: dict[str, str] | None = None) -
         feature_steps=_feature_steps(compat, features, raw.cuda),
         needs_devel=any(compat.features[f].needs_devel for f in features),
         apt=tuple(sorted(set(opts.apt or ()))),
+        build_apt=tuple(sorted(set(opts.build_apt or ()))),
         pip=tuple(sorted(set(opts.pip or ()), key=str.lower)),
         features=features,
         profile=opts.profile or "single-node",

@@ -38,6 +38,13 @@ from imagekit.cli_common import docker_option, examples, filter_options, selecte
 )
 @click.option("--keep-going", is_flag=True, help="Build the other cells when one fails.")
 @click.option("--no-cache", is_flag=True, help="Ignore BuildKit's layer cache.")
+@click.option(
+    "--network",
+    type=click.Choice(["default", "host", "none"]),
+    default="default",
+    show_default=True,
+    help="Network for RUN steps; host reaches a mirror on this machine's 127.0.0.1.",
+)
 @click.option("--cache-from", multiple=True, metavar="REF", help="Image to take inline cache from.")
 @click.option(
     "--cache-to",

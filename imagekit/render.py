@@ -78,7 +78,7 @@ def _packages(cell: Cell) -> tuple[list[str], list[str]]:
     builder = ["ca-certificates", "python3", "python3-venv"]
     if cell.needs_devel:
         builder += ["build-essential", "git", "python3-dev"]
-    return sorted(base), sorted(builder)
+    return sorted(base), sorted(set(builder) | set(cell.build_apt))
 
 
 def render(

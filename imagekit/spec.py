@@ -148,6 +148,8 @@ class Options(_Strict):
     """Per-cell options. Lists replace, `env` merges, later layers win."""
 
     apt: list[AptPackage] | None = None
+    # OS packages for the builder stage only (a compiler for sdists): never in the runtime.
+    build_apt: list[AptPackage] | None = None
     pip: list[PipRequirement] | None = None
     features: list[Literal["flash-attn", "onnx", "onnx-tensorrt"]] | None = None
     profile: Literal["single-node", "multi-node-ib", "multi-node-ethernet"] | None = None

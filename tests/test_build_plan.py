@@ -145,3 +145,21 @@ def test_default_readme_cell_dry_run(
     out = capsys.readouterr().out
     assert info.value.code == 0
     assert "cu126-torch2.7.1-py3.11-debian12-slim" in out and "--secret id=ca,src=" in out
+    assert "--network" not in out  # the engine's default network unless asked
+
+
+def test_network_host_reaches_the_build_command(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from imagekit.cli import main
+
+    monkeypatch.chdir(ROOT)
+    args = ["build", "--cell", "cu126-torch2.7.1-py3.11-debian12-slim", "--dry-run"]
+    with pytest.raises(SystemExit) as info:
+        main([*args, "--network", "host", "--ca-bundle", __file__])
+    assert info.value.code == 0
+    assert " --network host " in capsys.readouterr().out
+    with pytest.raises(SystemExit) as info:
+        main([*args, "--network", "bridge2"])
+    assert info.value.code == 2
+    assert "'bridge2' is not one of 'default', 'host', 'none'" in capsys.readouterr().err

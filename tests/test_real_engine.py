@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from .pypi_mirror import Mirror
 from .realengine import (
     MARKER,
     REGISTRY,
@@ -138,6 +139,41 @@ def test_ca_bundle_is_in_no_layer(project: Path, tmp_path: Path) -> None:
     found = _strings_in_saved_image(TAG, tmp_path, [MARKER, "training code v1"])
     assert "training code v1" in found  # the scan does see file contents
     assert MARKER not in found
+
+
+def test_index_mirror_with_credentials_is_used_and_kept_out_of_the_image(
+    project: Path, tmp_path: Path
+) -> None:
+    """A private mirror on 127.0.0.1 that requires Basic auth: the build installs through
+    it with the credentials from --index-url, and the password reaches no layer, no
+    report and no output."""
+    import urllib.error
+    import urllib.request
+
+    password = f"pw-{uuid.uuid4().hex}"
+    nonce = uuid.uuid4().hex[:8]  # a new requirement, so the install layer really runs
+    extra = (
+        "overrides:\n  - match: {cuda: cpu}\n"
+        f"    pip: ['six; platform_system != \"nonce-{nonce}\"']\n"
+    )
+    root = make_project(tmp_path / "p", repository="imagekit-mirror-test", extra=extra)
+    with Mirror(tmp_path / "mirror", project / "ca-marked.pem", ("ci", password)) as mirror:
+        with pytest.raises(urllib.error.HTTPError, match="401"):  # the mirror wants auth
+            urllib.request.urlopen(mirror.index_url(with_credentials=False) + "six/")
+        url = mirror.index_url()
+        result = imagekit(
+            *build_args(project / "ca-marked.pem", "--index-url", url, "--network", "host"),
+            cwd=root,
+        )
+        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+        assert any(f.startswith("six-") for f in mirror.stats.files)  # served by the mirror
+    tag = "127.0.0.1:5000/imagekit-mirror-test:2.13.0-cpu-py3.11-debian12-slim"
+    assert run_in_image(tag, "python", "-c", "import six; print(six.__name__)") == "six"
+    report_text = (root / "reports" / CELL / "build.json").read_text()
+    assert password not in result.stdout + result.stderr + report_text
+    assert password not in docker("history", "--no-trunc", tag).stdout
+    assert _strings_in_saved_image(tag, tmp_path, [password, "import"]) == {"import"}
+    docker("rmi", tag, "127.0.0.1:5000/imagekit-mirror-test:" + CELL + "-latest")
 
 
 def test_source_only_change_rebuilds_only_the_last_layer(project: Path) -> None:

@@ -171,3 +171,17 @@ def test_benchmark_baseline_drops_only_the_installer_cache(catalog: dict[str, ob
     assert "target=/root/.cache/pip" in with_cache and "target=/root/.cache/pip" not in without
     assert without.count("--no-cache-dir") == with_cache.count("/opt/venv/bin/pip install")
     assert "target=/var/cache/apt" in without  # apt keeps its cache mounts
+
+
+def test_build_apt_reaches_the_builder_stage_only(tmp_path: Path) -> None:
+    (tmp_path / "m.yaml").write_text(
+        "defaults:\n  apt: [jq]\n  build_apt: [build-essential, cmake]\n"
+        "matrix:\n  - {cuda: cpu, torch: '2.13.0', python: '3.11', os: debian12, flavor: slim}\n"
+    )
+    (cell,) = load_cells([tmp_path])
+    text = render(cell)
+    builder, runtime = text.split("FROM os-base AS builder")[1].split("FROM os-base AS runtime")
+    os_base = text.split("FROM os-base AS builder")[0]
+    assert "       cmake" in builder and "       build-essential" in builder
+    assert "cmake" not in runtime and "cmake" not in os_base
+    assert "       jq" in runtime and "jq" not in builder

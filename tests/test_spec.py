@@ -60,6 +60,7 @@ def test_bad_flavor_lists_valid_values(write_env: WriteEnv) -> None:
     [
         ('apt: ["curl\\nRUN rm -rf /"]', "apt[0]"),
         ("apt: ['curl \"x\"']", "apt[0]"),
+        ("build_apt: ['gcc; rm -rf /']", "build_apt[0]"),
         ('pip: ["numpy\\nRUN evil"]', "pip[0]"),
         ('pip: ["--index-url http://evil"]', "pip[0]"),
         ('pip: ["numpy>>1"]', "pip[0]"),

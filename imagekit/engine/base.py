@@ -19,6 +19,8 @@ class BuildRequest:
     cache_from: tuple[str, ...] = ()
     cache_to: tuple[str, ...] = ()  # registry/local cache export: buildx only
     no_cache: bool = False
+    # RUN steps' network: "" = the engine's default; "host" reaches a mirror on 127.0.0.1
+    network: str = ""
 
 
 @dataclass(frozen=True)

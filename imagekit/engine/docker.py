@@ -263,6 +263,8 @@ def build_flags(request: BuildRequest) -> list[str]:
         args += ["--cache-to", ref]
     if request.no_cache:
         args.append("--no-cache")
+    if request.network:
+        args += ["--network", request.network]
     return [*args, str(request.context)]
 
 
