@@ -34,6 +34,16 @@ RUN --mount=type=cache,id=imagekit-apt-cache-debian12,target=/var/cache/apt,shar
 # Where torch comes from; `imagekit build --torch-index` overrides it (empty: wheelhouse/PyPI).
 ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
 RUN python3.11 -m venv /opt/venv
+# The OS's venv pip is old (23.0 on Debian 12): a current one builds sdists as wheels
+# (PEP 517), which its cache keeps for the next rebuild.
+RUN --mount=type=cache,id=imagekit-pip,target=/root/.cache/pip,sharing=locked \
+    --mount=type=secret,id=ca \
+    --mount=type=secret,id=index \
+    --mount=type=bind,source=imagekit/build-env.sh,target=/run/imagekit/build-env.sh \
+    --mount=type=bind,source=wheelhouse,target=/wheelhouse \
+    . /run/imagekit/build-env.sh \
+    && /opt/venv/bin/pip install --find-links /wheelhouse \
+       'pip>=25'
 # torch (the heaviest layer; it changes only with the cell)
 RUN --mount=type=cache,id=imagekit-pip,target=/root/.cache/pip,sharing=locked \
     --mount=type=secret,id=ca \
