@@ -130,6 +130,7 @@ def _strings_in_saved_image(tag: str, dest: Path, needles: list[str]) -> set[str
                             content = layer.extractfile(inner).read()  # type: ignore[union-attr]
                             found |= {n for n in needles if n.encode() in content}
             found |= {n for n in needles if n.encode() in data}
+    archive.unlink()  # over a GB; pytest keeps the last runs' temp folders
     return found
 
 
