@@ -4,10 +4,15 @@ writes bench/results/build.json; docs/benchmarks.md records the figures.
 a. warm rebuild after a source-only change: imagekit's Dockerfile vs a naive single-stage
    one for the same packages (`COPY . .` first, then `pip install --no-cache-dir`)
 b. rebuild after adding one dependency, with vs without the installer's cache mount,
-   for pip and uv
+   for pip and uv. The layer holds wheels and one sdist with a C extension (annoy), and
+   the index is (1) this machine's PyPI proxy, then (2) a local mirror with PyPI's cache
+   headers behind a link of each --link-mbit (0: unlimited loopback)
 c. runtime image size vs the single-stage image of the same content
 
-Usage: python bench/bench_build.py [--wheelhouse /opt/wheels]
+Each (b) rebuild leaves about 1.6 GB in BuildKit's cache, so (b) prunes that cache to its
+newest 12 GB after each row and removes the images it built.
+
+Usage: python bench/bench_build.py [--wheelhouse /opt/wheels] [--only a|b] [--link-mbit 0 100]
 """
 
 from __future__ import annotations
@@ -17,12 +22,16 @@ import json
 import os
 import platform
 import shutil
+import subprocess
+import sys
 import time
 import uuid
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
 from imagekit import compat, context
+from imagekit.buildlog import StepLog
 from imagekit.catalog import load_cells
 from imagekit.engine.base import BuildRequest
 from imagekit.engine.docker import DockerEngine
@@ -30,9 +39,14 @@ from imagekit.inputs import find_ca_bundle
 from imagekit.render import render
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from tests.pypi_mirror import Mirror  # noqa: E402 - a test helper, shared with the tests
+
 WORK = ROOT / ".imagekit" / "bench"
 BASE_DEPS = ["scipy", "pandas", "scikit-learn", "matplotlib", "sympy"]
 NEW_DEP = "rich"
+MIRROR_PORT = 38411
+SDIST_DEP = "annoy"  # ships only an sdist: the cache mount keeps the wheel pip/uv built
 NAIVE = """FROM debian:bookworm-slim
 RUN apt-get update && apt-get install -y --no-install-recommends python3 python3-venv \\
     ca-certificates && rm -rf /var/lib/apt/lists/*
@@ -48,6 +62,7 @@ def matrix(installer: str, pip: list[str]) -> str:
     return (
         f"registry: localhost\nrepository: imagekit-bench\ndefaults:\n  installer: {installer}\n"
         f"  pip: {json.dumps(pip)}\n  features: [onnx]\n  source: ../app\n"
+        "  build_apt: [build-essential, python3-dev]\n"
         'matrix:\n  - {cuda: cpu, torch: "2.13.0", python: "3.11", os: debian12, flavor: slim}\n'
     )
 
@@ -60,6 +75,21 @@ def cell_for(installer: str, pip: list[str]):  # type: ignore[no-untyped-def]
     return cell
 
 
+@dataclass(frozen=True)
+class Index:
+    """Where the installers fetch from: this machine's proxy, or a local mirror."""
+
+    name: str
+    url: str = ""  # "" = PyPI through the engine's network
+    secret: Path | None = None
+
+
+@dataclass(frozen=True)
+class Timing:
+    total_s: float
+    install_s: float  # the rebuilt "your pip packages" step alone
+
+
 class Bench:
     def __init__(self, wheelhouse: Path) -> None:
         self.engine = DockerEngine()
@@ -68,31 +98,40 @@ class Bench:
         (WORK / "app").mkdir(parents=True, exist_ok=True)
         (WORK / "app" / "train.py").write_text("print('v0')\n")
 
-    def build(self, name: str, dockerfile_text: str, ctx: Path) -> tuple[float, str]:
+    def build(
+        self, name: str, dockerfile_text: str, ctx: Path, index: Index = Index("proxy")
+    ) -> tuple[Timing, str]:
         dockerfile = WORK / "dockerfiles" / name / "Dockerfile"
         dockerfile.parent.mkdir(parents=True, exist_ok=True)
         dockerfile.write_text(dockerfile_text)
-        secrets = (("ca", self.ca),) if self.ca else ()
+        secrets = [("ca", self.ca)] if self.ca else []
+        if index.secret:
+            secrets.append(("index", index.secret))
         request = BuildRequest(
             context=ctx,
             dockerfile=dockerfile,
             target="",
             build_args=(("TORCH_INDEX_URL", ""),),
-            secrets=secrets,
+            secrets=tuple(secrets),
+            network="host" if index.url else "",
         )
+        log = StepLog()
         start = time.perf_counter()
-        result = self.engine.build(request, lambda line: None)
-        return time.perf_counter() - start, result.image_id
+        result = self.engine.build(request, log.feed)
+        total = time.perf_counter() - start
+        install = sum(s.seconds for s in log.steps.values() if "nonce-" in s.name)
+        return Timing(total, install), result.image_id
 
-    def imagekit_build(self, cell, cache_mounts: bool = True) -> tuple[float, str]:  # type: ignore[no-untyped-def]
+    def imagekit_build(
+        self, cell, cache_mounts: bool = True, index: Index = Index("proxy")
+    ) -> tuple[Timing, str]:  # type: ignore[no-untyped-def]
         ctx = context.stage(
             cell, WORK / "ctx" / f"{cell.installer}-{cache_mounts}", self.wheelhouse
         )
-        return self.build(
-            f"{cell.installer}-{cache_mounts}", render(cell, cache_mounts=cache_mounts), ctx
-        )
+        name = f"{cell.installer}-{cache_mounts}"
+        return self.build(name, render(cell, cache_mounts=cache_mounts), ctx, index)
 
-    def naive_build(self, packages: list[str]) -> tuple[float, str]:
+    def naive_build(self, packages: list[str]) -> tuple[Timing, str]:
         ctx = WORK / "naive"
         if not ctx.exists():
             ctx.mkdir(parents=True)
@@ -111,74 +150,127 @@ def source_change(b: Bench) -> dict[str, float]:
     b.naive_build(packages)
     noop, _ = b.imagekit_build(cell)
     b.touch_source()
-    imagekit_s, image = b.imagekit_build(cell_for("pip", BASE_DEPS))
-    naive_s, naive_image = b.naive_build(packages)
+    imagekit, image = b.imagekit_build(cell_for("pip", BASE_DEPS))
+    naive, naive_image = b.naive_build(packages)
     sizes = {"imagekit": b.engine.inspect(image).size, "naive": b.engine.inspect(naive_image).size}  # type: ignore[union-attr]
     return {
-        "imagekit_s": imagekit_s,
-        "naive_s": naive_s,
-        "noop_s": noop,
-        "speedup": naive_s / imagekit_s,
+        "imagekit_s": imagekit.total_s,
+        "naive_s": naive.total_s,
+        "noop_s": noop.total_s,
+        "speedup": naive.total_s / imagekit.total_s,
         "imagekit_bytes": sizes["imagekit"],
         "naive_bytes": sizes["naive"],
         "size_ratio": sizes["naive"] / sizes["imagekit"],
     }
 
 
-def add_dependency(b: Bench, installer: str, cache_mounts: bool) -> float:
-    b.imagekit_build(cell_for(installer, BASE_DEPS), cache_mounts)  # warm: layers and cache
-    # A textually unique marker (always true) forces this layer to run even when an
-    # earlier benchmark run left it in BuildKit's cache.
-    new = f'{NEW_DEP}; platform_system != "nonce-{uuid.uuid4().hex[:8]}"'
-    seconds, _ = b.imagekit_build(cell_for(installer, [*BASE_DEPS, new]), cache_mounts)
-    return seconds
+def add_dependency(b: Bench, installer: str, cache_mounts: bool, index: Index) -> Timing:
+    """Add one dependency to the user layer: the second of two such rebuilds, so the cache
+    mount (when there is one) already holds what the first fetched and built."""
+    deps = [*BASE_DEPS, SDIST_DEP]
+    timing = Timing(0.0, 0.0)
+    for _ in range(2):
+        # A textually unique marker (always true) makes the layer run again each time.
+        new = f'{NEW_DEP}; platform_system != "nonce-{uuid.uuid4().hex[:8]}"'
+        timing, image = b.imagekit_build(cell_for(installer, [*deps, new]), cache_mounts, index)
+        b.engine.client.images.remove(image, force=True)  # each one is 1.6 GB of disk
+    return timing
+
+
+def prune_build_cache(cli: str) -> None:
+    """Each rebuild leaves about 1.6 GB in BuildKit's cache: keep the newest 12 GB."""
+    env = {**os.environ, "DOCKER_BUILDKIT": "1"}
+    cmd = [cli, "builder", "prune", "-f", "--keep-storage", "12gb"]
+    subprocess.run(cmd, env=env, capture_output=True, check=False)
+
+
+def dependency_rows(b: Bench, index: Index) -> dict[str, dict[str, float]]:
+    rows = {}
+    for installer in ("pip", "uv"):
+        without = add_dependency(b, installer, False, index)
+        with_mount = add_dependency(b, installer, True, index)
+        rows[installer] = {
+            "no_mount_s": without.total_s,
+            "mount_s": with_mount.total_s,
+            "ratio": without.total_s / with_mount.total_s,
+            "install_no_mount_s": without.install_s,
+            "install_mount_s": with_mount.install_s,
+            "install_ratio": without.install_s / max(with_mount.install_s, 0.1),
+        }
+        print(f"  {index.name} {installer}: {rows[installer]}", flush=True)
+        prune_build_cache(b.engine.builder.cli)
+    return rows
+
+
+def dependency_scenarios(b: Bench, link_mbit: list[float]) -> dict[str, object]:
+    results: dict[str, object] = {"proxy": dependency_rows(b, Index("this machine's proxy"))}
+    save_partial(results)
+    for mbit in link_mbit:
+        rate = mbit * 1e6 / 8 if mbit else None
+        # A fixed port: pip's and uv's caches are keyed by URL, so they must stay the same.
+        with Mirror(WORK / "mirror", b.ca, bytes_per_second=rate, port=MIRROR_PORT) as mirror:
+            secret = WORK / "index-url"
+            secret.write_text(mirror.index_url())
+            name = f"mirror, {mbit:g} Mbit/s" if mbit else "mirror, unlimited"
+            results[name] = dependency_rows(b, Index(name, mirror.index_url(), secret))
+            save_partial(results)
+    return results
+
+
+def save_partial(results: dict[str, object]) -> None:
+    """A long run keeps what it measured even if a later row fails (a full disk, Ctrl-C)."""
+    (ROOT / "bench" / "results" / "add-dependency.partial.json").write_text(
+        json.dumps(results, indent=2) + "\n"
+    )
+
+
+def print_tables(a: dict[str, float] | None, deps: dict[str, object] | None) -> None:
+    if a:
+        print(f"{'a. source-only rebuild':<40}{'seconds':>9}")
+        print(f"{'  naive single-stage':<40}{a['naive_s']:>9.1f}")
+        print(f"{'  imagekit':<40}{a['imagekit_s']:>9.1f}  {a['speedup']:.1f}x faster")
+        print(f"{'  no-op rebuild, imagekit':<40}{a['noop_s']:>9.1f}")
+        print(
+            f"c. runtime size: imagekit {a['imagekit_bytes'] / 1e9:.2f} GB, single-stage "
+            f"{a['naive_bytes'] / 1e9:.2f} GB ({a['size_ratio']:.2f}x)"
+        )
+    if deps:
+        print("b. add one dependency (whole rebuild s; install step s in brackets)")
+        print(f"{'index':<26}{'installer':<10}{'no mount':>16}{'cache mount':>16}  ratio")
+        for name, rows in deps.items():
+            for installer, r in rows.items():  # type: ignore[attr-defined]
+                print(
+                    f"{name:<26}{installer:<10}"
+                    f"{r['no_mount_s']:>7.1f} ({r['install_no_mount_s']:>5.1f})"
+                    f"{r['mount_s']:>8.1f} ({r['install_mount_s']:>5.1f})"
+                    f"  {r['ratio']:.1f}x ({r['install_ratio']:.1f}x)"
+                )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--wheelhouse", type=Path, default=Path("/opt/wheels"))
+    parser.add_argument("--only", choices=["a", "b"], default=None, help="a includes c")
+    parser.add_argument("--link-mbit", type=float, nargs="*", default=[0, 100])
     args = parser.parse_args()
     b = Bench(args.wheelhouse)
     print(b.engine.describe())
-    a = source_change(b)
-    deps = {
-        f"{i}-{'cache' if c else 'nocache'}": add_dependency(b, i, c)
-        for i in ("pip", "uv")
-        for c in (True, False)
-    }
-    rows = [
-        ("a. source-only rebuild, naive single-stage", a["naive_s"], ""),
-        ("a. source-only rebuild, imagekit", a["imagekit_s"], f"{a['speedup']:.1f}x faster"),
-        ("a. no-op rebuild, imagekit", a["noop_s"], ""),
-        ("b. add a dependency, pip, no cache mount", deps["pip-nocache"], ""),
-        (
-            "b. add a dependency, pip, cache mount",
-            deps["pip-cache"],
-            f"{deps['pip-nocache'] / deps['pip-cache']:.1f}x",
-        ),
-        ("b. add a dependency, uv, no cache mount", deps["uv-nocache"], ""),
-        (
-            "b. add a dependency, uv, cache mount",
-            deps["uv-cache"],
-            f"{deps['uv-nocache'] / deps['uv-cache']:.1f}x; "
-            f"uv vs pip {deps['pip-cache'] / deps['uv-cache']:.1f}x",
-        ),
-    ]
-    print(f"{'measure':<46}{'seconds':>9}  ratio")
-    for name, seconds, ratio in rows:
-        print(f"{name:<46}{seconds:>9.1f}  {ratio}")
-    print(
-        f"c. runtime size: imagekit {a['imagekit_bytes'] / 1e9:.2f} GB, single-stage "
-        f"{a['naive_bytes'] / 1e9:.2f} GB ({a['size_ratio']:.2f}x)"
-    )
     out = ROOT / "bench" / "results" / "build.json"
+    previous = json.loads(out.read_text()) if out.exists() else {}
+    a = source_change(b) if args.only in (None, "a") else previous.get("source_change")
+    deps = (
+        dependency_scenarios(b, args.link_mbit)
+        if args.only in (None, "b")
+        else previous.get("add_dependency")
+    )
+    print_tables(a, deps)
     out.write_text(
         json.dumps(
             {
                 "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                 "machine": f"{os.cpu_count()} CPUs, {platform.machine()}, {b.engine.describe()}",
                 "source_change": a,
-                "add_dependency_s": deps,
+                "add_dependency": deps,
             },
             indent=2,
         )

@@ -66,13 +66,14 @@ class Mirror:
         ca_bundle: Path | None,
         credentials: tuple[str, str] | None = None,
         bytes_per_second: float | None = None,
+        port: int = 0,
     ) -> None:
         self.cache_dir = cache_dir
         self.ssl = ssl.create_default_context(cafile=str(ca_bundle) if ca_bundle else None)
         self.credentials = credentials
         self.link = Link(bytes_per_second) if bytes_per_second else None
         self.stats = Stats()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
+        self._server = ThreadingHTTPServer(("127.0.0.1", port), _handler(self))
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
@@ -123,7 +124,10 @@ def _handler(mirror: Mirror) -> type[BaseHTTPRequestHandler]:
         def log_message(self, format: str, *args: object) -> None:
             pass  # quiet: the stats say what was served
 
-        def do_GET(self) -> None:
+        def do_HEAD(self) -> None:  # uv asks before range requests
+            self.do_GET(head=True)
+
+        def do_GET(self, head: bool = False) -> None:
             with mirror.stats.lock:
                 mirror.stats.requests += 1
             if not mirror.authorized(self.headers.get("Authorization")):
@@ -136,22 +140,25 @@ def _handler(mirror: Mirror) -> type[BaseHTTPRequestHandler]:
                 return
             path = self.path.split("#", 1)[0].split("?", 1)[0]
             if m := re.fullmatch(r"/simple/([A-Za-z0-9._-]+)/?", path):
-                self._send(mirror.page(m.group(1).lower()), "text/html", PAGE_HEADERS)
+                self._send(mirror.page(m.group(1).lower()), "text/html", PAGE_HEADERS, head)
             elif path.startswith("/files/"):
-                self._send_file(mirror.file(path.removeprefix("/files/")))
+                self._send_file(mirror.file(path.removeprefix("/files/")), head)
             else:
                 self.send_error(404)
 
-        def _send(self, body: bytes, content_type: str, headers: dict[str, str]) -> None:
+        def _send(
+            self, body: bytes, content_type: str, headers: dict[str, str], head: bool
+        ) -> None:
             self.send_response(200)
             self.send_header("Content-Type", content_type)
             self.send_header("Content-Length", str(len(body)))
             for key, value in headers.items():
                 self.send_header(key, value)
             self.end_headers()
-            self.wfile.write(body)
+            if not head:
+                self.wfile.write(body)
 
-        def _send_file(self, file: Path) -> None:
+        def _send_file(self, file: Path, head: bool) -> None:
             size = file.stat().st_size
             self.send_response(200)
             self.send_header("Content-Type", "application/octet-stream")
@@ -159,6 +166,8 @@ def _handler(mirror: Mirror) -> type[BaseHTTPRequestHandler]:
             for key, value in FILE_HEADERS.items():
                 self.send_header(key, value)
             self.end_headers()
+            if head:
+                return
             with file.open("rb") as fh:
                 while chunk := fh.read(CHUNK):
                     if mirror.link:
