@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -242,6 +243,9 @@ def test_bad_wheelhouse_fails_before_building(tmp_path: Path) -> None:
 
 def test_ctrl_c_stops_the_build_and_leaves_no_tag(tmp_path: Path, project: Path) -> None:
     root = make_project(tmp_path / "p", repository="imagekit-interrupt")
+    for ref in docker("images", "--format", "{{.Repository}}:{{.Tag}}").stdout.split():
+        if "imagekit-interrupt" in ref:  # left by an earlier, failed run
+            docker("rmi", ref)
     args = build_args(project / "ca-marked.pem", "--no-cache")
     proc = subprocess.Popen(
         [sys.executable, "-m", "imagekit", *args],
@@ -249,11 +253,12 @@ def test_ctrl_c_stops_the_build_and_leaves_no_tag(tmp_path: Path, project: Path)
         text=True,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},  # see each line as it is printed
     )
     assert proc.stdout is not None
     deadline = time.monotonic() + 120
-    for line in proc.stdout:  # wait until BuildKit is really working on a RUN step
-        if ("[builder" in line and "RUN" in line) or time.monotonic() > deadline:
+    for line in proc.stdout:  # wait until BuildKit is in the long torch install step
+        if ("[builder" in line and "torch==" in line) or time.monotonic() > deadline:
             break
     time.sleep(3)
     proc.send_signal(signal.SIGINT)
