@@ -34,6 +34,7 @@ from imagekit import compat, context
 from imagekit.buildlog import StepLog
 from imagekit.catalog import load_cells
 from imagekit.engine.base import BuildRequest
+from imagekit.engine.discover import Builder
 from imagekit.engine.docker import DockerEngine
 from imagekit.inputs import find_ca_bundle
 from imagekit.render import render
@@ -80,8 +81,7 @@ class Index:
     """Where the installers fetch from: this machine's proxy, or a local mirror."""
 
     name: str
-    url: str = ""  # "" = PyPI through the engine's network
-    secret: Path | None = None
+    secret: Path | None = None  # a file holding the mirror's URL; None = PyPI via the proxy
 
 
 @dataclass(frozen=True)
@@ -113,7 +113,7 @@ class Bench:
             target="",
             build_args=(("TORCH_INDEX_URL", ""),),
             secrets=tuple(secrets),
-            network="host" if index.url else "",
+            network="host" if index.secret else "",  # the mirror listens on 127.0.0.1
         )
         log = StepLog()
         start = time.perf_counter()
@@ -177,11 +177,10 @@ def add_dependency(b: Bench, installer: str, cache_mounts: bool, index: Index) -
     return timing
 
 
-def prune_build_cache(cli: str) -> None:
+def prune_build_cache(builder: Builder) -> None:
     """Each rebuild leaves about 1.6 GB in BuildKit's cache: keep the newest 12 GB."""
-    env = {**os.environ, "DOCKER_BUILDKIT": "1"}
-    cmd = [cli, "builder", "prune", "-f", "--keep-storage", "12gb"]
-    subprocess.run(cmd, env=env, capture_output=True, check=False)
+    cmd = [builder.cli, "builder", "prune", "-f", "--keep-storage", "12gb"]
+    subprocess.run(cmd, env=builder.environment(), capture_output=True, check=False)
 
 
 def dependency_rows(b: Bench, index: Index) -> dict[str, dict[str, float]]:
@@ -198,7 +197,7 @@ def dependency_rows(b: Bench, index: Index) -> dict[str, dict[str, float]]:
             "install_ratio": without.install_s / max(with_mount.install_s, 0.1),
         }
         print(f"  {index.name} {installer}: {rows[installer]}", flush=True)
-        prune_build_cache(b.engine.builder.cli)
+        prune_build_cache(b.engine.builder)
     return rows
 
 
@@ -212,7 +211,7 @@ def dependency_scenarios(b: Bench, link_mbit: list[float]) -> dict[str, object]:
             secret = WORK / "index-url"
             secret.write_text(mirror.index_url())
             name = f"mirror, {mbit:g} Mbit/s" if mbit else "mirror, unlimited"
-            results[name] = dependency_rows(b, Index(name, mirror.index_url(), secret))
+            results[name] = dependency_rows(b, Index(name, secret))
             save_partial(results)
     return results
 

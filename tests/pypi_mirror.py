@@ -35,10 +35,7 @@ CHUNK = 64 * 1024
 
 @dataclass
 class Stats:
-    requests: int = 0
-    unauthorized: int = 0
-    file_bytes: int = 0
-    files: list[str] = field(default_factory=list)
+    files: list[str] = field(default_factory=list)  # names of the files served
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -128,11 +125,7 @@ def _handler(mirror: Mirror) -> type[BaseHTTPRequestHandler]:
             self.do_GET(head=True)
 
         def do_GET(self, head: bool = False) -> None:
-            with mirror.stats.lock:
-                mirror.stats.requests += 1
             if not mirror.authorized(self.headers.get("Authorization")):
-                with mirror.stats.lock:
-                    mirror.stats.unauthorized += 1
                 self.send_response(401)
                 self.send_header("WWW-Authenticate", 'Basic realm="mirror"')
                 self.send_header("Content-Length", "0")
@@ -146,26 +139,23 @@ def _handler(mirror: Mirror) -> type[BaseHTTPRequestHandler]:
             else:
                 self.send_error(404)
 
-        def _send(
-            self, body: bytes, content_type: str, headers: dict[str, str], head: bool
-        ) -> None:
+        def _ok(self, content_type: str, length: int, headers: dict[str, str]) -> None:
             self.send_response(200)
             self.send_header("Content-Type", content_type)
-            self.send_header("Content-Length", str(len(body)))
+            self.send_header("Content-Length", str(length))
             for key, value in headers.items():
                 self.send_header(key, value)
             self.end_headers()
+
+        def _send(
+            self, body: bytes, content_type: str, headers: dict[str, str], head: bool
+        ) -> None:
+            self._ok(content_type, len(body), headers)
             if not head:
                 self.wfile.write(body)
 
         def _send_file(self, file: Path, head: bool) -> None:
-            size = file.stat().st_size
-            self.send_response(200)
-            self.send_header("Content-Type", "application/octet-stream")
-            self.send_header("Content-Length", str(size))
-            for key, value in FILE_HEADERS.items():
-                self.send_header(key, value)
-            self.end_headers()
+            self._ok("application/octet-stream", file.stat().st_size, FILE_HEADERS)
             if head:
                 return
             with file.open("rb") as fh:
@@ -174,7 +164,6 @@ def _handler(mirror: Mirror) -> type[BaseHTTPRequestHandler]:
                         mirror.link.send(len(chunk))
                     self.wfile.write(chunk)
             with mirror.stats.lock:
-                mirror.stats.file_bytes += size
                 mirror.stats.files.append(file.name.split("-", 1)[1])
 
     return Handler
