@@ -24,7 +24,7 @@ from imagekit.cli_common import docker_option, examples, filter_options, selecte
     "--target",
     default="runtime",
     show_default=True,
-    type=click.Choice(["runtime", "builder", "os-base"]),
+    type=click.Choice(["runtime", "packages", "builder", "os-base"]),
     help="Stage to build.",
 )
 @click.option("--push", is_flag=True, help="Push every tag after a successful build.")

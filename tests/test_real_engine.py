@@ -178,6 +178,29 @@ def test_index_mirror_with_credentials_is_used_and_kept_out_of_the_image(
     docker("rmi", tag, "127.0.0.1:5000/imagekit-mirror-test:" + CELL + "-latest")
 
 
+def test_pip_packages_are_a_delta_on_the_torch_layer(project: Path, tmp_path: Path) -> None:
+    """A new pip list re-copies only what the packages changed, never the builder's venv
+    (torch); a package that replaces the version torch brought in leaves no trace of it."""
+    nonce = uuid.uuid4().hex[:8]  # a pip list no earlier build had
+    pip = [f'six; platform_system != "nonce-{nonce}"', "filelock==3.12.0"]
+    extra = f"overrides:\n  - match: {{cuda: cpu}}\n    pip: {json.dumps(pip)}\n"
+    root = make_project(tmp_path / "p", repository="imagekit-delta-test", extra=extra)
+    result = imagekit(*build_args(project / "ca-marked.pem"), cwd=root)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+    cached = {s["step"].split("] ", 1)[-1]: s["cached"] for s in report(root)["steps"]}
+    assert cached["COPY --from=builder /opt/venv /opt/venv"] is True  # torch: reused
+    assert cached["COPY --from=packages /opt/imagekit-delta/root/ /"] is False
+    tag = "127.0.0.1:5000/imagekit-delta-test:2.13.0-cpu-py3.11-debian12-slim"
+    probe = (
+        "import glob, importlib.metadata as m, six, torch; "
+        "site = '/opt/venv/lib/python3.11/site-packages'; "
+        "print(m.version('filelock'), len(glob.glob(site + '/filelock-*.dist-info')), "
+        "torch.__version__)"
+    )
+    assert run_in_image(tag, "python", "-c", probe) == "3.12.0 1 2.13.0+cpu"
+    docker("rmi", tag, "127.0.0.1:5000/imagekit-delta-test:" + CELL + "-latest")
+
+
 def test_source_only_change_rebuilds_only_the_last_layer(project: Path) -> None:
     unchanged = imagekit(*build_args(project / "ca-marked.pem"), cwd=project)
     assert unchanged.returncode == 0, unchanged.stdout[-2000:]

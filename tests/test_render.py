@@ -58,6 +58,7 @@ def test_structure_of_the_readme_cell(catalog: dict[str, object]) -> None:
     assert stages == [
         "FROM debian:bookworm-slim AS os-base",
         "FROM os-base AS builder",
+        "FROM builder AS packages",
         "FROM os-base AS runtime",
     ]
     assert text.count("sharing=locked") >= 3  # apt caches and pip's cache
@@ -65,6 +66,30 @@ def test_structure_of_the_readme_cell(catalog: dict[str, object]) -> None:
     # least-changing first: torch before features before the user's pip packages
     assert text.index("torch==2.7.1") < text.index("onnx>=1.16") < text.index("numpy<3")
     assert lines.index("USER 1000:1000") > lines.index("COPY --from=builder /opt/venv /opt/venv")
+
+
+def test_pip_packages_reach_the_runtime_as_a_delta_on_the_builder_venv(
+    catalog: dict[str, object],
+) -> None:
+    """Adding a package must not re-copy torch: the runtime copies the builder's venv (torch,
+    features), then deletes and copies only what the packages stage changed."""
+    text = render(catalog["cu126-torch2.7.1-py3.11-debian12-slim"])  # type: ignore[arg-type]
+    builder, rest = text.split("FROM os-base AS builder")[1].split("FROM builder AS packages")
+    packages, runtime = rest.split("FROM os-base AS runtime")
+    assert "torch==2.7.1" in builder and "numpy<3" not in builder
+    assert "'numpy<3'" in packages and "/opt/imagekit-delta" in packages
+    assert "from=builder,source=/opt/venv,target=/run/imagekit/base-venv" in packages
+    copies = [line for line in runtime.splitlines() if "from=" in line]
+    assert copies[0] == "COPY --from=builder /opt/venv /opt/venv"
+    assert "from=packages,source=/opt/imagekit-delta" in copies[1]  # the removals
+    assert copies[2] == "COPY --from=packages /opt/imagekit-delta/root/ /"
+    assert "--from=packages /opt/venv" not in runtime
+
+
+def test_a_cell_without_pip_packages_has_no_packages_stage() -> None:
+    (cell,) = load_cells([ROOT / "tests" / "data" / "envs"])
+    text = render(cell)
+    assert "AS packages" not in text and "imagekit-delta" not in text
 
 
 def test_syntax_line_is_opt_in(catalog: dict[str, object]) -> None:

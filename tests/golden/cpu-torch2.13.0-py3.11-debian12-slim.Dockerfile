@@ -4,7 +4,7 @@
 #
 # Stages, least-changing first:
 #   os-base  OS packages and the non-root user
-#   builder  the Python environment: installer, torch, features, then your pip packages
+#   builder  the Python environment: installer, torch, features
 #   runtime  os-base + your apt packages + the environment, then env, labels, source last
 
 FROM debian:bookworm-slim AS os-base

@@ -4,7 +4,8 @@
 #
 # Stages, least-changing first:
 #   os-base  OS packages and the non-root user
-#   builder  the Python environment: installer, torch, features, then your pip packages
+#   builder  the Python environment: installer, torch, features
+#   packages your pip packages, and what they changed in the builder's environment
 #   runtime  os-base + your apt packages + the environment, then env, labels, source last
 
 FROM debian:bookworm-slim AS os-base
@@ -65,8 +66,14 @@ RUN --mount=type=cache,id=imagekit-pip,target=/root/.cache/pip,sharing=locked \
        'onnx>=1.16' \
        'onnxscript>=0.1' \
        'onnxruntime-gpu>=1.19'
-# Your pip packages: they change most often, so they come last.
+
+FROM builder AS packages
+# Your pip packages: they change most often, so they come last. The same step writes what
+# it changed in /opt/venv to /opt/imagekit-delta, and the runtime stage copies only that
+# on top of the builder's venv: adding a package re-copies and re-pushes this delta, not torch.
 RUN --mount=type=cache,id=imagekit-pip,target=/root/.cache/pip,sharing=locked \
+    --mount=type=bind,from=builder,source=/opt/venv,target=/run/imagekit/base-venv \
+    --mount=type=bind,source=imagekit/venv_delta.py,target=/run/imagekit/venv_delta.py \
     --mount=type=secret,id=ca \
     --mount=type=secret,id=index \
     --mount=type=bind,source=imagekit/build-env.sh,target=/run/imagekit/build-env.sh \
@@ -74,10 +81,16 @@ RUN --mount=type=cache,id=imagekit-pip,target=/root/.cache/pip,sharing=locked \
     . /run/imagekit/build-env.sh \
     && /opt/venv/bin/pip install --find-links /wheelhouse \
        'numpy<3' \
-       'tqdm>=4.66'
+       'tqdm>=4.66' \
+    && /opt/venv/bin/python /run/imagekit/venv_delta.py /run/imagekit/base-venv /opt/venv /opt/imagekit-delta
 
 FROM os-base AS runtime
 COPY --from=builder /opt/venv /opt/venv
+# Your pip packages: delete what they removed from the builder's venv, then copy what they
+# added or changed (both listed by the packages stage).
+RUN --mount=type=bind,from=packages,source=/opt/imagekit-delta,target=/run/imagekit/delta \
+    xargs -r -0 rm -rf -- < /run/imagekit/delta/removed
+COPY --from=packages /opt/imagekit-delta/root/ /
 COPY imagekit/entrypoint.sh /usr/local/bin/imagekit-entrypoint
 COPY imagekit/lib/imagekit /opt/venv/lib/python3.11/site-packages/imagekit
 # What this image promises (the same as its io.imagekit.* labels), for the self-check.
