@@ -2,6 +2,7 @@
 
 imagekit/build-env.sh      turns the ca/index secrets into installer settings (bind-mounted)
 imagekit/entrypoint.sh     sets OMP_NUM_THREADS from the cgroup quota at container start
+imagekit/pyc_cache.py      compiles the pip packages' bytecode, reusing a cache mount (bind-mounted)
 imagekit/venv_delta.py     lists what the pip packages step changed in the venv (bind-mounted)
 imagekit/lib/imagekit/     the self-check package (stdlib-only), copied into the image
 imagekit/labels.json       the io.imagekit.* labels of the cell, read by the self-check
@@ -31,7 +32,8 @@ def stage(cell: Cell, dest: Path, wheelhouse: Path | None = None) -> Path:
     for name in ("build-env.sh", "entrypoint.sh"):
         shutil.copy2(templates_dir() / "context" / name, helpers / name)
     os.chmod(helpers / "entrypoint.sh", 0o755)
-    shutil.copy2(PACKAGE_DIR / "venv_delta.py", helpers / "venv_delta.py")
+    for name in ("pyc_cache.py", "venv_delta.py"):
+        shutil.copy2(PACKAGE_DIR / name, helpers / name)
     lib = helpers / "lib" / "imagekit"
     shutil.copytree(PACKAGE_DIR / "selfcheck", lib / "selfcheck", ignore=IGNORE)
     shutil.copy2(PACKAGE_DIR / "__init__.py", lib / "__init__.py")

@@ -30,6 +30,8 @@ class Installer:
     cache: str
     sharing: str
     no_cache: str  # the flag that keeps the installer from caching (no cache mount)
+    compile: str  # the flag that makes it write .pyc files ("" where that is the default)
+    no_compile: str  # the flag that keeps it from writing them ("" likewise)
 
 
 INSTALLERS = {
@@ -38,6 +40,8 @@ INSTALLERS = {
         "/root/.cache/pip",
         "locked",
         "--no-cache-dir",
+        "",
+        "--no-compile",
     ),
     # uv's cache is safe for concurrent builds; pip's is not guaranteed to be.
     "uv": Installer(
@@ -45,6 +49,8 @@ INSTALLERS = {
         "/root/.cache/uv",
         "shared",
         "--no-cache",
+        "--compile-bytecode",
+        "",
     ),
 }
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -178,18 +179,27 @@ def test_index_mirror_with_credentials_is_used_and_kept_out_of_the_image(
     docker("rmi", tag, "127.0.0.1:5000/imagekit-mirror-test:" + CELL + "-latest")
 
 
-def test_pip_packages_are_a_delta_on_the_torch_layer(project: Path, tmp_path: Path) -> None:
-    """A new pip list re-copies only what the packages changed, never the builder's venv
-    (torch); a package that replaces the version torch brought in leaves no trace of it."""
+def test_adding_a_package_rebuilds_a_delta_with_cached_bytecode(
+    project: Path, tmp_path: Path
+) -> None:
+    """Adding a pip package re-copies only what the packages changed, never the builder's
+    venv (torch); the bytecode of packages already built comes from the cache mount, and
+    the non-root runtime imports from it. A package that replaces the version torch
+    brought in leaves no trace of it."""
     nonce = uuid.uuid4().hex[:8]  # a pip list no earlier build had
-    pip = [f'six; platform_system != "nonce-{nonce}"', "filelock==3.12.0"]
-    extra = f"overrides:\n  - match: {{cuda: cpu}}\n    pip: {json.dumps(pip)}\n"
-    root = make_project(tmp_path / "p", repository="imagekit-delta-test", extra=extra)
-    result = imagekit(*build_args(project / "ca-marked.pem"), cwd=root)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+    first = [f'six; platform_system != "nonce-{nonce}"']
+    for pip in (first, [*first, "filelock==3.12.0"]):
+        extra = f"overrides:\n  - match: {{cuda: cpu}}\n    pip: {json.dumps(pip)}\n"
+        root = make_project(
+            tmp_path / f"p{len(pip)}", repository="imagekit-delta-test", extra=extra
+        )
+        result = imagekit(*build_args(project / "ca-marked.pem"), cwd=root)
+        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
     cached = {s["step"].split("] ", 1)[-1]: s["cached"] for s in report(root)["steps"]}
     assert cached["COPY --from=builder /opt/venv /opt/venv"] is True  # torch: reused
     assert cached["COPY --from=packages /opt/imagekit-delta/root/ /"] is False
+    hits = re.search(r"bytecode: \d+ files, (\d+) from the cache", result.stdout)
+    assert hits and int(hits.group(1)) >= 1, result.stdout[-3000:]  # six.py, compiled before
     tag = "127.0.0.1:5000/imagekit-delta-test:2.13.0-cpu-py3.11-debian12-slim"
     probe = (
         "import glob, importlib.metadata as m, six, torch; "
@@ -198,6 +208,8 @@ def test_pip_packages_are_a_delta_on_the_torch_layer(project: Path, tmp_path: Pa
         "torch.__version__)"
     )
     assert run_in_image(tag, "python", "-c", probe) == "3.12.0 1 2.13.0+cpu"
+    verbose = docker("run", "--rm", tag, "python", "-v", "-c", "import six").stderr
+    assert "__pycache__/six.cpython-311.pyc matches /opt/venv/" in verbose
     docker("rmi", tag, "127.0.0.1:5000/imagekit-delta-test:" + CELL + "-latest")
 
 

@@ -84,6 +84,11 @@ def test_pip_packages_reach_the_runtime_as_a_delta_on_the_builder_venv(
     assert "from=packages,source=/opt/imagekit-delta" in copies[1]  # the removals
     assert copies[2] == "COPY --from=packages /opt/imagekit-delta/root/ /"
     assert "--from=packages /opt/venv" not in runtime
+    # The packages step leaves bytecode to pyc_cache.py and its cache mount; torch compiles.
+    assert "--no-compile" in packages and "--no-compile" not in builder
+    assert "pyc_cache.py /opt/venv /root/.cache/imagekit-pyc" in packages
+    baseline = render(catalog["cu126-torch2.7.1-py3.11-debian12-slim"], cache_mounts=False)  # type: ignore[arg-type]
+    assert "imagekit-pyc" not in baseline and "pyc_cache.py /opt/venv \\\n" in baseline
 
 
 def test_a_cell_without_pip_packages_has_no_packages_stage() -> None:

@@ -33,7 +33,7 @@ RUN --mount=type=cache,id=imagekit-apt-cache-ubuntu24.04,target=/var/cache/apt,s
        python3-venv
 # Where torch comes from; `imagekit build --torch-index` overrides it (empty: wheelhouse/PyPI).
 ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cu126
-ENV UV_LINK_MODE=copy UV_PYTHON_INSTALL_DIR=/opt/python UV_COMPILE_BYTECODE=1
+ENV UV_LINK_MODE=copy UV_PYTHON_INSTALL_DIR=/opt/python
 RUN --mount=type=cache,id=imagekit-pip,target=/root/.cache/pip,sharing=locked \
     --mount=type=secret,id=ca \
     --mount=type=secret,id=index \
@@ -50,16 +50,21 @@ RUN --mount=type=cache,id=imagekit-uv,target=/root/.cache/uv,sharing=shared \
     --mount=type=bind,source=imagekit/build-env.sh,target=/run/imagekit/build-env.sh \
     --mount=type=bind,source=wheelhouse,target=/wheelhouse \
     . /run/imagekit/build-env.sh \
-    && /opt/uv/bin/uv pip install --python /opt/venv/bin/python --find-links /wheelhouse ${TORCH_INDEX_URL:+--extra-index-url "$TORCH_INDEX_URL"} \
+    && /opt/uv/bin/uv pip install --python /opt/venv/bin/python --find-links /wheelhouse --compile-bytecode ${TORCH_INDEX_URL:+--extra-index-url "$TORCH_INDEX_URL"} \
        torch==2.11.0 \
        torchvision==0.26.0
 
 FROM builder AS packages
-# Your pip packages: they change most often, so they come last. The same step writes what
-# it changed in /opt/venv to /opt/imagekit-delta, and the runtime stage copies only that
-# on top of the builder's venv: adding a package re-copies and re-pushes this delta, not torch.
+# Your pip packages: they change most often, so they come last. The same step
+# - compiles their bytecode with pyc_cache.py, which keeps what it compiled in a cache mount
+#   (a rebuild then writes the .pyc files of unchanged packages instead of compiling them);
+# - writes what it changed in /opt/venv to /opt/imagekit-delta: the runtime stage copies only
+#   that on top of the builder's venv, so adding a package re-copies and re-pushes the delta,
+#   not torch.
 RUN --mount=type=cache,id=imagekit-uv,target=/root/.cache/uv,sharing=shared \
+    --mount=type=cache,id=imagekit-pyc,target=/root/.cache/imagekit-pyc,sharing=shared \
     --mount=type=bind,from=builder,source=/opt/venv,target=/run/imagekit/base-venv \
+    --mount=type=bind,source=imagekit/pyc_cache.py,target=/run/imagekit/pyc_cache.py \
     --mount=type=bind,source=imagekit/venv_delta.py,target=/run/imagekit/venv_delta.py \
     --mount=type=secret,id=ca \
     --mount=type=secret,id=index \
@@ -69,6 +74,7 @@ RUN --mount=type=cache,id=imagekit-uv,target=/root/.cache/uv,sharing=shared \
     && /opt/uv/bin/uv pip install --python /opt/venv/bin/python --find-links /wheelhouse \
        'numpy<3' \
        'tqdm>=4.66' \
+    && /opt/venv/bin/python /run/imagekit/pyc_cache.py /opt/venv /root/.cache/imagekit-pyc \
     && /opt/venv/bin/python /run/imagekit/venv_delta.py /run/imagekit/base-venv /opt/venv /opt/imagekit-delta
 
 FROM os-base AS runtime

@@ -68,20 +68,26 @@ RUN --mount=type=cache,id=imagekit-pip,target=/root/.cache/pip,sharing=locked \
        'onnxruntime-gpu>=1.19'
 
 FROM builder AS packages
-# Your pip packages: they change most often, so they come last. The same step writes what
-# it changed in /opt/venv to /opt/imagekit-delta, and the runtime stage copies only that
-# on top of the builder's venv: adding a package re-copies and re-pushes this delta, not torch.
+# Your pip packages: they change most often, so they come last. The same step
+# - compiles their bytecode with pyc_cache.py, which keeps what it compiled in a cache mount
+#   (a rebuild then writes the .pyc files of unchanged packages instead of compiling them);
+# - writes what it changed in /opt/venv to /opt/imagekit-delta: the runtime stage copies only
+#   that on top of the builder's venv, so adding a package re-copies and re-pushes the delta,
+#   not torch.
 RUN --mount=type=cache,id=imagekit-pip,target=/root/.cache/pip,sharing=locked \
+    --mount=type=cache,id=imagekit-pyc,target=/root/.cache/imagekit-pyc,sharing=shared \
     --mount=type=bind,from=builder,source=/opt/venv,target=/run/imagekit/base-venv \
+    --mount=type=bind,source=imagekit/pyc_cache.py,target=/run/imagekit/pyc_cache.py \
     --mount=type=bind,source=imagekit/venv_delta.py,target=/run/imagekit/venv_delta.py \
     --mount=type=secret,id=ca \
     --mount=type=secret,id=index \
     --mount=type=bind,source=imagekit/build-env.sh,target=/run/imagekit/build-env.sh \
     --mount=type=bind,source=wheelhouse,target=/wheelhouse \
     . /run/imagekit/build-env.sh \
-    && /opt/venv/bin/pip install --find-links /wheelhouse \
+    && /opt/venv/bin/pip install --find-links /wheelhouse --no-compile \
        'numpy<3' \
        'tqdm>=4.66' \
+    && /opt/venv/bin/python /run/imagekit/pyc_cache.py /opt/venv /root/.cache/imagekit-pyc \
     && /opt/venv/bin/python /run/imagekit/venv_delta.py /run/imagekit/base-venv /opt/venv /opt/imagekit-delta
 
 FROM os-base AS runtime

@@ -41,7 +41,7 @@ RUN --mount=type=cache,id=imagekit-apt-cache-ubuntu24.04,target=/var/cache/apt,s
 ARG TORCH_INDEX_URL=
 # Parallel compile jobs for CUDA extensions; each can take several GB of RAM.
 ARG MAX_JOBS=4
-ENV UV_LINK_MODE=copy UV_PYTHON_INSTALL_DIR=/opt/python UV_COMPILE_BYTECODE=1
+ENV UV_LINK_MODE=copy UV_PYTHON_INSTALL_DIR=/opt/python
 RUN --mount=type=cache,id=imagekit-pip,target=/root/.cache/pip,sharing=locked \
     --mount=type=secret,id=ca \
     --mount=type=secret,id=index \
@@ -58,7 +58,7 @@ RUN --mount=type=cache,id=imagekit-uv,target=/root/.cache/uv,sharing=shared \
     --mount=type=bind,source=imagekit/build-env.sh,target=/run/imagekit/build-env.sh \
     --mount=type=bind,source=wheelhouse,target=/wheelhouse \
     . /run/imagekit/build-env.sh \
-    && /opt/uv/bin/uv pip install --python /opt/venv/bin/python --find-links /wheelhouse ${TORCH_INDEX_URL:+--extra-index-url "$TORCH_INDEX_URL"} \
+    && /opt/uv/bin/uv pip install --python /opt/venv/bin/python --find-links /wheelhouse --compile-bytecode ${TORCH_INDEX_URL:+--extra-index-url "$TORCH_INDEX_URL"} \
        torch==2.11.0 \
        torchvision==0.26.0
 # Build tools for CUDA extensions, which build against the installed torch.
@@ -68,7 +68,7 @@ RUN --mount=type=cache,id=imagekit-uv,target=/root/.cache/uv,sharing=shared \
     --mount=type=bind,source=imagekit/build-env.sh,target=/run/imagekit/build-env.sh \
     --mount=type=bind,source=wheelhouse,target=/wheelhouse \
     . /run/imagekit/build-env.sh \
-    && /opt/uv/bin/uv pip install --python /opt/venv/bin/python --find-links /wheelhouse \
+    && /opt/uv/bin/uv pip install --python /opt/venv/bin/python --find-links /wheelhouse --compile-bytecode \
        ninja \
        packaging \
        psutil \
@@ -81,7 +81,7 @@ RUN --mount=type=cache,id=imagekit-uv,target=/root/.cache/uv,sharing=shared \
     --mount=type=bind,source=imagekit/build-env.sh,target=/run/imagekit/build-env.sh \
     --mount=type=bind,source=wheelhouse,target=/wheelhouse \
     . /run/imagekit/build-env.sh \
-    && /opt/uv/bin/uv pip install --python /opt/venv/bin/python --find-links /wheelhouse --no-build-isolation \
+    && /opt/uv/bin/uv pip install --python /opt/venv/bin/python --find-links /wheelhouse --compile-bytecode --no-build-isolation \
        'flash-attn>=2.6,<3'
 # Feature: onnx-tensorrt
 RUN --mount=type=cache,id=imagekit-uv,target=/root/.cache/uv,sharing=shared \
@@ -90,18 +90,23 @@ RUN --mount=type=cache,id=imagekit-uv,target=/root/.cache/uv,sharing=shared \
     --mount=type=bind,source=imagekit/build-env.sh,target=/run/imagekit/build-env.sh \
     --mount=type=bind,source=wheelhouse,target=/wheelhouse \
     . /run/imagekit/build-env.sh \
-    && /opt/uv/bin/uv pip install --python /opt/venv/bin/python --find-links /wheelhouse \
+    && /opt/uv/bin/uv pip install --python /opt/venv/bin/python --find-links /wheelhouse --compile-bytecode \
        'onnx>=1.16' \
        'onnxscript>=0.1' \
        'onnxruntime-gpu>=1.23' \
        'tensorrt-cu13>=10.13'
 
 FROM builder AS packages
-# Your pip packages: they change most often, so they come last. The same step writes what
-# it changed in /opt/venv to /opt/imagekit-delta, and the runtime stage copies only that
-# on top of the builder's venv: adding a package re-copies and re-pushes this delta, not torch.
+# Your pip packages: they change most often, so they come last. The same step
+# - compiles their bytecode with pyc_cache.py, which keeps what it compiled in a cache mount
+#   (a rebuild then writes the .pyc files of unchanged packages instead of compiling them);
+# - writes what it changed in /opt/venv to /opt/imagekit-delta: the runtime stage copies only
+#   that on top of the builder's venv, so adding a package re-copies and re-pushes the delta,
+#   not torch.
 RUN --mount=type=cache,id=imagekit-uv,target=/root/.cache/uv,sharing=shared \
+    --mount=type=cache,id=imagekit-pyc,target=/root/.cache/imagekit-pyc,sharing=shared \
     --mount=type=bind,from=builder,source=/opt/venv,target=/run/imagekit/base-venv \
+    --mount=type=bind,source=imagekit/pyc_cache.py,target=/run/imagekit/pyc_cache.py \
     --mount=type=bind,source=imagekit/venv_delta.py,target=/run/imagekit/venv_delta.py \
     --mount=type=secret,id=ca \
     --mount=type=secret,id=index \
@@ -111,6 +116,7 @@ RUN --mount=type=cache,id=imagekit-uv,target=/root/.cache/uv,sharing=shared \
     && /opt/uv/bin/uv pip install --python /opt/venv/bin/python --find-links /wheelhouse \
        'numpy<3' \
        'tqdm>=4.66' \
+    && /opt/venv/bin/python /run/imagekit/pyc_cache.py /opt/venv /root/.cache/imagekit-pyc \
     && /opt/venv/bin/python /run/imagekit/venv_delta.py /run/imagekit/base-venv /opt/venv /opt/imagekit-delta
 
 FROM os-base AS runtime
