@@ -2,7 +2,7 @@
 
 Runs inside the build (stdlib only, any Python >= 3.8) in the `packages` stage:
 
-    python venv_delta.py BASE NEW OUT
+    python venv_delta.py [--since NS] BASE NEW OUT
 
 BASE is the venv before your pip packages (bind-mounted from the builder stage), NEW the
 same venv after them, at its real path. It writes
@@ -51,29 +51,6 @@ def _same(base: Path, base_st: os.stat_result | None, new: Path, new_st: os.stat
     return (base_st.st_size, base_st.st_mtime_ns) == (new_st.st_size, new_st.st_mtime_ns)
 
 
-def removed_paths(base: Path, new: Path) -> list[Path]:
-    """Paths (under `new`) that `base` has and `new` lacks or has as another type; a removed
-    directory is listed once, not with its contents."""
-    removed = []
-    for dirpath, dirnames, filenames in os.walk(base):
-        rel = Path(dirpath).relative_to(base)
-        for name in sorted(filenames):
-            base_st = (Path(dirpath) / name).lstat()
-            new_st = _lstat(new / rel / name)
-            if new_st is None or _kind(new_st) != _kind(base_st):
-                removed.append(new / rel / name)
-        kept = []
-        for name in sorted(dirnames):
-            base_st = (Path(dirpath) / name).lstat()
-            new_st = _lstat(new / rel / name)
-            if new_st is None or _kind(new_st) != _kind(base_st):
-                removed.append(new / rel / name)
-            elif _kind(base_st) == "dir":
-                kept.append(name)
-        dirnames[:] = kept  # not into what is gone, nor into links to directories
-    return removed
-
-
 def _copy_entry(src: Path, dest: Path, st: os.stat_result) -> None:
     if stat.S_ISLNK(st.st_mode):
         os.symlink(os.readlink(src), dest)
@@ -96,35 +73,81 @@ def _ensure_parents(new: Path, rel: Path, root: Path) -> None:
             shutil.copystat(new / part, target, follow_symlinks=False)
 
 
-def write_delta(base: Path, new: Path, out: Path) -> tuple[int, int]:
-    """Write OUT/root and OUT/removed; return (entries copied, paths removed)."""
+# File times come from the kernel's coarse clock, which can lag `date` by a few ms.
+CLOCK_MARGIN_NS = 1_000_000_000
+
+
+class _Delta:
+    """One walk of NEW. An entry whose inode changed before the step started (ctime: no
+    tool can set it back) is unchanged, with no look at BASE; only the rest are compared.
+    Only a directory changed in the step can have lost entries, so only those are listed
+    in BASE. Without `since`, everything is compared: slower, same result."""
+
+    def __init__(self, base: Path, new: Path, root: Path, since_ns: int | None) -> None:
+        self.base, self.new, self.root = base, new, root
+        self.since = None if since_ns is None else since_ns - CLOCK_MARGIN_NS
+        self.copied = 0
+        self.removed: list[Path] = []
+
+    def _touched(self, st: os.stat_result) -> bool:
+        return self.since is None or st.st_ctime_ns >= self.since
+
+    def walk(self, rel_dir: Path) -> None:
+        with os.scandir(self.new / rel_dir) as it:
+            entries = sorted(it, key=lambda e: e.name)
+        for entry in entries:
+            rel = rel_dir / entry.name
+            st = entry.stat(follow_symlinks=False)
+            if self._touched(st) and not _same(
+                self.base / rel, _lstat(self.base / rel), self.new / rel, st
+            ):
+                _ensure_parents(self.new, rel, self.root)
+                _copy_entry(self.new / rel, self.root / rel, st)
+                self.copied += 1
+            if stat.S_ISDIR(st.st_mode):
+                self.walk(rel)
+        if self._touched((self.new / rel_dir).lstat()):
+            self._note_removed(rel_dir, {e.name: e for e in entries})
+
+    def _note_removed(self, rel_dir: Path, present: dict[str, os.DirEntry[str]]) -> None:
+        """Names BASE has in this directory that NEW lacks or has as another type; a removed
+        directory is listed once, not with its contents."""
+        base_dir = self.base / rel_dir
+        base_st = _lstat(base_dir)
+        if base_st is None or not stat.S_ISDIR(base_st.st_mode):
+            return
+        for name in sorted(os.listdir(base_dir)):
+            entry = present.get(name)
+            old_kind = _kind((base_dir / name).lstat())
+            if entry is None or _kind(entry.stat(follow_symlinks=False)) != old_kind:
+                self.removed.append(self.new / rel_dir / name)
+
+
+def write_delta(base: Path, new: Path, out: Path, since_ns: int | None = None) -> tuple[int, int]:
+    """Write OUT/root and OUT/removed; return (entries copied, paths removed). `since_ns`:
+    when the install step started (`date +%s%N`), which lets the walk skip BASE for
+    everything older."""
     root = out / "root" / new.relative_to(new.anchor)
     root.mkdir(parents=True)
-    copied = 0
-    for dirpath, dirnames, filenames in os.walk(new):
-        rel_dir = Path(dirpath).relative_to(new)
-        for name in sorted(dirnames) + sorted(filenames):
-            rel = rel_dir / name
-            new_st = (new / rel).lstat()
-            if _same(base / rel, _lstat(base / rel), new / rel, new_st):
-                continue
-            _ensure_parents(new, rel, root)
-            _copy_entry(new / rel, root / rel, new_st)
-            copied += 1
+    delta = _Delta(base, new, root, since_ns)
+    delta.walk(Path())
     for dirpath, _dirnames, _filenames in os.walk(root, topdown=False):
         rel = Path(dirpath).relative_to(root)
         shutil.copystat(new / rel, dirpath, follow_symlinks=False)  # after their contents
-    removed = removed_paths(base, new)
-    (out / "removed").write_bytes(b"".join(os.fsencode(p) + b"\0" for p in removed))
-    return copied, len(removed)
+    (out / "removed").write_bytes(b"".join(os.fsencode(p) + b"\0" for p in delta.removed))
+    return delta.copied, len(delta.removed)
 
 
 def main(argv: list[str]) -> int:
+    since = None
+    if argv[:1] == ["--since"] and len(argv) > 1:
+        since = int(argv[1]) if argv[1].isdigit() else None  # not GNU date: compare all
+        argv = argv[2:]
     if len(argv) != 3:
-        print("usage: venv_delta.py BASE NEW OUT", file=sys.stderr)
+        print("usage: venv_delta.py [--since NS] BASE NEW OUT", file=sys.stderr)
         return 2
     base, new, out = (Path(a) for a in argv)
-    copied, removed = write_delta(base, new.absolute(), out)
+    copied, removed = write_delta(base, new.absolute(), out, since)
     print(f"venv delta: {copied} entries added or changed, {removed} removed")
     return 0
 

@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -133,3 +134,38 @@ def test_command_line(tmp_path: Path) -> None:
     assert "removed" in done.stdout and (out / "removed").is_file()
     usage = subprocess.run([sys.executable, str(SCRIPT)], capture_output=True, text=True)
     assert usage.returncode == 2 and "usage" in usage.stderr
+
+
+def _since_after_copy(monkeypatch: pytest.MonkeyPatch) -> int:
+    """A step start after the copy: what the install step does next is newer than this."""
+    monkeypatch.setattr(venv_delta, "CLOCK_MARGIN_NS", 0)
+    time.sleep(0.05)  # file times use a coarse clock
+    since = time.time_ns()
+    time.sleep(0.05)
+    return since
+
+
+def test_since_gives_the_same_delta(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    base, new, runtime, out = (tmp_path / n for n in ("base", "venv", "runtime", "out"))
+    _base(base)
+    shutil.copytree(base, new, symlinks=True)
+    shutil.copytree(base, runtime, symlinks=True)
+    since = _since_after_copy(monkeypatch)
+    _install(new)
+    assert venv_delta.write_delta(base, new, out, since)[1] == 2
+    _apply(runtime, out, new)
+    assert _tree(runtime) == _tree(new)
+
+
+def test_since_skips_what_changed_before_the_step(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The shortcut is real: an entry last changed before the step started is taken as the
+    base's (in a build it is: it comes from a lower layer), so BASE is never read for it."""
+    base, new = tmp_path / "base", tmp_path / "venv"
+    _base(base)
+    shutil.copytree(base, new, symlinks=True)
+    (new / "pyvenv.cfg").write_text("changed before the step")
+    since = _since_after_copy(monkeypatch)
+    assert venv_delta.write_delta(base, new, tmp_path / "with", since) == (0, 0)
+    assert venv_delta.write_delta(base, new, tmp_path / "without") == (1, 0)

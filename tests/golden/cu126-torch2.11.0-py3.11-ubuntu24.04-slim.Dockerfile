@@ -71,24 +71,26 @@ RUN --mount=type=cache,id=imagekit-uv,target=/root/.cache/uv,sharing=shared \
     --mount=type=bind,source=imagekit/build-env.sh,target=/run/imagekit/build-env.sh \
     --mount=type=bind,source=wheelhouse,target=/wheelhouse \
     . /run/imagekit/build-env.sh \
+    && started=$(date +%s%N) \
     && /opt/uv/bin/uv pip install --python /opt/venv/bin/python --find-links /wheelhouse \
        'numpy<3' \
        'tqdm>=4.66' \
     && /opt/venv/bin/python /run/imagekit/pyc_cache.py /opt/venv /root/.cache/imagekit-pyc \
-    && /opt/venv/bin/python /run/imagekit/venv_delta.py /run/imagekit/base-venv /opt/venv /opt/imagekit-delta
+    && /opt/venv/bin/python /run/imagekit/venv_delta.py --since "$started" /run/imagekit/base-venv /opt/venv /opt/imagekit-delta
 
 FROM os-base AS runtime
 COPY --from=builder /opt/python /opt/python
 COPY --from=builder /opt/venv /opt/venv
-# Your pip packages: delete what they removed from the builder's venv, then copy what they
-# added or changed (both listed by the packages stage).
-RUN --mount=type=bind,from=packages,source=/opt/imagekit-delta,target=/run/imagekit/delta \
-    xargs -r -0 rm -rf -- < /run/imagekit/delta/removed
-COPY --from=packages /opt/imagekit-delta/root/ /
 COPY imagekit/entrypoint.sh /usr/local/bin/imagekit-entrypoint
 COPY imagekit/lib/imagekit /opt/venv/lib/python3.11/site-packages/imagekit
 # What this image promises (the same as its io.imagekit.* labels), for the self-check.
 COPY imagekit/labels.json /etc/imagekit/labels.json
+# Your pip packages, after everything that changes less often: delete what they removed
+# from the builder's venv, then copy what they added or changed (both listed by the
+# packages stage).
+RUN --mount=type=bind,from=packages,source=/opt/imagekit-delta,target=/run/imagekit/delta \
+    xargs -r -0 rm -rf -- < /run/imagekit/delta/removed
+COPY --from=packages /opt/imagekit-delta/root/ /
 ENV PATH=/opt/venv/bin:$PATH VIRTUAL_ENV=/opt/venv
 # Tuned defaults from the cell's profile; `docker run -e NAME=...` overrides any of them.
 ENV IMAGEKIT_PROFILE="single-node" \
