@@ -21,6 +21,7 @@ from imagekit.build import (
 from imagekit.cells import Cell
 from imagekit.display import make_display
 from imagekit.engine.docker import DockerEngine
+from imagekit.errors import UsageError
 
 
 def options_from(kwargs: dict[str, Any]) -> BuildOptions:
@@ -40,8 +41,19 @@ def options_from(kwargs: dict[str, Any]) -> BuildOptions:
     )
 
 
+def check_target(cells: Sequence[Cell], target: str) -> None:
+    """Only cells with pip packages have a `packages` stage; say so before building any."""
+    without = [c.id for c in cells if target == "packages" and not c.pip]
+    if without:
+        raise UsageError(
+            f"--target packages: {', '.join(without)} has no pip packages, so no packages "
+            "stage; use --target builder, or select only cells with `pip:`"
+        )
+
+
 def run_build(cells: Sequence[Cell], kwargs: dict[str, Any]) -> None:
     options = options_from(kwargs)
+    check_target(cells, options.target)
     # Every path is checked before anything is built or contacted.
     resolved = inputs.resolve(kwargs["ca_bundle"], kwargs["index_url"], kwargs["wheelhouse"])
     if kwargs["dry_run"]:  # contacts nothing, so no git call for the revision label

@@ -163,3 +163,24 @@ def test_network_host_reaches_the_build_command(
         main([*args, "--network", "bridge2"])
     assert info.value.code == 2
     assert "'bridge2' is not one of 'default', 'host', 'none'" in capsys.readouterr().err
+
+
+def test_target_packages_needs_pip_packages(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The README cell has pip packages, the test cell has none: asking for the packages
+    stage of the latter fails before any build, naming the cell and what to do instead."""
+    from imagekit.cli import main
+
+    monkeypatch.chdir(ROOT)
+    args = ["build", "--dry-run", "--target", "packages", "--ca-bundle", __file__]
+    with pytest.raises(SystemExit) as info:
+        main([*args, "--cell", "cu126-torch2.7.1-py3.11-debian12-slim"])
+    assert info.value.code == 0
+    assert " --target packages " in capsys.readouterr().out
+    with pytest.raises(SystemExit) as info:
+        main([*args, "--envs", "tests/data/envs"])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert "--target packages: cpu-torch2.13.0-py3.11-debian12-slim has no pip packages" in err
+    assert "use --target builder" in err
