@@ -42,12 +42,15 @@ def options_from(kwargs: dict[str, Any]) -> BuildOptions:
 
 
 def check_target(cells: Sequence[Cell], target: str) -> None:
-    """Only cells with pip packages have a `packages` stage; say so before building any."""
-    without = [c.id for c in cells if target == "packages" and not c.pip]
+    """Only cells that build pip packages with `build_apt` have a `packages` stage (the rest
+    install them in the runtime); say so before building any."""
+    without = [c.id for c in cells if target == "packages" and c.pip_stage != "packages"]
     if without:
         raise UsageError(
-            f"--target packages: {', '.join(without)} has no pip packages, so no packages "
-            "stage; use --target builder, or select only cells with `pip:`"
+            f"--target packages: {', '.join(without)} has no packages stage (only cells with "
+            "both `pip:` and `build_apt:` build their pip packages there; the others install "
+            "them in the runtime stage); use --target builder or runtime, or select only "
+            "cells with `build_apt:`"
         )
 
 

@@ -72,6 +72,15 @@ class Cell:
     def python_bin(self) -> str:
         return f"python{self.python}"
 
+    @property
+    def pip_stage(self) -> str | None:
+        """Where the pip packages install: straight into the runtime, whose layer then holds
+        exactly what they add; or, when they need `build_apt` (a compiler for sdists), in a
+        `packages` stage on the builder, whose changes the runtime copies as a delta."""
+        if not self.pip:
+            return None
+        return "packages" if self.build_apt else "runtime"
+
     def label(self, key: str) -> str:
         return dict(self.labels)[key]
 

@@ -165,22 +165,36 @@ def test_network_host_reaches_the_build_command(
     assert "'bridge2' is not one of 'default', 'host', 'none'" in capsys.readouterr().err
 
 
-def test_target_packages_needs_pip_packages(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """The README cell has pip packages, the test cell has none: asking for the packages
-    stage of the latter fails before any build, naming the cell and what to do instead."""
+def test_target_packages_needs_a_packages_stage(
+    write_env, capsys: pytest.CaptureFixture[str]
+) -> None:  # type: ignore[no-untyped-def]
+    """Only a cell with pip packages and build_apt has a packages stage. Asking for it of
+    any other cell fails before any build, naming the cell and what to do instead."""
     from imagekit.cli import main
 
-    monkeypatch.chdir(ROOT)
+    write_env(
+        """
+        defaults: {installer: pip}
+        matrix:
+          - {cuda: cpu, torch: "2.13.0", python: "3.11", os: debian12, flavor: slim}
+        overrides:
+          - match: {python: "3.11"}
+            pip: [crcmod]
+            build_apt: [build-essential]
+        """
+    )
     args = ["build", "--dry-run", "--target", "packages", "--ca-bundle", __file__]
     with pytest.raises(SystemExit) as info:
-        main([*args, "--cell", "cu126-torch2.7.1-py3.11-debian12-slim"])
+        main(args)
     assert info.value.code == 0
     assert " --target packages " in capsys.readouterr().out
-    with pytest.raises(SystemExit) as info:
-        main([*args, "--envs", "tests/data/envs"])
-    assert info.value.code == 2
-    err = capsys.readouterr().err
-    assert "--target packages: cpu-torch2.13.0-py3.11-debian12-slim has no pip packages" in err
-    assert "use --target builder" in err
+    for envs, reason in [
+        (ROOT / "envs", "cu126-torch2.7.1-py3.11-debian12-slim has no packages stage"),  # pip only
+        (ROOT / "tests/data/envs", "cpu-torch2.13.0-py3.11-debian12-slim has no packages stage"),
+    ]:
+        with pytest.raises(SystemExit) as info:
+            main([*args, "--envs", str(envs), "--cell", "*-py3.11-debian12-slim"])
+        assert info.value.code == 2
+        err = capsys.readouterr().err
+        assert f"--target packages: {reason}" in err
+        assert "use --target builder or runtime" in err

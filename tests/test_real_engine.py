@@ -181,37 +181,78 @@ def test_index_mirror_with_credentials_is_used_and_kept_out_of_the_image(
     docker("rmi", tag, "127.0.0.1:5000/imagekit-mirror-test:" + CELL + "-latest")
 
 
-def test_adding_a_package_rebuilds_a_delta_with_cached_bytecode(
+def _build_with_pip(
+    project: Path, root: Path, repository: str, pip: list[str], build_apt: tuple[str, ...] = ()
+) -> subprocess.CompletedProcess[str]:
+    extra = f"overrides:\n  - match: {{cuda: cpu}}\n    pip: {json.dumps(pip)}\n"
+    if build_apt:
+        extra += f"    build_apt: {json.dumps(build_apt)}\n"
+    make_project(root, repository=repository, extra=extra)
+    result = imagekit(*build_args(project / "ca-marked.pem"), cwd=root)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+    return result
+
+
+def _cached_steps(root: Path) -> dict[str, bool]:
+    return {s["step"].split("] ", 1)[-1]: s["cached"] for s in report(root)["steps"]}
+
+
+# torch 2.13.0 brings a newer filelock: pinning this one replaces it in the user's layer.
+FILELOCK_PROBE = (
+    "import glob, importlib.metadata as m, torch; "
+    "site = '/opt/venv/lib/python3.11/site-packages'; "
+    "print(m.version('filelock'), len(glob.glob(site + '/filelock-*.dist-info')), "
+    "torch.__version__)"
+)
+
+
+def test_adding_a_package_rebuilds_only_the_pip_layer_with_cached_bytecode(
     project: Path, tmp_path: Path
 ) -> None:
-    """Adding a pip package re-copies only what the packages changed, never the builder's
-    venv (torch); the bytecode of packages already built comes from the cache mount, and
-    the non-root runtime imports from it. A package that replaces the version torch
-    brought in leaves no trace of it."""
+    """Adding a pip package reruns only the runtime's pip step (and what follows it), never
+    the builder's venv (torch); the bytecode of packages already built comes from the cache
+    mount, and the non-root runtime imports from it. A package that replaces the version
+    torch brought in leaves no trace of it."""
     nonce = uuid.uuid4().hex[:8]  # a pip list no earlier build had
     first = [f'six; platform_system != "nonce-{nonce}"']
     for pip in (first, [*first, "filelock==3.12.0"]):
-        extra = f"overrides:\n  - match: {{cuda: cpu}}\n    pip: {json.dumps(pip)}\n"
-        root = make_project(
-            tmp_path / f"p{len(pip)}", repository="imagekit-delta-test", extra=extra
-        )
-        result = imagekit(*build_args(project / "ca-marked.pem"), cwd=root)
-        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
-    cached = {s["step"].split("] ", 1)[-1]: s["cached"] for s in report(root)["steps"]}
-    assert cached["COPY --from=builder /opt/venv /opt/venv"] is True  # torch: reused
-    assert cached["COPY --from=packages /opt/imagekit-delta/root/ /"] is False
+        root = tmp_path / f"p{len(pip)}"
+        result = _build_with_pip(project, root, "imagekit-pip-test", pip)
+    steps = report(root)["steps"]
+    assert not [s["step"] for s in steps if "[builder" in s["step"] and not s["cached"]]
+    assert _cached_steps(root)["COPY --from=builder /opt/venv /opt/venv"] is True  # torch
+    (install,) = [s for s in steps if "filelock==3.12.0" in s["step"]]
+    assert install["step"].startswith("[runtime ") and install["cached"] is False
     hits = re.search(r"bytecode: \d+ files, (\d+) from the cache", result.stdout)
     assert hits and int(hits.group(1)) >= 1, result.stdout[-3000:]  # six.py, compiled before
-    tag = "127.0.0.1:5000/imagekit-delta-test:2.13.0-cpu-py3.11-debian12-slim"
-    probe = (
-        "import glob, importlib.metadata as m, six, torch; "
-        "site = '/opt/venv/lib/python3.11/site-packages'; "
-        "print(m.version('filelock'), len(glob.glob(site + '/filelock-*.dist-info')), "
-        "torch.__version__)"
-    )
-    assert run_in_image(tag, "python", "-c", probe) == "3.12.0 1 2.13.0+cpu"
+    tag = "127.0.0.1:5000/imagekit-pip-test:2.13.0-cpu-py3.11-debian12-slim"
+    assert run_in_image(tag, "python", "-c", FILELOCK_PROBE) == "3.12.0 1 2.13.0+cpu"
     verbose = docker("run", "--rm", tag, "python", "-v", "-c", "import six").stderr
     assert "__pycache__/six.cpython-311.pyc matches /opt/venv/" in verbose
+    docker("rmi", tag, "127.0.0.1:5000/imagekit-pip-test:" + CELL + "-latest")
+
+
+def test_with_build_apt_an_sdist_compiles_in_the_builder_and_reaches_the_runtime_as_a_delta(
+    project: Path, tmp_path: Path
+) -> None:
+    """crcmod ships only an sdist whose C extension builds when a compiler is there. With
+    build_apt the builder has one; the runtime gets the compiled extension, not gcc, as a
+    delta on the builder's venv: adding a package re-copies the delta, never torch, and
+    a removal (torch's filelock, replaced) reaches the runtime too."""
+    nonce = uuid.uuid4().hex[:8]
+    first = [f'crcmod; platform_system != "nonce-{nonce}"']
+    build_apt = ("build-essential", "python3-dev")
+    for pip in (first, [*first, "filelock==3.12.0"]):
+        root = tmp_path / f"p{len(pip)}"
+        _build_with_pip(project, root, "imagekit-delta-test", pip, build_apt)
+    cached = _cached_steps(root)
+    assert cached["COPY --from=builder /opt/venv /opt/venv"] is True  # torch: reused
+    assert cached["COPY --from=packages /opt/imagekit-delta/root/ /"] is False
+    tag = "127.0.0.1:5000/imagekit-delta-test:2.13.0-cpu-py3.11-debian12-slim"
+    probe = "import crcmod._crcfunext as c; print(c.__file__.endswith('.so'))"
+    assert run_in_image(tag, "python", "-c", probe) == "True"
+    assert run_in_image(tag, "sh", "-c", "command -v gcc cc || echo none") == "none"
+    assert run_in_image(tag, "python", "-c", FILELOCK_PROBE) == "3.12.0 1 2.13.0+cpu"
     docker("rmi", tag, "127.0.0.1:5000/imagekit-delta-test:" + CELL + "-latest")
 
 

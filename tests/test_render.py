@@ -58,7 +58,6 @@ def test_structure_of_the_readme_cell(catalog: dict[str, object]) -> None:
     assert stages == [
         "FROM debian:bookworm-slim AS os-base",
         "FROM os-base AS builder",
-        "FROM builder AS packages",
         "FROM os-base AS runtime",
     ]
     assert text.count("sharing=locked") >= 3  # apt caches and pip's cache
@@ -68,27 +67,58 @@ def test_structure_of_the_readme_cell(catalog: dict[str, object]) -> None:
     assert lines.index("USER 1000:1000") > lines.index("COPY --from=builder /opt/venv /opt/venv")
 
 
-def test_pip_packages_reach_the_runtime_as_a_delta_on_the_builder_venv(
+def test_pip_packages_install_in_the_runtime_after_the_builder_venv(
     catalog: dict[str, object],
 ) -> None:
     """Adding a package must not re-copy torch: the runtime copies the builder's venv (torch,
-    features), then deletes and copies only what the packages stage changed."""
-    text = render(catalog["cu126-torch2.7.1-py3.11-debian12-slim"])  # type: ignore[arg-type]
+    features), then installs the pip packages in place, so their layer is exactly their
+    change. Bytecode comes from pyc_cache.py and its cache mount; torch compiles as usual."""
+    cell = catalog["cu126-torch2.7.1-py3.11-debian12-slim"]
+    text = render(cell)  # type: ignore[arg-type]
+    builder, runtime = text.split("FROM os-base AS builder")[1].split("FROM os-base AS runtime")
+    assert "torch==2.7.1" in builder and "numpy<3" not in builder
+    lines = runtime.splitlines()
+    venv = lines.index("COPY --from=builder /opt/venv /opt/venv")
+    install = next(i for i, line in enumerate(lines) if "'numpy<3'" in line)
+    assert venv < install < lines.index("USER 1000:1000")
+    step = runtime[runtime.rindex("RUN ", 0, runtime.index("'numpy<3'")) :].split("\nENV ")[0]
+    assert "/opt/venv/bin/pip install --find-links /wheelhouse --no-compile" in step
+    assert "pyc_cache.py /opt/venv /root/.cache/imagekit-pyc" in step
+    assert "--mount=type=secret,id=ca" in step and "imagekit-delta" not in text
+    assert "--no-compile" not in builder
+    baseline = render(cell, cache_mounts=False)  # type: ignore[arg-type]
+    assert "imagekit-pyc" not in baseline and "pyc_cache.py /opt/venv\n" in baseline
+
+
+def test_uv_runs_in_the_runtime_from_the_builder(catalog: dict[str, object]) -> None:
+    """The runtime has no uv of its own: the install step mounts the builder's, read-only."""
+    text = render(catalog["cu126-torch2.11.0-py3.11-ubuntu24.04-slim"])  # type: ignore[arg-type]
+    runtime = text.split("FROM os-base AS runtime")[1]
+    assert "--mount=type=bind,from=builder,source=/opt/uv,target=/opt/uv" in runtime
+    assert "/opt/uv/bin/uv pip install --python /opt/venv/bin/python" in runtime
+    assert "COPY --from=builder /opt/uv" not in runtime
+
+
+def test_with_build_apt_pip_packages_reach_the_runtime_as_a_delta(tmp_path: Path) -> None:
+    """With build_apt (a compiler for sdists) the pip packages build in a packages stage on
+    the builder; the runtime deletes and copies only what that stage changed."""
+    (tmp_path / "m.yaml").write_text(
+        "defaults:\n  installer: pip\n  pip: [crcmod]\n  build_apt: [build-essential]\n"
+        "matrix:\n  - {cuda: cpu, torch: '2.13.0', python: '3.11', os: debian12, flavor: slim}\n"
+    )
+    (cell,) = load_cells([tmp_path])
+    text = render(cell)
     builder, rest = text.split("FROM os-base AS builder")[1].split("FROM builder AS packages")
     packages, runtime = rest.split("FROM os-base AS runtime")
-    assert "torch==2.7.1" in builder and "numpy<3" not in builder
-    assert "'numpy<3'" in packages and "/opt/imagekit-delta" in packages
+    assert "crcmod" not in builder and "       crcmod" in packages
+    assert "/opt/imagekit-delta" in packages and "--no-compile" in packages
     assert "from=builder,source=/opt/venv,target=/run/imagekit/base-venv" in packages
+    assert "pyc_cache.py /opt/venv /root/.cache/imagekit-pyc" in packages
     copies = [line for line in runtime.splitlines() if "from=" in line]
     assert copies[0] == "COPY --from=builder /opt/venv /opt/venv"
     assert "from=packages,source=/opt/imagekit-delta" in copies[1]  # the removals
     assert copies[2] == "COPY --from=packages /opt/imagekit-delta/root/ /"
-    assert "--from=packages /opt/venv" not in runtime
-    # The packages step leaves bytecode to pyc_cache.py and its cache mount; torch compiles.
-    assert "--no-compile" in packages and "--no-compile" not in builder
-    assert "pyc_cache.py /opt/venv /root/.cache/imagekit-pyc" in packages
-    baseline = render(catalog["cu126-torch2.7.1-py3.11-debian12-slim"], cache_mounts=False)  # type: ignore[arg-type]
-    assert "imagekit-pyc" not in baseline and "pyc_cache.py /opt/venv \\\n" in baseline
+    assert "crcmod" not in runtime and "build-essential" not in runtime
 
 
 def test_a_cell_without_pip_packages_has_no_packages_stage() -> None:

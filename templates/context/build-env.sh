@@ -15,4 +15,5 @@ if [ -s /run/secrets/index ]; then
       ;;
   esac
 fi
-export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_ROOT_USER_ACTION=ignore
+# uv's cache is a cache mount, another filesystem than the venv: copy, don't try to link.
+export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_ROOT_USER_ACTION=ignore UV_LINK_MODE=copy

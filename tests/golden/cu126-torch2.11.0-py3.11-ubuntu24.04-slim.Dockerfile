@@ -5,8 +5,8 @@
 # Stages, least-changing first:
 #   os-base  OS packages and the non-root user
 #   builder  the Python environment: installer, torch, features
-#   packages your pip packages, and what they changed in the builder's environment
-#   runtime  os-base + your apt packages + the environment, then env, labels, source last
+#   runtime  os-base + your apt packages + the environment + your pip packages,
+#            then env, labels, source last
 
 FROM ubuntu:24.04 AS os-base
 ENV DEBIAN_FRONTEND=noninteractive LANG=C.UTF-8 LC_ALL=C.UTF-8
@@ -33,7 +33,7 @@ RUN --mount=type=cache,id=imagekit-apt-cache-ubuntu24.04,target=/var/cache/apt,s
        python3-venv
 # Where torch comes from; `imagekit build --torch-index` overrides it (empty: wheelhouse/PyPI).
 ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cu126
-ENV UV_LINK_MODE=copy UV_PYTHON_INSTALL_DIR=/opt/python
+ENV UV_PYTHON_INSTALL_DIR=/opt/python
 RUN --mount=type=cache,id=imagekit-pip,target=/root/.cache/pip,sharing=locked \
     --mount=type=secret,id=ca \
     --mount=type=secret,id=index \
@@ -54,30 +54,6 @@ RUN --mount=type=cache,id=imagekit-uv,target=/root/.cache/uv,sharing=shared \
        torch==2.11.0 \
        torchvision==0.26.0
 
-FROM builder AS packages
-# Your pip packages: they change most often, so they come last. The same step
-# - compiles their bytecode with pyc_cache.py, which keeps what it compiled in a cache mount
-#   (a rebuild then writes the .pyc files of unchanged packages instead of compiling them);
-# - writes what it changed in /opt/venv to /opt/imagekit-delta: the runtime stage copies only
-#   that on top of the builder's venv, so adding a package re-copies and re-pushes the delta,
-#   not torch.
-RUN --mount=type=cache,id=imagekit-uv,target=/root/.cache/uv,sharing=shared \
-    --mount=type=cache,id=imagekit-pyc,target=/root/.cache/imagekit-pyc,sharing=shared \
-    --mount=type=bind,from=builder,source=/opt/venv,target=/run/imagekit/base-venv \
-    --mount=type=bind,source=imagekit/pyc_cache.py,target=/run/imagekit/pyc_cache.py \
-    --mount=type=bind,source=imagekit/venv_delta.py,target=/run/imagekit/venv_delta.py \
-    --mount=type=secret,id=ca \
-    --mount=type=secret,id=index \
-    --mount=type=bind,source=imagekit/build-env.sh,target=/run/imagekit/build-env.sh \
-    --mount=type=bind,source=wheelhouse,target=/wheelhouse \
-    . /run/imagekit/build-env.sh \
-    && started=$(date +%s%N) \
-    && /opt/uv/bin/uv pip install --python /opt/venv/bin/python --find-links /wheelhouse \
-       'numpy<3' \
-       'tqdm>=4.66' \
-    && /opt/venv/bin/python /run/imagekit/pyc_cache.py /opt/venv /root/.cache/imagekit-pyc \
-    && /opt/venv/bin/python /run/imagekit/venv_delta.py --since "$started" /run/imagekit/base-venv /opt/venv /opt/imagekit-delta
-
 FROM os-base AS runtime
 COPY --from=builder /opt/python /opt/python
 COPY --from=builder /opt/venv /opt/venv
@@ -85,12 +61,22 @@ COPY imagekit/entrypoint.sh /usr/local/bin/imagekit-entrypoint
 COPY imagekit/lib/imagekit /opt/venv/lib/python3.11/site-packages/imagekit
 # What this image promises (the same as its io.imagekit.* labels), for the self-check.
 COPY imagekit/labels.json /etc/imagekit/labels.json
-# Your pip packages, after everything that changes less often: delete what they removed
-# from the builder's venv, then copy what they added or changed (both listed by the
-# packages stage).
-RUN --mount=type=bind,from=packages,source=/opt/imagekit-delta,target=/run/imagekit/delta \
-    xargs -r -0 rm -rf -- < /run/imagekit/delta/removed
-COPY --from=packages /opt/imagekit-delta/root/ /
+# Your pip packages, after everything that changes less often, installed in place: this
+# layer holds exactly what they add or change, so adding one rebuilds and re-pushes this
+# layer, not torch. (With build_apt they are built in the builder instead.)
+RUN --mount=type=cache,id=imagekit-uv,target=/root/.cache/uv,sharing=shared \
+    --mount=type=cache,id=imagekit-pyc,target=/root/.cache/imagekit-pyc,sharing=shared \
+    --mount=type=bind,from=builder,source=/opt/uv,target=/opt/uv \
+    --mount=type=bind,source=imagekit/pyc_cache.py,target=/run/imagekit/pyc_cache.py \
+    --mount=type=secret,id=ca \
+    --mount=type=secret,id=index \
+    --mount=type=bind,source=imagekit/build-env.sh,target=/run/imagekit/build-env.sh \
+    --mount=type=bind,source=wheelhouse,target=/wheelhouse \
+    . /run/imagekit/build-env.sh \
+    && /opt/uv/bin/uv pip install --python /opt/venv/bin/python --find-links /wheelhouse \
+       'numpy<3' \
+       'tqdm>=4.66' \
+    && /opt/venv/bin/python /run/imagekit/pyc_cache.py /opt/venv /root/.cache/imagekit-pyc
 ENV PATH=/opt/venv/bin:$PATH VIRTUAL_ENV=/opt/venv
 # Tuned defaults from the cell's profile; `docker run -e NAME=...` overrides any of them.
 ENV IMAGEKIT_PROFILE="single-node" \
