@@ -4,9 +4,11 @@ writes bench/results/build.json; docs/benchmarks.md records the figures.
 a. warm rebuild after a source-only change: imagekit's Dockerfile vs a naive single-stage
    one for the same packages (`COPY . .` first, then `pip install --no-cache-dir`)
 b. rebuild after adding one dependency, with vs without the installer's cache mount,
-   for pip and uv. The layer holds wheels and one sdist with a C extension (annoy), and
-   the index is (1) this machine's PyPI proxy, then (2) a local mirror with PyPI's cache
-   headers behind a link of each --link-mbit (0: unlimited loopback)
+   for pip and uv, and two user layers: wheels only (installed straight into the runtime
+   stage), and wheels plus one sdist with a C extension (annoy, built with build_apt in the
+   packages stage, copied as a delta). The index is (1) this machine's PyPI proxy, then
+   (2) a local mirror with PyPI's cache headers behind a link of each --link-mbit (0:
+   unlimited loopback)
 c. runtime image size vs the single-stage image of the same content
 
 Each (b) rebuild leaves about 1.6 GB in BuildKit's cache, so (b) prunes that cache to its
@@ -47,7 +49,22 @@ WORK = ROOT / ".imagekit" / "bench"
 BASE_DEPS = ["scipy", "pandas", "scikit-learn", "matplotlib", "sympy"]
 NEW_DEP = "rich"
 MIRROR_PORT = 38411
-SDIST_DEP = "annoy"  # ships only an sdist: the cache mount keeps the wheel pip/uv built
+
+
+@dataclass(frozen=True)
+class Layer:
+    """The user's pip packages before one is added, and the OS packages they build with."""
+
+    name: str
+    pip: tuple[str, ...]
+    build_apt: tuple[str, ...] = ()
+
+
+LAYERS = (
+    Layer("wheels", tuple(BASE_DEPS)),
+    # annoy ships only an sdist with a C++ extension: the cache mount keeps the wheel built
+    Layer("wheels+sdist", (*BASE_DEPS, "annoy"), ("build-essential", "python3-dev")),
+)
 NAIVE = """FROM debian:bookworm-slim
 RUN apt-get update && apt-get install -y --no-install-recommends python3 python3-venv \\
     ca-certificates && rm -rf /var/lib/apt/lists/*
@@ -59,19 +76,19 @@ WORKDIR /app
 """
 
 
-def matrix(installer: str, pip: list[str]) -> str:
+def matrix(installer: str, pip: list[str], build_apt: tuple[str, ...]) -> str:
     return (
         f"registry: localhost\nrepository: imagekit-bench\ndefaults:\n  installer: {installer}\n"
         f"  pip: {json.dumps(pip)}\n  features: [onnx]\n  source: ../app\n"
-        "  build_apt: [build-essential, python3-dev]\n"
+        f"  build_apt: {json.dumps(list(build_apt))}\n"
         'matrix:\n  - {cuda: cpu, torch: "2.13.0", python: "3.11", os: debian12, flavor: slim}\n'
     )
 
 
-def cell_for(installer: str, pip: list[str]):  # type: ignore[no-untyped-def]
+def cell_for(installer: str, pip: list[str], build_apt: tuple[str, ...] = ()):  # type: ignore[no-untyped-def]
     envs = WORK / f"envs-{installer}"
     envs.mkdir(parents=True, exist_ok=True)
-    (envs / "m.yaml").write_text(matrix(installer, pip))
+    (envs / "m.yaml").write_text(matrix(installer, pip, build_apt))
     (cell,) = load_cells([envs])
     return cell
 
@@ -87,7 +104,7 @@ class Index:
 @dataclass(frozen=True)
 class Timing:
     total_s: float
-    install_s: float  # the rebuilt "your pip packages" step alone
+    install_s: float  # the rebuilt step that installs your pip packages, alone
 
 
 class Bench:
@@ -119,16 +136,14 @@ class Bench:
         start = time.perf_counter()
         result = self.engine.build(request, log.feed)
         total = time.perf_counter() - start
-        install = sum(s.seconds for s in log.steps.values() if s.name.startswith("[packages "))
+        install = sum(s.seconds for s in log.steps.values() if f"'{NEW_DEP};" in s.name)
         return Timing(total, install), result.image_id
 
     def imagekit_build(
         self, cell, cache_mounts: bool = True, index: Index = Index("proxy")
     ) -> tuple[Timing, str]:  # type: ignore[no-untyped-def]
-        ctx = context.stage(
-            cell, WORK / "ctx" / f"{cell.installer}-{cache_mounts}", self.wheelhouse
-        )
-        name = f"{cell.installer}-{cache_mounts}"
+        name = f"{cell.installer}-{cell.pip_stage}-{cache_mounts}"
+        ctx = context.stage(cell, WORK / "ctx" / name, self.wheelhouse)
         return self.build(name, render(cell, cache_mounts=cache_mounts), ctx, index)
 
     def naive_build(self, packages: list[str]) -> tuple[Timing, str]:
@@ -164,15 +179,17 @@ def source_change(b: Bench) -> dict[str, float]:
     }
 
 
-def add_dependency(b: Bench, installer: str, cache_mounts: bool, index: Index) -> Timing:
+def add_dependency(
+    b: Bench, layer: Layer, installer: str, cache_mounts: bool, index: Index
+) -> Timing:
     """Add one dependency to the user layer: the second of two such rebuilds, so the cache
     mount (when there is one) already holds what the first fetched and built."""
-    deps = [*BASE_DEPS, SDIST_DEP]
     timing = Timing(0.0, 0.0)
     for _ in range(2):
         # A textually unique marker (always true) makes the layer run again each time.
         new = f'{NEW_DEP}; platform_system != "nonce-{uuid.uuid4().hex[:8]}"'
-        timing, image = b.imagekit_build(cell_for(installer, [*deps, new]), cache_mounts, index)
+        cell = cell_for(installer, [*layer.pip, new], layer.build_apt)
+        timing, image = b.imagekit_build(cell, cache_mounts, index)
         b.engine.client.images.remove(image, force=True)  # each one is 1.6 GB of disk
     return timing
 
@@ -185,10 +202,11 @@ def prune_build_cache(builder: Builder) -> None:
 
 def dependency_rows(b: Bench, index: Index) -> dict[str, dict[str, float]]:
     rows = {}
-    for installer in ("pip", "uv"):
-        without = add_dependency(b, installer, False, index)
-        with_mount = add_dependency(b, installer, True, index)
-        rows[installer] = {
+    for layer, installer in [(lay, i) for lay in LAYERS for i in ("pip", "uv")]:
+        without = add_dependency(b, layer, installer, False, index)
+        with_mount = add_dependency(b, layer, installer, True, index)
+        key = f"{layer.name} {installer}"
+        rows[key] = {
             "no_mount_s": without.total_s,
             "mount_s": with_mount.total_s,
             "ratio": without.total_s / with_mount.total_s,
@@ -196,7 +214,7 @@ def dependency_rows(b: Bench, index: Index) -> dict[str, dict[str, float]]:
             "install_mount_s": with_mount.install_s,
             "install_ratio": without.install_s / max(with_mount.install_s, 0.1),
         }
-        print(f"  {index.name} {installer}: {rows[installer]}", flush=True)
+        print(f"  {index.name} {key}: {rows[key]}", flush=True)
         prune_build_cache(b.engine.builder)
     return rows
 
@@ -235,11 +253,11 @@ def print_tables(a: dict[str, float] | None, deps: dict[str, object] | None) -> 
         )
     if deps:
         print("b. add one dependency (whole rebuild s; install step s in brackets)")
-        print(f"{'index':<26}{'installer':<10}{'no mount':>16}{'cache mount':>16}  ratio")
+        print(f"{'index':<26}{'layer, installer':<18}{'no mount':>16}{'cache mount':>16}  ratio")
         for name, rows in deps.items():
-            for installer, r in rows.items():  # type: ignore[attr-defined]
+            for row, r in rows.items():  # type: ignore[attr-defined]
                 print(
-                    f"{name:<26}{installer:<10}"
+                    f"{name:<26}{row:<18}"
                     f"{r['no_mount_s']:>7.1f} ({r['install_no_mount_s']:>5.1f})"
                     f"{r['mount_s']:>8.1f} ({r['install_mount_s']:>5.1f})"
                     f"  {r['ratio']:.1f}x ({r['install_ratio']:.1f}x)"

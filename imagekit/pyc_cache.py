@@ -3,9 +3,12 @@
 Runs inside the build (stdlib only, Python >= 3.8) right after the pip packages step, which
 installs without compiling:
 
-    python pyc_cache.py VENV [CACHE_DIR]
+    python pyc_cache.py [--since NS] VENV [CACHE_DIR]
 
-Every .py file under VENV without a current `__pycache__/*.pyc` gets one. The compiled code
+Every .py file under VENV without a current `__pycache__/*.pyc` gets one. With `--since`
+(when the install step started, `date +%s%N`), only files whose inode changed since then
+are looked at: the venv the step started from (torch) was compiled already, and opening
+each of its thousands of .pyc files costs more than writing the new ones. The compiled code
 depends only on the interpreter, the file's path (code objects record it) and its source,
 so CACHE_DIR (a BuildKit cache mount) keeps it under a hash of those three. A rebuild that
 reinstalls the same packages then writes each .pyc from the cache instead of compiling it
@@ -21,6 +24,7 @@ import hashlib
 import importlib.util
 import marshal
 import os
+import stat
 import sys
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -107,13 +111,24 @@ def _compile_chunk(args: tuple[list[str], str | None]) -> list[str]:
     return [compile_one(Path(p), Path(cache) if cache else None) for p in paths]
 
 
-def missing(venv: Path) -> list[Path]:
-    """The .py files under venv whose .pyc is absent or stale."""
+# File times come from the kernel's coarse clock, which can lag `date` by a few ms.
+CLOCK_MARGIN_NS = 1_000_000_000
+
+
+def missing(venv: Path, since_ns: int | None = None) -> list[Path]:
+    """The .py files under venv whose .pyc is absent or stale; with `since_ns`, only among
+    those whose inode changed since then (ctime: no tool can set it back)."""
+    since = None if since_ns is None else since_ns - CLOCK_MARGIN_NS
     found = []
     for dirpath, dirnames, filenames in os.walk(venv):
         dirnames[:] = [d for d in dirnames if d != "__pycache__"]
-        found += [Path(dirpath) / n for n in filenames if n.endswith(".py")]
-    return [p for p in sorted(found) if not p.is_symlink() and not is_current(p)]
+        for name in filenames:
+            if not name.endswith(".py"):
+                continue
+            st = os.lstat(os.path.join(dirpath, name))
+            if not stat.S_ISLNK(st.st_mode) and (since is None or st.st_ctime_ns >= since):
+                found.append(Path(dirpath) / name)
+    return [p for p in sorted(found) if not is_current(p)]
 
 
 def compile_all(sources: list[Path], cache: Path | None, jobs: int) -> dict[str, int]:
@@ -132,12 +147,16 @@ def compile_all(sources: list[Path], cache: Path | None, jobs: int) -> dict[str,
 
 
 def main(argv: list[str]) -> int:
+    since = None
+    if argv[:1] == ["--since"] and len(argv) > 1:
+        since = int(argv[1]) if argv[1].isdigit() else None  # not GNU date: look at all
+        argv = argv[2:]
     if len(argv) not in (1, 2):
-        print("usage: pyc_cache.py VENV [CACHE_DIR]", file=sys.stderr)
+        print("usage: pyc_cache.py [--since NS] VENV [CACHE_DIR]", file=sys.stderr)
         return 2
     venv = Path(argv[0])
     cache = Path(argv[1]) if len(argv) == 2 else None
-    sources = missing(venv)
+    sources = missing(venv, since)
     counts = compile_all(sources, cache, os.cpu_count() or 1)
     print(
         f"bytecode: {len(sources)} files, {counts['hit']} from the cache, "

@@ -6,6 +6,7 @@ import os
 import py_compile
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -111,3 +112,22 @@ def test_hash_based_pycs_count_as_current(tmp_path: Path) -> None:
         invalidation_mode=py_compile.PycInvalidationMode.CHECKED_HASH,
     )
     assert util not in pyc_cache.missing(venv) and init in pyc_cache.missing(venv)
+
+
+def test_since_looks_only_at_files_the_step_touched(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The venv the step started from was compiled already: with --since its files are not
+    even opened, even one without a .pyc; what the step wrote (or rewrote) is."""
+    monkeypatch.setattr(pyc_cache, "CLOCK_MARGIN_NS", 0)  # exact ctimes; no waiting a second
+    venv = tmp_path / "venv"
+    before = _package(venv, "1.0")[0]
+    time.sleep(0.05)  # the kernel's file clock is coarse: keep clear of its tick
+    started = time.time_ns()
+    time.sleep(0.05)
+    new = venv / "lib" / "site-packages" / "new.py"
+    new.write_text("x = 1\n")
+    assert pyc_cache.missing(venv, started) == [new]
+    assert before in pyc_cache.missing(venv)  # without --since: every file
+    os.utime(before)  # a file the step changed (an installer rewrote it): ctime moves
+    assert pyc_cache.missing(venv, started) == sorted([before, new])

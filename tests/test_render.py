@@ -83,11 +83,11 @@ def test_pip_packages_install_in_the_runtime_after_the_builder_venv(
     assert venv < install < lines.index("USER 1000:1000")
     step = runtime[runtime.rindex("RUN ", 0, runtime.index("'numpy<3'")) :].split("\nENV ")[0]
     assert "/opt/venv/bin/pip install --find-links /wheelhouse --no-compile" in step
-    assert "pyc_cache.py /opt/venv /root/.cache/imagekit-pyc" in step
+    assert 'pyc_cache.py --since "$started" /opt/venv /root/.cache/imagekit-pyc' in step
     assert "--mount=type=secret,id=ca" in step and "imagekit-delta" not in text
     assert "--no-compile" not in builder
     baseline = render(cell, cache_mounts=False)  # type: ignore[arg-type]
-    assert "imagekit-pyc" not in baseline and "pyc_cache.py /opt/venv\n" in baseline
+    assert "imagekit-pyc" not in baseline and '--since "$started" /opt/venv\n' in baseline
 
 
 def test_uv_runs_in_the_runtime_from_the_builder(catalog: dict[str, object]) -> None:
@@ -113,7 +113,7 @@ def test_with_build_apt_pip_packages_reach_the_runtime_as_a_delta(tmp_path: Path
     assert "crcmod" not in builder and "       crcmod" in packages
     assert "/opt/imagekit-delta" in packages and "--no-compile" in packages
     assert "from=builder,source=/opt/venv,target=/run/imagekit/base-venv" in packages
-    assert "pyc_cache.py /opt/venv /root/.cache/imagekit-pyc" in packages
+    assert 'pyc_cache.py --since "$started" /opt/venv /root/.cache/imagekit-pyc' in packages
     copies = [line for line in runtime.splitlines() if "from=" in line]
     assert copies[0] == "COPY --from=builder /opt/venv /opt/venv"
     assert "from=packages,source=/opt/imagekit-delta" in copies[1]  # the removals

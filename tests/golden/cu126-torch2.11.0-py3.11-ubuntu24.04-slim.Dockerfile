@@ -73,10 +73,11 @@ RUN --mount=type=cache,id=imagekit-uv,target=/root/.cache/uv,sharing=shared \
     --mount=type=bind,source=imagekit/build-env.sh,target=/run/imagekit/build-env.sh \
     --mount=type=bind,source=wheelhouse,target=/wheelhouse \
     . /run/imagekit/build-env.sh \
+    && started=$(date +%s%N) \
     && /opt/uv/bin/uv pip install --python /opt/venv/bin/python --find-links /wheelhouse \
        'numpy<3' \
        'tqdm>=4.66' \
-    && /opt/venv/bin/python /run/imagekit/pyc_cache.py /opt/venv /root/.cache/imagekit-pyc
+    && /opt/venv/bin/python /run/imagekit/pyc_cache.py --since "$started" /opt/venv /root/.cache/imagekit-pyc
 ENV PATH=/opt/venv/bin:$PATH VIRTUAL_ENV=/opt/venv
 # Tuned defaults from the cell's profile; `docker run -e NAME=...` overrides any of them.
 ENV IMAGEKIT_PROFILE="single-node" \
