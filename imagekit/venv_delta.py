@@ -98,9 +98,13 @@ class _Delta:
         for entry in entries:
             rel = rel_dir / entry.name
             st = entry.stat(follow_symlinks=False)
-            if self._touched(st) and not _same(
-                self.base / rel, _lstat(self.base / rel), self.new / rel, st
-            ):
+            if not self._touched(st):
+                base_st = None  # not looked at: unchanged whatever BASE has
+            elif (base_st := _lstat(self.base / rel)) is None and stat.S_ISDIR(st.st_mode):
+                _ensure_parents(self.new, rel, self.root)
+                self._copy_new_tree(rel, st)  # a new package: nothing in BASE to compare
+                continue
+            elif not _same(self.base / rel, base_st, self.new / rel, st):
                 _ensure_parents(self.new, rel, self.root)
                 _copy_entry(self.new / rel, self.root / rel, st)
                 self.copied += 1
@@ -108,6 +112,15 @@ class _Delta:
                 self.walk(rel)
         if self._touched((self.new / rel_dir).lstat()):
             self._note_removed(rel_dir, {e.name: e for e in entries})
+
+    def _copy_new_tree(self, rel: Path, st: os.stat_result) -> None:
+        """A directory BASE lacks, and everything under it: copied without comparisons."""
+        _copy_entry(self.new / rel, self.root / rel, st)
+        self.copied += 1
+        if stat.S_ISDIR(st.st_mode):
+            with os.scandir(self.new / rel) as it:
+                for entry in it:
+                    self._copy_new_tree(rel / entry.name, entry.stat(follow_symlinks=False))
 
     def _note_removed(self, rel_dir: Path, present: dict[str, os.DirEntry[str]]) -> None:
         """Names BASE has in this directory that NEW lacks or has as another type; a removed
