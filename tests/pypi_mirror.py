@@ -158,11 +158,17 @@ def _handler(mirror: Mirror) -> type[BaseHTTPRequestHandler]:
             self._ok("application/octet-stream", file.stat().st_size, FILE_HEADERS)
             if head:
                 return
-            with file.open("rb") as fh:
-                while chunk := fh.read(CHUNK):
-                    if mirror.link:
-                        mirror.link.send(len(chunk))
-                    self.wfile.write(chunk)
+            try:
+                with file.open("rb") as fh:
+                    while chunk := fh.read(CHUNK):
+                        if mirror.link:
+                            mirror.link.send(len(chunk))
+                        self.wfile.write(chunk)
+            except (BrokenPipeError, ConnectionResetError):
+                # uv asks for ranges, which this mirror answers with the whole file: it
+                # hangs up once it has the bytes it wanted. Not a file served.
+                self.close_connection = True
+                return
             with mirror.stats.lock:
                 mirror.stats.files.append(file.name.split("-", 1)[1])
 

@@ -182,9 +182,17 @@ def test_index_mirror_with_credentials_is_used_and_kept_out_of_the_image(
 
 
 def _build_with_pip(
-    project: Path, root: Path, repository: str, pip: list[str], build_apt: tuple[str, ...] = ()
+    project: Path,
+    root: Path,
+    repository: str,
+    pip: list[str],
+    build_apt: tuple[str, ...] = (),
+    installer: str = "pip",
 ) -> subprocess.CompletedProcess[str]:
-    extra = f"overrides:\n  - match: {{cuda: cpu}}\n    pip: {json.dumps(pip)}\n"
+    extra = (
+        f"overrides:\n  - match: {{cuda: cpu}}\n    pip: {json.dumps(pip)}\n"
+        f"    installer: {installer}\n"
+    )
     if build_apt:
         extra += f"    build_apt: {json.dumps(build_apt)}\n"
     make_project(root, repository=repository, extra=extra)
@@ -206,18 +214,21 @@ FILELOCK_PROBE = (
 )
 
 
+@pytest.mark.parametrize("installer", ["pip", "uv"])
 def test_adding_a_package_rebuilds_only_the_pip_layer_with_cached_bytecode(
-    project: Path, tmp_path: Path
+    project: Path, tmp_path: Path, installer: str
 ) -> None:
     """Adding a pip package reruns only the runtime's pip step (and what follows it), never
     the builder's venv (torch); the bytecode of packages already built comes from the cache
     mount, and the non-root runtime imports from it. A package that replaces the version
-    torch brought in leaves no trace of it."""
+    torch brought in leaves no trace of it. uv runs from the builder (a bind mount): the
+    runtime keeps none of it."""
     nonce = uuid.uuid4().hex[:8]  # a pip list no earlier build had
     first = [f'six; platform_system != "nonce-{nonce}"']
+    repository = f"imagekit-{installer}-test"
     for pip in (first, [*first, "filelock==3.12.0"]):
         root = tmp_path / f"p{len(pip)}"
-        result = _build_with_pip(project, root, "imagekit-pip-test", pip)
+        result = _build_with_pip(project, root, repository, pip, installer=installer)
     steps = report(root)["steps"]
     assert not [s["step"] for s in steps if "[builder" in s["step"] and not s["cached"]]
     assert _cached_steps(root)["COPY --from=builder /opt/venv /opt/venv"] is True  # torch
@@ -225,11 +236,14 @@ def test_adding_a_package_rebuilds_only_the_pip_layer_with_cached_bytecode(
     assert install["step"].startswith("[runtime ") and install["cached"] is False
     hits = re.search(r"bytecode: \d+ files, (\d+) from the cache", result.stdout)
     assert hits and int(hits.group(1)) >= 1, result.stdout[-3000:]  # six.py, compiled before
-    tag = "127.0.0.1:5000/imagekit-pip-test:2.13.0-cpu-py3.11-debian12-slim"
+    tag = f"127.0.0.1:5000/{repository}:2.13.0-cpu-py3.11-debian12-slim"
     assert run_in_image(tag, "python", "-c", FILELOCK_PROBE) == "3.12.0 1 2.13.0+cpu"
     verbose = docker("run", "--rm", tag, "python", "-v", "-c", "import six").stderr
     assert "__pycache__/six.cpython-311.pyc matches /opt/venv/" in verbose
-    docker("rmi", tag, "127.0.0.1:5000/imagekit-pip-test:" + CELL + "-latest")
+    # BuildKit leaves the bind mount's target behind as an empty directory; nothing of uv.
+    no_uv = "find /opt/uv -mindepth 1 2>/dev/null | wc -l; command -v uv || echo absent"
+    assert run_in_image(tag, "sh", "-c", no_uv).split() == ["0", "absent"]
+    docker("rmi", tag, f"127.0.0.1:5000/{repository}:{CELL}-latest")
 
 
 def test_with_build_apt_an_sdist_compiles_in_the_builder_and_reaches_the_runtime_as_a_delta(
