@@ -1,29 +1,107 @@
-"""Dense spec peaks per GPU model: bf16 TFLOP/s and memory bandwidth (TB/s).
+"""Dense datasheet peaks per GPU product: tensor-core TFLOP/s (bf16, or fp16 where the part has
+no bf16) and memory bandwidth (TB/s), matched on the full product name. Pure data and functions.
 
-Sources: vendor datasheets as collected in shared/FACTS.md section 6. Matched against
-torch.cuda.get_device_name() by substring, most specific first.
+A name matches a row only as a whole ("H100 NVL" is not an H100 SXM, "T400" is not a T4),
+memory size decides where the name alone does not (A100 40 GB vs 80 GB), and a MIG slice is
+never compared with the whole GPU. Sources: each row names its datasheet (read 2026-11-23).
 """
 
 from __future__ import annotations
 
-# (name substring, bf16 dense TFLOP/s, memory TB/s)
-PEAKS: tuple[tuple[str, float, float], ...] = (
-    ("H200", 989.0, 4.8),
-    ("H100 PCIe", 756.0, 2.0),
-    ("H100", 989.0, 3.35),  # SXM
-    ("B200", 2250.0, 8.0),
-    ("A100", 312.0, 2.0),
-    ("L40S", 362.0, 0.86),
-    ("T4", 65.0, 0.32),  # fp16 only; bf16 is emulated there
+import re
+from dataclasses import dataclass
+
+DS = {
+    "a100": "https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/a100/pdf/nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf",
+    "h100": "https://resources.nvidia.com/en-us-tensor-core/nvidia-tensor-core-gpu-datasheet",
+    "h200": "https://nvdam.widen.net/s/nb5zzzsjdf/hpc-datasheet-sc23-h200-datasheet-3002446",
+    "gh200": "https://resources.nvidia.com/en-us-grace-cpu/grace-hopper-superchip",
+    "b200": "https://resources.nvidia.com/en-us-dgx-systems/dgx-b200-datasheet (HGX B200, per GPU)",
+    "l40s": "https://resources.nvidia.com/en-us-l40s/l40s-datasheet-28413",
+    "l4": "https://resources.nvidia.com/en-us-data-center-overview/l4-gpu-datasheet",
+    "a10": "https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/a10/pdf/datasheet-new/nvidia-a10-datasheet.pdf",
+    "t4": "https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/tesla-t4/t4-tensor-core-datasheet-951643.pdf",
+    "v100": "https://images.nvidia.com/content/technologies/volta/pdf/volta-v100-datasheet-update-us-1165301-r5.pdf",
+}
+
+
+@dataclass(frozen=True)
+class Peak:
+    model: str
+    pattern: str  # full match against the normalised name (see normalise)
+    tflops: float  # dense tensor-core peak in `dtype`, no sparsity
+    tbps: float  # memory bandwidth, TB/s
+    dtype: str  # "bfloat16", or "float16" on parts without bf16 tensor cores
+    source: str
+    memory_gb: tuple[int, int] | None = None  # (min, max) GiB seen by torch, where it decides
+
+
+PEAKS: tuple[Peak, ...] = (
+    Peak("A100 SXM 40GB", r"A100 SXM4 40GB", 312, 1.555, "bfloat16", DS["a100"]),
+    Peak("A100 SXM 80GB", r"A100 SXM4 80GB", 312, 2.039, "bfloat16", DS["a100"]),
+    Peak("A100 PCIe 40GB", r"A100 PCIE 40GB", 312, 1.555, "bfloat16", DS["a100"]),
+    Peak("A100 PCIe 80GB", r"A100 80GB PCIE", 312, 1.935, "bfloat16", DS["a100"]),
+    Peak("H100 SXM", r"H100 80GB HBM3|H100 SXM5 80GB", 989, 3.35, "bfloat16", DS["h100"]),
+    Peak("H100 PCIe", r"H100 PCIE", 756, 2.0, "bfloat16", DS["h100"]),
+    Peak("H100 NVL", r"H100 NVL", 835, 3.9, "bfloat16", DS["h100"]),
+    Peak("H200 SXM", r"H200", 989, 4.8, "bfloat16", DS["h200"]),
+    Peak("H200 NVL", r"H200 NVL", 835, 4.8, "bfloat16", DS["h200"]),
+    Peak("GH200 96GB", r"GH200 480GB|GH200", 989, 4.0, "bfloat16", DS["gh200"], (80, 100)),
+    Peak("GH200 144GB", r"GH200 144G HBM3E|GH200", 989, 4.9, "bfloat16", DS["gh200"], (130, 150)),
+    Peak("B200", r"B200", 2250, 7.7, "bfloat16", DS["b200"]),
+    Peak("L40S", r"L40S", 362, 0.864, "bfloat16", DS["l40s"]),
+    Peak("L4", r"L4", 121, 0.3, "bfloat16", DS["l4"]),
+    Peak("A10", r"A10", 125, 0.6, "bfloat16", DS["a10"]),
+    Peak("T4", r"T4", 65, 0.32, "float16", DS["t4"]),
+    Peak("V100 SXM2", r"V100 SXM2 (16|32)GB", 125, 0.9, "float16", DS["v100"]),
+    Peak("V100 PCIe", r"V100 PCIE (16|32)GB", 112, 0.9, "float16", DS["v100"]),
 )
 
-# Healthy parts reach ~78-86% of the GEMM peak in PyTorch (FACTS.md); flag below these.
+# Healthy parts reach ~78-86% of the dense GEMM peak in PyTorch (H100 SXM ~790 of 989) and
+# ~85-90% of bandwidth in a copy; below these floors something is wrong (clocks, power, PCIe).
 GEMM_FLOOR = 0.60
 BANDWIDTH_FLOOR = 0.60
 
+_MIG = re.compile(r"\bMIG\b", re.IGNORECASE)
 
-def peak_for(device_name: str) -> tuple[str, float, float] | None:
-    for name, tflops, tbs in PEAKS:
-        if name.lower() in device_name.lower():
-            return name, tflops, tbs
+
+def normalise(name: str) -> str:
+    """'NVIDIA A100-SXM4-40GB' -> 'A100 SXM4 40GB'; 'Tesla T4' -> 'T4'."""
+    text = re.sub(r"[\s\-_]+", " ", name.strip().upper())
+    for prefix in ("NVIDIA ", "TESLA ", "GEFORCE ", "QUADRO "):
+        text = text.removeprefix(prefix)
+    return text.strip()
+
+
+def mig_reason(name: str, visible_devices: str | None = None) -> str | None:
+    """A MIG slice has a fraction of the GPU's SMs and bandwidth: no whole-GPU comparison."""
+    visible = visible_devices or ""
+    if _MIG.search(name) or visible.upper().startswith("MIG-"):
+        return f"{name} is a MIG slice: peaks are per whole GPU, so measured only"
     return None
+
+
+def peak_for(name: str, memory_bytes: int | None = None) -> Peak | None:
+    """The row whose pattern matches the whole normalised name (and memory, where it decides)."""
+    key = normalise(name)
+    gib = memory_bytes / 2**30 if memory_bytes else None
+    for peak in PEAKS:
+        if not re.fullmatch(peak.pattern, key):
+            continue
+        if peak.memory_gb and (gib is None or not peak.memory_gb[0] <= gib <= peak.memory_gb[1]):
+            continue
+        return peak
+    return None
+
+
+def gemm_dtype(capability: tuple[int, int]) -> str:
+    """bf16 tensor cores arrived with Ampere (sm_80); older parts are measured in fp16."""
+    return "bfloat16" if capability >= (8, 0) else "float16"
+
+
+def stable(timings: list[float], tolerance: float = 0.03) -> bool:
+    """Two consecutive timings agree: clocks have ramped up and the figure can be trusted."""
+    if len(timings) < 2:
+        return False
+    a, b = timings[-2], timings[-1]
+    return abs(a - b) <= tolerance * min(a, b)
