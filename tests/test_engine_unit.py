@@ -78,6 +78,7 @@ def test_wheel_ships_templates_catalog_and_data(tmp_path: Path) -> None:
         "imagekit/_templates/context/entrypoint.sh",
         "imagekit/_envs/training.yaml",
         "imagekit/data/compat.yaml",
-        "imagekit/selfcheck/checks.py",
+        "imagekit/selfcheck/registry.py",
+        "imagekit/selfcheck/verdicts.py",
     ):
         assert needed in names, needed

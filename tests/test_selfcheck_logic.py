@@ -101,9 +101,10 @@ def test_table_json_and_junit() -> None:
 
 
 def test_peak_table() -> None:
-    assert peak_for("NVIDIA H100 80GB HBM3") == ("H100", 989.0, 3.35)
-    assert peak_for("NVIDIA H100 PCIe")[0] == "H100 PCIe"  # type: ignore[index]
-    assert peak_for("NVIDIA H200")[0] == "H200"  # type: ignore[index]
+    peak = peak_for("NVIDIA H100 80GB HBM3")
+    assert peak is not None and (peak.model, peak.tflops, peak.tbps) == ("H100 SXM", 989, 3.35)
+    assert peak_for("NVIDIA H100 PCIe").model == "H100 PCIe"  # type: ignore[union-attr]
+    assert peak_for("NVIDIA H200").model == "H200 SXM"  # type: ignore[union-attr]
     assert peak_for("Some Future GPU") is None
 
 

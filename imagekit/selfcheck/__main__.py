@@ -15,7 +15,7 @@ from pathlib import Path
 
 from imagekit import __version__
 from imagekit.selfcheck import report, runner
-from imagekit.selfcheck.checks import labels
+from imagekit.selfcheck.results import labels
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
@@ -35,8 +35,15 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--timeout",
         type=float,
-        default=float(os.environ.get("IMAGEKIT_SELFCHECK_TIMEOUT", 180)),
-        help="seconds per check before it is killed and reported as timed out",
+        default=float(os.environ.get("IMAGEKIT_SELFCHECK_TIMEOUT", 0)) or None,
+        help="seconds per check before it is killed and reported as timed out "
+        "(default: each check's own limit)",
+    )
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=max(2, min(4, len(os.sched_getaffinity(0)))),
+        help="functional checks run side by side; the timed ones (amp, flash, perf) alone",
     )
     parser.add_argument("--json", type=Path, help="write the results as JSON")
     parser.add_argument("--junit", type=Path, help="write the results as JUnit XML")
@@ -48,17 +55,14 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+def _progress(name: str, result: dict) -> None:  # type: ignore[type-arg]
+    print(f"  {name}: {result['status']} ({result['seconds']}s)", file=sys.stderr, flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     names = [n for n in runner.ORDER if n in args.checks.split(",")]
-    results = {}
-    for name in names:
-        results[name] = runner.run_check(name, args.timeout)
-        print(
-            f"  {name}: {results[name]['status']} ({results[name]['seconds']}s)",
-            file=sys.stderr,
-            flush=True,
-        )
+    results = runner.run_all(names, args.timeout, args.jobs, _progress)
     promised = labels()
     gpu = bool(results.get("stack", {}).get("measurements", {}).get("gpu"))
     need = runner.required(set(filter(None, args.require.split(","))), promised, gpu)

@@ -3,18 +3,22 @@ NAME RESULT_FILE WORKDIR. Kept apart so a hang or a crash takes only this proces
 
 from __future__ import annotations
 
+import importlib
 import json
 import sys
 import traceback
 
-from imagekit.selfcheck.checks import CHECKS, failed
+from imagekit.selfcheck.registry import BY_NAME
+from imagekit.selfcheck.results import failed
 
 
 def main() -> None:
     name, result_file, workdir = sys.argv[1:4]
-    check = CHECKS[name]
+    check = BY_NAME[name]
+    module, function = check.target.split(":")
     try:
-        result = check(workdir) if name in ("onnx", "tensorrt") else check()
+        fn = getattr(importlib.import_module(f"imagekit.selfcheck.{module}"), function)
+        result = fn(workdir) if check.workdir else fn()
     except Exception as exc:
         tail = "".join(traceback.format_exception(exc)[-3:]).strip()
         result = failed(f"{type(exc).__name__}: {exc}", traceback=tail)

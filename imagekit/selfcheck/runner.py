@@ -12,11 +12,46 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-ORDER = ("stack", "amp", "ddp", "flash", "onnx", "tensorrt", "perf")
-REQUIREMENTS = ("gpu", "flash", "flash-attn", "onnx", "tensorrt")
+from imagekit.selfcheck.registry import BY_NAME, ORDER
+
+REQUIREMENTS = ("gpu", "flash", "flash-attn", "onnx", "tensorrt", "compile")
+
+__all__ = ["ORDER", "REQUIREMENTS", "run_all", "run_check"]
+
+
+def run_all(
+    names: list[str],
+    timeout: float | None,
+    jobs: int,
+    done: Callable[[str, dict], None],  # type: ignore[type-arg]
+) -> dict[str, dict[str, Any]]:
+    """Functional checks side by side (each is mostly torch's import and start-up), then the
+    ones that time something, one at a time; results come back in ORDER."""
+    results: dict[str, dict[str, Any]] = {}
+
+    def one(name: str) -> None:
+        results[name] = run_check(name, limit_of(name, timeout))
+        done(name, results[name])
+
+    # The longest first (by limit), so the slowest check is not the last one started.
+    parallel = sorted(
+        (n for n in names if not BY_NAME[n].exclusive), key=lambda n: -BY_NAME[n].limit_s
+    )
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        list(pool.map(one, parallel))
+    for name in names:
+        if BY_NAME[name].exclusive:
+            one(name)
+    return {n: results[n] for n in ORDER if n in results}
+
+
+def limit_of(name: str, timeout: float | None) -> float:
+    return timeout if timeout else BY_NAME[name].limit_s
 
 
 def run_check(name: str, timeout: float) -> dict[str, Any]:
@@ -79,6 +114,8 @@ def required(requested: set[str], labels: dict[str, str], gpu: bool) -> set[str]
         need |= {"flash", "flash-attn"} if gpu else {"flash"}
     if "onnx" in features:
         need.add("onnx")
+    if labels.get("io.imagekit.compile") == "true":
+        need.add("compile")
     if "onnx-tensorrt" in features:
         need |= {"onnx", "tensorrt"} if gpu else {"onnx"}
     return need
@@ -102,8 +139,9 @@ def apply_requirements(results: dict[str, dict[str, Any]], need: set[str]) -> No
     flash_pkg = str(results.get("flash", {}).get("measurements", {}).get("flash_attn_package", ""))
     if "flash-attn" in need and not flash_pkg[:1].isdigit():
         fail("flash", f"flash-attn: flash_attn package {flash_pkg or 'did not run'}")
-    if "onnx" in need and results.get("onnx", {}).get("status") == "skipped":
-        fail("onnx", "onnx")
+    for name in ("onnx", "compile"):
+        if name in need and results.get(name, {}).get("status") == "skipped":
+            fail(name, name)
     ort_trt = results.get("onnx", {}).get("measurements", {}).get("tensorrt_ran")
     if (
         "tensorrt" in need

@@ -1,0 +1,151 @@
+"""ddp: a DistributedDataParallel step whose gradients must agree across ranks. Always two
+gloo ranks on the CPU (the sync logic); on a GPU host also NCCL with one rank per GPU."""
+
+from __future__ import annotations
+
+import os
+import queue as queues
+import socket
+import time
+from typing import Any
+
+from imagekit.selfcheck.results import Result, failed, fault, passed, timed
+from imagekit.selfcheck.verdicts import DdpRun, ddp_runs, launched_by_torchrun
+
+# A rank that has not reported by then is dead or stuck; the check's own limit is longer.
+RANK_WAIT_S = float(os.environ.get("IMAGEKIT_DDP_WAIT", "90"))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def check_ddp() -> Result:
+    import torch
+
+    if launched_by_torchrun(os.environ):
+        return ddp_worker(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), None)
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    results = _run_all(ddp_runs(gpus))
+    merged: dict[str, Any] = {}
+    problems = []
+    for run, result in results:
+        for key, value in result["measurements"].items():
+            merged[f"{run.backend}_{key}" if key not in ("backend",) else key] = value
+        if result["status"] == "failed":
+            problems.append(f"{run.backend} ({run.world_size} ranks): {result['reason']}")
+    merged["backend"] = "+".join(run.backend for run, _ in results)
+    merged["device"] = "cuda" if any(run.backend == "nccl" for run, _ in results) else "cpu"
+    merged["world_size"] = max(run.world_size for run, _ in results)
+    merged["max_grad_difference"] = max(
+        r["measurements"].get("max_grad_difference", 0.0) for _, r in results
+    )
+    for key in ("allreduce_busbw_GBps", "note"):
+        if f"nccl_{key}" in merged:
+            merged[key] = merged[f"nccl_{key}"]
+    return failed("; ".join(problems), **merged) if problems else passed(**merged)
+
+
+def _run_all(runs: list[DdpRun]) -> list[tuple[DdpRun, Result]]:
+    """Start every rank of every run at once, then collect with a deadline: a rank that
+    dies before it reports is named with its exit code, not waited for to the check's limit."""
+    import torch.multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    procs: dict[tuple[int, int], Any] = {}
+    for index, run in enumerate(runs):
+        port = free_port()
+        for rank in range(run.world_size):
+            proc = ctx.Process(
+                target=_ddp_entry, args=(index, rank, run.world_size, run.backend, port, queue)
+            )
+            proc.start()
+            procs[(index, rank)] = proc
+    reports = _collect(queue, procs, time.monotonic() + RANK_WAIT_S)
+    for proc in procs.values():
+        proc.join(timeout=5)
+        if proc.is_alive():
+            proc.kill()
+    out = []
+    for index, run in enumerate(runs):
+        mine = [reports[(index, r)] for r in range(run.world_size)]
+        out.append((run, min(mine, key=lambda r: r["status"] != "failed")))  # a failure wins
+    return out
+
+
+def _collect(queue: Any, procs: dict[tuple[int, int], Any], deadline: float) -> dict:  # type: ignore[type-arg]
+    reports: dict[tuple[int, int], Result] = {}
+    while len(reports) < len(procs) and time.monotonic() < deadline:
+        try:
+            index, rank, result = queue.get(timeout=1.0)
+            reports[(index, rank)] = result
+        except queues.Empty:
+            pass
+        for key, proc in procs.items():
+            if key not in reports and not proc.is_alive() and proc.exitcode not in (0, None):
+                reports[key] = failed(f"rank {key[1]} died with exit code {proc.exitcode}")
+    for key in procs:
+        reports.setdefault(key, failed(f"rank {key[1]} did not report in {RANK_WAIT_S:g}s"))
+    return reports
+
+
+def _ddp_entry(index: int, rank: int, world: int, backend: str, port: int, queue: Any) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    try:
+        queue.put((index, rank, ddp_worker(rank, world, backend)))
+    except Exception as exc:  # report, so the parent does not wait for this rank
+        queue.put((index, rank, failed(f"rank {rank}: {type(exc).__name__}: {exc}")))
+
+
+def ddp_worker(rank: int, world: int, backend: str | None) -> Result:
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    backend = backend or ("nccl" if torch.cuda.is_available() else "gloo")
+    device = f"cuda:{rank % max(1, torch.cuda.device_count())}" if backend == "nccl" else "cpu"
+    if backend == "nccl":
+        torch.cuda.set_device(device)
+    dist.init_process_group(backend, rank=rank, world_size=world)
+    try:
+        torch.manual_seed(0)
+        model = DistributedDataParallel(
+            torch.nn.Linear(32, 8).to(device), device_ids=[device] if backend == "nccl" else None
+        )
+        torch.manual_seed(rank + 1)  # each rank its own data
+        model(torch.randn(16, 32, device=device)).square().mean().backward()
+        if fault("ddp-hang") and rank == 1:
+            time.sleep(3600)  # rank 0 waits in the collective below: a real hang
+        if fault("ddp-die") and rank == 1:
+            os._exit(3)  # dies without reporting
+        grads = torch.cat([p.grad.flatten() for p in model.parameters()])
+        gathered = [torch.zeros_like(grads) for _ in range(world)]
+        dist.all_gather(gathered, grads)
+        spread = max(float((g - gathered[0]).abs().max()) for g in gathered)
+        m: dict[str, Any] = {
+            "backend": backend,
+            "world_size": world,
+            "device": device.split(":")[0],
+            "max_grad_difference": spread,
+        }
+        if backend == "nccl" and world > 1:
+            m["allreduce_busbw_GBps"] = round(_busbw(torch, dist, world, device), 1)
+        elif backend == "nccl":
+            dist.all_reduce(grads)  # NCCL's kernel runs; one rank moves no data to time
+            torch.cuda.synchronize()
+            m["note"] = "1 GPU: NCCL ran; bus bandwidth needs 2 or more GPUs"
+        if spread > 1e-6:
+            return failed(f"gradients differ across ranks by {spread:g} after a DDP step", **m)
+        return passed(**m)
+    finally:
+        dist.destroy_process_group()
+
+
+def _busbw(torch: Any, dist: Any, world: int, device: str) -> float:
+    """nccl-tests' bus bandwidth: 2(n-1)/n of the data per second."""
+    tensor = torch.ones(64 * 1024 * 1024, device=device)  # 256 MB of fp32
+    seconds = timed(lambda: dist.all_reduce(tensor), 10, torch.cuda.synchronize)
+    return tensor.numel() * 4 * 2 * (world - 1) / world / seconds / 1e9

@@ -1,0 +1,67 @@
+"""What every check returns, and the small helpers they share. Standard library only."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+Result = dict[str, Any]
+LABELS_FILE = Path("/etc/imagekit/labels.json")
+
+
+def passed(reason: str = "", **measurements: Any) -> Result:
+    return {"status": "passed", "reason": reason, "measurements": measurements}
+
+
+def failed(reason: str, **measurements: Any) -> Result:
+    return {"status": "failed", "reason": reason, "measurements": measurements}
+
+
+def skipped(reason: str, **measurements: Any) -> Result:
+    return {"status": "skipped", "reason": reason, "measurements": measurements}
+
+
+def verdict(problems: list[str], **measurements: Any) -> Result:
+    return failed("; ".join(problems), **measurements) if problems else passed(**measurements)
+
+
+def fault(name: str) -> bool:
+    """Fault injection for the runner's own tests (IMAGEKIT_SELFCHECK_FAULT=ddp-hang,...)."""
+    return name in os.environ.get("IMAGEKIT_SELFCHECK_FAULT", "").split(",")
+
+
+def labels() -> dict[str, str]:
+    """What the image promises: $IMAGEKIT_LABELS (set by `imagekit test` from the image's
+    real labels), else the copy baked into the image."""
+    raw = os.environ.get("IMAGEKIT_LABELS")
+    if raw:
+        return dict(json.loads(raw))
+    if LABELS_FILE.is_file():
+        return dict(json.loads(LABELS_FILE.read_text()))
+    return {}
+
+
+def features(promise: dict[str, str]) -> set[str]:
+    return set(filter(None, promise.get("io.imagekit.features", "").split(",")))
+
+
+def timed(fn: Callable[[], Any], repeat: int, sync: Callable[[], None]) -> float:
+    fn()
+    sync()
+    start = time.perf_counter()
+    for _ in range(repeat):
+        fn()
+    sync()
+    return (time.perf_counter() - start) / repeat
+
+
+def device_of(torch: Any) -> str:
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def sync_of(torch: Any, device: str) -> Callable[[], None]:
+    return torch.cuda.synchronize if device == "cuda" else (lambda: None)
