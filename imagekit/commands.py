@@ -189,9 +189,16 @@ def bootstrap(suite: str, mirror: str | None, tag: str | None, docker_cli: str |
     "--ipc-host", is_flag=True, help="Share the host IPC namespace instead of --shm-size."
 )
 @click.option("--shm-size", default="8g", show_default=True)
-@click.option("--require", default="", help="Comma list: gpu, flash, flash-attn, onnx, tensorrt.")
+@click.option(
+    "--require", default="", help="Comma list: gpu, flash, flash-attn, onnx, tensorrt, compile."
+)
 @click.option("--checks", default="", help="Comma list of checks to run (default: all).")
-@click.option("--timeout", default=180.0, show_default=True, help="Seconds per check.")
+@click.option(
+    "--timeout",
+    type=float,
+    default=None,
+    help="Seconds per check before it is killed (default: each check's own limit).",
+)
 @click.option("--json", "json_path", type=click.Path(path_type=Path), default=None)
 @click.option("--junit", "junit_path", type=click.Path(path_type=Path), default=None)
 @click.option(

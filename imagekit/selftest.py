@@ -17,6 +17,7 @@ from pathlib import Path
 
 from imagekit.engine.base import Engine, RunOptions, RunResult
 from imagekit.errors import SelfCheckFailed, UsageError
+from imagekit.selfcheck import registry
 
 VALIDATED_SUFFIX = "-validated"
 
@@ -28,19 +29,17 @@ class SelfCheckOptions:
     shm_size: str = "8g"
     require: str = ""
     checks: str = ""
-    timeout: float = 180.0
+    timeout: float | None = None  # per check; None: each check's own limit
     json_path: Path | None = None
     junit_path: Path | None = None
     stamp: bool = False
 
 
 def selfcheck_command(options: SelfCheckOptions) -> list[str]:
-    cmd = [
-        "python",
-        "-m",
-        "imagekit.selfcheck",
-        "--timeout",
-        f"{options.timeout:g}",
+    cmd = ["python", "-m", "imagekit.selfcheck"]
+    if options.timeout:
+        cmd += ["--timeout", f"{options.timeout:g}"]
+    cmd += [
         "--json",
         "/imagekit-reports/selfcheck.json",
         "--junit",
@@ -57,23 +56,39 @@ def run_selfcheck(engine: Engine, image: str, options: SelfCheckOptions) -> tupl
     info = engine.inspect(image)
     if info is None:
         raise UsageError(f"image {image} is not on this engine; build it or `docker pull` it first")
-    gpus = options.gpus == "all" or (options.gpus == "auto" and engine.has_gpu_runtime())
+    gpus = wants_gpus(options.gpus, engine.has_gpu_runtime())
     with tempfile.TemporaryDirectory(prefix="imagekit-selfcheck-") as tmp:
         os.chmod(tmp, 0o777)  # the image's non-root user writes the reports
         run_options = RunOptions(
             shm_size=None if options.ipc_host else options.shm_size,
             ipc_host=options.ipc_host,
             gpus=gpus,
-            env={"IMAGEKIT_LABELS": json.dumps(info.labels)},
+            # IMAGEKIT_EXPECT_GPU: GPUs were given, so a torch that sees none must fail.
+            env={"IMAGEKIT_LABELS": json.dumps(info.labels), "IMAGEKIT_EXPECT_GPU": str(int(gpus))},
             volumes={tmp: "/imagekit-reports"},
-            # Whole-run limit: every check's own limit, plus start-up.
-            timeout=options.timeout * 7 + 120,
+            timeout=registry.total_limit(_names(options.checks), options.timeout),
         )
         result = engine.run(image, selfcheck_command(options), run_options)
         report = _read(Path(tmp) / "selfcheck.json")
         _copy(Path(tmp) / "selfcheck.json", options.json_path)
         _copy(Path(tmp) / "selfcheck.xml", options.junit_path)
     return result, report
+
+
+def wants_gpus(choice: str, engine_has_runtime: bool) -> bool:
+    """--gpus all on an engine without the NVIDIA runtime is a mistake, not a CPU run."""
+    if choice == "all" and not engine_has_runtime:
+        raise UsageError(
+            "--gpus all: this Docker engine has no NVIDIA runtime, so no GPU can reach the "
+            "container. Install the NVIDIA Container Toolkit (nvidia-ctk runtime configure "
+            "--runtime=docker, then restart dockerd), or run with --gpus none for a CPU check"
+        )
+    return choice == "all" or (choice == "auto" and engine_has_runtime)
+
+
+def _names(checks: str) -> list[str]:
+    chosen = [n for n in checks.split(",") if n]
+    return chosen or list(registry.ORDER)
 
 
 def _read(path: Path) -> dict:  # type: ignore[type-arg]
@@ -86,16 +101,28 @@ def _copy(src: Path, dest: Path | None) -> None:
         shutil.copyfile(src, dest)
 
 
+def validated_on(checks: list[dict]) -> str:  # type: ignore[type-arg]
+    """The GPU an image was proven on, or "cpu": a GPU name only when the stack check and at
+    least one other check really ran on it (torch saw it, kernels ran there)."""
+    stack = next((c for c in checks if c.get("name") == "stack"), {})
+    m = stack.get("measurements", {})
+    ran_on_gpu = [c for c in checks if c.get("measurements", {}).get("device") == "cuda"]
+    if m.get("device") == "cuda" and m.get("gpu") and len(ran_on_gpu) >= 2:
+        return str(m["gpu"])
+    return "cpu"
+
+
 def stamp_labels(report: dict) -> dict[str, str]:  # type: ignore[type-arg]
     checks = report.get("checks", [])
-    gpu = next((c["measurements"].get("gpu") for c in checks if c.get("name") == "stack"), None)
+    per_check = {
+        c["name"]: {"status": c["status"], "device": c.get("measurements", {}).get("device")}
+        for c in checks
+    }
     return {
         "io.imagekit.validated": "true",
         "io.imagekit.validated.at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "io.imagekit.validated.on": gpu or "cpu",
-        "io.imagekit.selfcheck": json.dumps(
-            {c["name"]: c["status"] for c in checks}, sort_keys=True
-        ),
+        "io.imagekit.validated.on": validated_on(checks),
+        "io.imagekit.selfcheck": json.dumps(per_check, sort_keys=True),
     }
 
 
