@@ -20,10 +20,36 @@ cpus_allowed() {
   echo "$n"
 }
 
+# The ranks a torchrun launch (torchrun ... or python -m torch.distributed.run ...) will start
+# on this node: its --nproc-per-node, 1 by default; empty for any other command. The
+# entrypoint runs before torchrun, so LOCAL_WORLD_SIZE is not set yet.
+torchrun_ranks() {
+  case "$1" in
+    torchrun|*/torchrun) ;;
+    python|python3|python3.*|*/python|*/python3|*/python3.*)
+      [ "${2:-}" = "-m" ] || return 0
+      case "${3:-}" in torch.distributed.run|torch.distributed.launch) ;; *) return 0 ;; esac ;;
+    *) return 0 ;;
+  esac
+  n=1
+  prev=""
+  for arg in "$@"; do
+    case "$prev" in --nproc-per-node|--nproc_per_node) n=$arg ;; esac
+    case "$arg" in --nproc-per-node=*|--nproc_per_node=*) n=${arg#*=} ;; esac
+    prev=$arg
+  done
+  echo "$n"
+}
+
 if [ -z "${OMP_NUM_THREADS:-}" ]; then
-  ranks=${LOCAL_WORLD_SIZE:-${IMAGEKIT_LOCAL_RANKS:-1}}
-  threads=$(( $(cpus_allowed) / ranks ))
-  [ "$threads" -lt 1 ] && threads=1
-  export OMP_NUM_THREADS="$threads"
+  ranks=${LOCAL_WORLD_SIZE:-${IMAGEKIT_LOCAL_RANKS:-$(torchrun_ranks "$@")}}
+  case "${ranks:-1}" in
+    # --nproc-per-node gpu|auto|...: the count is torchrun's to know; it sets 1 thread a rank.
+    *[!0-9]*|0) ;;
+    *)
+      threads=$(( $(cpus_allowed) / ${ranks:-1} ))
+      [ "$threads" -lt 1 ] && threads=1
+      export OMP_NUM_THREADS="$threads" ;;
+  esac
 fi
 exec "$@"
