@@ -54,6 +54,7 @@ class Cell:
     build_apt: tuple[str, ...]
     pip: tuple[str, ...]
     features: tuple[str, ...]
+    compile: bool
     profile: str
     env: tuple[tuple[str, str], ...]
     labels: tuple[tuple[str, str], ...]
@@ -146,6 +147,7 @@ def complete(raw: RawCell, compat: Compat, pins: dict[str, str] | None = None) -
         build_apt=tuple(sorted(set(opts.build_apt or ()))),
         pip=tuple(sorted(set(opts.pip or ()), key=str.lower)),
         features=features,
+        compile=opts.compile is not False,
         profile=opts.profile or "single-node",
         env=tuple(sorted(env.items())),
         labels=(),
@@ -236,6 +238,7 @@ def _with_labels(cell: Cell, repo: str) -> Cell:
         "io.imagekit.flavor": cell.flavor,
         "io.imagekit.variant": cell.variant,
         "io.imagekit.features": ",".join(cell.features),
+        "io.imagekit.compile": str(cell.compile).lower(),
         "io.imagekit.profile": cell.profile,
         "io.imagekit.archs": " ".join(cell.archs),
         "io.imagekit.min-driver": cell.min_driver or "",

@@ -81,6 +81,8 @@ def _environment(directory: str) -> jinja2.Environment:
 
 def _packages(cell: Cell) -> tuple[list[str], list[str]]:
     base = ["ca-certificates"] + (["python3"] if cell.system_python else [])
+    if cell.compile:  # torch.compile at run time: a C++ compiler; the OS Python's headers
+        base += ["g++"] + ([f"libpython{cell.python}-dev"] if cell.system_python else [])
     builder = ["ca-certificates", "python3", "python3-venv"]
     if cell.needs_devel:
         builder += ["build-essential", "git", "python3-dev"]

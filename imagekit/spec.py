@@ -158,6 +158,9 @@ class Options(_Strict):
     installer: Literal["uv", "pip"] | None = None
     torchvision: bool | None = None
     tf32: bool | None = None
+    # A C++ compiler and the Python headers in the runtime, which torch.compile needs there
+    # (inductor on CPU, Triton's launcher on GPU); false saves their size.
+    compile: bool | None = None
     base: ImageRef | None = None
     source: str | None = None
 

@@ -17,6 +17,8 @@ RUN --mount=type=cache,id=imagekit-apt-cache-debian12,target=/var/cache/apt,shar
     apt-get update \
     && apt-get install -y --no-install-recommends \
        ca-certificates \
+       g++ \
+       libpython3.11-dev \
        python3
 # The non-root runtime user (Ubuntu 24.04 images already use uid 1000 for "ubuntu").
 RUN if id -u ubuntu >/dev/null 2>&1; then userdel --remove ubuntu; fi \
@@ -76,6 +78,7 @@ ENV PATH=/opt/venv/bin:$PATH VIRTUAL_ENV=/opt/venv
 ENV IMAGEKIT_PROFILE="single-node"
 LABEL io.imagekit.archs="" \
       io.imagekit.cell="cpu-torch2.13.0-py3.11-debian12-slim" \
+      io.imagekit.compile="true" \
       io.imagekit.cuda="cpu" \
       io.imagekit.features="onnx-tensorrt" \
       io.imagekit.flavor="slim" \

@@ -17,7 +17,8 @@ RUN --mount=type=cache,id=imagekit-apt-cache-ubuntu24.04,target=/var/cache/apt,s
     --mount=type=cache,id=imagekit-apt-lists-ubuntu24.04,target=/var/lib/apt/lists,sharing=locked \
     apt-get update \
     && apt-get install -y --no-install-recommends \
-       ca-certificates
+       ca-certificates \
+       g++
 # The non-root runtime user (Ubuntu 24.04 images already use uid 1000 for "ubuntu").
 RUN if id -u ubuntu >/dev/null 2>&1; then userdel --remove ubuntu; fi \
     && useradd --create-home --uid 1000 --shell /bin/bash imagekit \
@@ -88,6 +89,7 @@ ENV IMAGEKIT_PROFILE="single-node" \
     TORCH_ALLOW_TF32_CUBLAS_OVERRIDE="1"
 LABEL io.imagekit.archs="5.0 6.0 7.0 7.5 8.0 8.6 9.0" \
       io.imagekit.cell="cu126-torch2.11.0-py3.11-ubuntu24.04-slim" \
+      io.imagekit.compile="true" \
       io.imagekit.cuda="12.6" \
       io.imagekit.features="" \
       io.imagekit.flavor="slim" \

@@ -18,6 +18,8 @@ RUN --mount=type=cache,id=imagekit-apt-cache-debian12,target=/var/cache/apt,shar
     apt-get update \
     && apt-get install -y --no-install-recommends \
        ca-certificates \
+       g++ \
+       libpython3.11-dev \
        python3
 # The non-root runtime user (Ubuntu 24.04 images already use uid 1000 for "ubuntu").
 RUN if id -u ubuntu >/dev/null 2>&1; then userdel --remove ubuntu; fi \
@@ -99,6 +101,7 @@ ENV IMAGEKIT_PROFILE="single-node" \
     TORCH_ALLOW_TF32_CUBLAS_OVERRIDE="1"
 LABEL io.imagekit.archs="5.0 6.0 7.0 7.5 8.0 8.6 9.0" \
       io.imagekit.cell="cu126-torch2.7.1-py3.11-debian12-slim" \
+      io.imagekit.compile="true" \
       io.imagekit.cuda="12.6" \
       io.imagekit.features="onnx" \
       io.imagekit.flavor="slim" \

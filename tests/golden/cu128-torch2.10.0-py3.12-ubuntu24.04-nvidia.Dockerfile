@@ -18,6 +18,8 @@ RUN --mount=type=cache,id=imagekit-apt-cache-ubuntu24.04,target=/var/cache/apt,s
     apt-get update \
     && apt-get install -y --no-install-recommends \
        ca-certificates \
+       g++ \
+       libpython3.12-dev \
        python3
 # The non-root runtime user (Ubuntu 24.04 images already use uid 1000 for "ubuntu").
 RUN if id -u ubuntu >/dev/null 2>&1; then userdel --remove ubuntu; fi \
@@ -131,6 +133,7 @@ ENV IMAGEKIT_PROFILE="multi-node-ib" \
     TORCH_ALLOW_TF32_CUBLAS_OVERRIDE="1"
 LABEL io.imagekit.archs="7.0 7.5 8.0 8.6 9.0 10.0 12.0" \
       io.imagekit.cell="cu128-torch2.10.0-py3.12-ubuntu24.04-nvidia" \
+      io.imagekit.compile="true" \
       io.imagekit.cuda="12.8" \
       io.imagekit.features="flash-attn,onnx-tensorrt" \
       io.imagekit.flavor="nvidia" \

@@ -17,7 +17,8 @@ RUN --mount=type=cache,id=imagekit-apt-cache-ubuntu24.04,target=/var/cache/apt,s
     --mount=type=cache,id=imagekit-apt-lists-ubuntu24.04,target=/var/lib/apt/lists,sharing=locked \
     apt-get update \
     && apt-get install -y --no-install-recommends \
-       ca-certificates
+       ca-certificates \
+       g++
 # The non-root runtime user (Ubuntu 24.04 images already use uid 1000 for "ubuntu").
 RUN if id -u ubuntu >/dev/null 2>&1; then userdel --remove ubuntu; fi \
     && useradd --create-home --uid 1000 --shell /bin/bash imagekit \
@@ -94,7 +95,7 @@ RUN --mount=type=cache,id=imagekit-uv,target=/root/.cache/uv,sharing=shared \
        'onnx>=1.16' \
        'onnxscript>=0.1' \
        'onnxruntime-gpu>=1.23' \
-       'tensorrt-cu13>=10.13'
+       'tensorrt-cu13>=10.13,<11'
 
 FROM os-base AS runtime
 COPY --from=builder /opt/python /opt/python
@@ -129,6 +130,7 @@ ENV IMAGEKIT_PROFILE="single-node" \
     TORCH_ALLOW_TF32_CUBLAS_OVERRIDE="1"
 LABEL io.imagekit.archs="7.5 8.0 8.6 9.0 10.0 12.0" \
       io.imagekit.cell="cu130-torch2.11.0-py3.13-ubuntu24.04-nvidia" \
+      io.imagekit.compile="true" \
       io.imagekit.cuda="13.0" \
       io.imagekit.features="flash-attn,onnx-tensorrt" \
       io.imagekit.flavor="nvidia" \
