@@ -153,6 +153,8 @@ def main(argv: list[str] | None = None) -> None:
     try:
         cli.main(args=argv, prog_name="imagekit", standalone_mode=False)
     except ImagekitError as exc:
+        if getattr(exc, "report", ""):
+            click.echo(exc.report.rstrip())
         click.echo(f"imagekit: error: {exc}", err=True)
         sys.exit(exc.exit_code)
     except click.exceptions.Abort:

@@ -58,9 +58,14 @@ class PushError(ImagekitError):
 
 
 class SelfCheckFailed(ImagekitError):
-    """The self-check ran and at least one check failed."""
+    """The self-check ran and at least one check failed. `report` is its output, which the
+    CLI prints before the one-line error."""
 
     exit_code = 8
+
+    def __init__(self, message: str, report: str = "") -> None:
+        super().__init__(message)
+        self.report = report
 
 
 class Interrupted(ImagekitError):

@@ -56,6 +56,12 @@ def run_selfcheck(engine: Engine, image: str, options: SelfCheckOptions) -> tupl
     info = engine.inspect(image)
     if info is None:
         raise UsageError(f"image {image} is not on this engine; build it or `docker pull` it first")
+    if not has_selfcheck(info.labels):
+        raise UsageError(
+            f"image {image} has no imagekit self-check: it has no io.imagekit.* labels, so "
+            "imagekit did not build it. Build it with `imagekit build`, or start your "
+            "Dockerfile FROM an image imagekit built (the self-check and its labels come along)"
+        )
     gpus = wants_gpus(options.gpus, engine.has_gpu_runtime())
     with tempfile.TemporaryDirectory(prefix="imagekit-selfcheck-") as tmp:
         os.chmod(tmp, 0o777)  # the image's non-root user writes the reports
@@ -73,6 +79,11 @@ def run_selfcheck(engine: Engine, image: str, options: SelfCheckOptions) -> tupl
         _copy(Path(tmp) / "selfcheck.json", options.json_path)
         _copy(Path(tmp) / "selfcheck.xml", options.junit_path)
     return result, report
+
+
+def has_selfcheck(labels: dict[str, str]) -> bool:
+    """imagekit's images carry the self-check and say so with their io.imagekit.* labels."""
+    return "io.imagekit.version" in labels or "io.imagekit.cell" in labels
 
 
 def wants_gpus(choice: str, engine_has_runtime: bool) -> bool:
@@ -131,14 +142,23 @@ def check_image(engine: Engine, image: str, options: SelfCheckOptions) -> tuple[
     result, report = run_selfcheck(engine, image, options)
     output = "\n".join([result.output.rstrip(), *(f"note: {n}" for n in result.notes)])
     if result.timed_out:
-        raise SelfCheckFailed(f"{output}\nthe self-check of {image} did not finish in time")
+        raise SelfCheckFailed(f"the self-check of {image} did not finish in time", output)
     if result.exit_code != 0:
-        raise SelfCheckFailed(f"{output}\nself-check of {image} failed (exit {result.exit_code})")
+        raise SelfCheckFailed(failure_line(image, report, result.exit_code), output)
     validated = None
     if options.stamp:
         validated = validated_ref(image)
         engine.stamp(image, validated, stamp_labels(report))
     return output, validated
+
+
+def failure_line(image: str, report: dict, exit_code: int) -> str:  # type: ignore[type-arg]
+    if not report.get("checks"):
+        return f"the self-check of {image} failed (exit {exit_code}) before it wrote a report"
+    names = [c["name"] for c in report["checks"] if c.get("status") == "failed"]
+    if not names:
+        return f"the self-check of {image} failed (exit {exit_code})"
+    return f"the self-check of {image} failed: {', '.join(names)} (see the table above)"
 
 
 def validated_ref(image: str) -> str:

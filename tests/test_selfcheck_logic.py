@@ -12,7 +12,7 @@ import pytest
 
 from imagekit.engine.base import RunOptions, RunResult
 from imagekit.engine.fake import FakeEngine
-from imagekit.errors import SelfCheckFailed
+from imagekit.errors import SelfCheckFailed, UsageError
 from imagekit.selfcheck import report, runner
 from imagekit.selfcheck.peaks import peak_for
 from imagekit.selftest import SelfCheckOptions, check_image, selfcheck_command, validated_ref
@@ -129,22 +129,32 @@ class SelfcheckEngine(FakeEngine):
 
 
 def test_imagekit_test_passes_labels_shm_memlock_and_stamps(tmp_path: Path) -> None:
-    engine = SelfcheckEngine(0, {"io.imagekit.torch": "2.13.0"})
+    engine = SelfcheckEngine(0, {"io.imagekit.torch": "2.13.0", "io.imagekit.version": "0.1.0"})
     _, validated = check_image(
         engine, "reg/x:1", SelfCheckOptions(stamp=True, json_path=tmp_path / "r.json")
     )
     (options,) = engine.options
-    assert json.loads(options.env["IMAGEKIT_LABELS"]) == {"io.imagekit.torch": "2.13.0"}
+    assert json.loads(options.env["IMAGEKIT_LABELS"])["io.imagekit.torch"] == "2.13.0"
+    assert options.env["IMAGEKIT_EXPECT_GPU"] == "0"  # the fake engine has no NVIDIA runtime
     assert options.shm_size == "8g" and options.memlock_unlimited and not options.gpus
     assert validated == "reg/x:1-validated" and ("stamp", "reg/x:1-validated") in engine.calls
     assert json.loads((tmp_path / "r.json").read_text())["checks"][0]["name"] == "stack"
 
 
-def test_imagekit_test_failure_is_not_stamped() -> None:
-    engine = SelfcheckEngine(1, {})
-    with pytest.raises(SelfCheckFailed, match="self-check of reg/x:1 failed"):
+def test_imagekit_test_failure_is_not_stamped_and_reports_then_one_line() -> None:
+    engine = SelfcheckEngine(1, {"io.imagekit.version": "0.1.0"})
+    with pytest.raises(SelfCheckFailed, match="self-check of reg/x:1 failed") as caught:
         check_image(engine, "reg/x:1", SelfCheckOptions(stamp=True))
     assert not any(call[0] == "stamp" for call in engine.calls)
+    assert "\n" not in str(caught.value)  # one line; the table travels as the report
+    assert caught.value.report.startswith("stack PASSED")
+
+
+def test_an_image_without_the_self_check_is_a_usage_error() -> None:
+    engine = SelfcheckEngine(0, {"maintainer": "debian"})
+    with pytest.raises(UsageError, match="has no imagekit self-check"):
+        check_image(engine, "debian:bookworm-slim", SelfCheckOptions())
+    assert engine.options == []  # no container was started
 
 
 def test_command_and_refs() -> None:

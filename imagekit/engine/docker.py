@@ -209,14 +209,17 @@ class DockerEngine:
             container = self._start(image, command, options)
         except docker.errors.APIError as exc:
             if not (options.memlock_unlimited and "rlimit" in str(exc)):
-                raise EngineError(f"could not start {image}: {exc.explanation or exc}") from None
+                raise start_error(image, exc) from None
             # Unprivileged engines (rootless, nested) may not raise RLIMIT_MEMLOCK.
             notes = (
                 "this engine refused --ulimit memlock=-1; ran with its default memlock "
                 "(NCCL over RDMA needs it unlimited on real training hosts)",
             )
             options = replace(options, memlock_unlimited=False)
-            container = self._start(image, command, options)
+            try:
+                container = self._start(image, command, options)
+            except docker.errors.APIError as again:
+                raise start_error(image, again) from None
         return self._wait(container, options, notes)
 
     def _start(self, image: str, command: Sequence[str], options: RunOptions) -> Any:
@@ -244,6 +247,13 @@ class DockerEngine:
             with contextlib.suppress(docker.errors.NotFound):
                 container.remove(force=True)
         return RunResult(exit_code=code, output=output, timed_out=timed_out, notes=notes)
+
+
+def start_error(image: str, exc: Exception) -> EngineError:
+    said = str(getattr(exc, "explanation", None) or exc)
+    if "executable file not found" in said:
+        return EngineError(f"could not start {image}: the command is not in the image ({said})")
+    return EngineError(f"could not start {image}: {said}")
 
 
 def build_flags(request: BuildRequest) -> list[str]:
