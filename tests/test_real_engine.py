@@ -424,9 +424,11 @@ def test_selfcheck_passes_in_the_cpu_container(project: Path, tmp_path: Path) ->
     elapsed = time.monotonic() - started
     assert result.returncode == 0, result.stdout + result.stderr
     checks = {c["name"]: c for c in json.loads((tmp_path / "r.json").read_text())["checks"]}
-    assert {
-        n: checks[n]["status"] for n in ("stack", "amp", "ddp", "flash", "onnx")
-    } == dict.fromkeys(("stack", "amp", "ddp", "flash", "onnx"), "passed")
+    functional = ("stack", "amp", "checkpoint", "compile", "ddp", "flash", "onnx", "int8")
+    assert {n: checks[n]["status"] for n in functional} == dict.fromkeys(functional, "passed")
+    # torch.compile works out of the box: the runtime carries g++ and the Python headers
+    assert checks["compile"]["measurements"]["backend"] == "inductor"
+    assert checks["int8"]["measurements"]["size_ratio_fp32_vs_int8"] > 3
     assert (
         checks["tensorrt"]["status"] == "skipped"
         and "tensorrt package is not installed" in checks["tensorrt"]["reason"]
@@ -447,8 +449,11 @@ def test_a_broken_promise_fails(project: Path) -> None:
     docker("rm", container)
     result = imagekit("test", broken, "--checks", "stack", cwd=project)
     assert result.returncode == 8
-    assert (
-        "label io.imagekit.torch promises torch 2.7.1, the image has torch 2.13.0" in result.stderr
+    assert "label io.imagekit.torch promises torch 2.7.1, the image has torch 2.13.0" in (
+        result.stdout  # the report first, on stdout
+    )
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"imagekit: error: the self-check of {broken} failed: stack (see the table above)"
     )
     docker("rmi", broken)
 
@@ -493,6 +498,12 @@ def test_a_crashing_check_reports_its_signal(project: Path) -> None:
     assert "crashed: killed by signal SIGSEGV (11)" in result.stdout
 
 
+def test_an_image_without_the_self_check_is_refused_clearly(project: Path) -> None:
+    result = imagekit("test", "debian:bookworm-slim", cwd=project)
+    assert result.returncode == 2, result.stderr
+    assert "has no imagekit self-check" in result.stderr and "internal error" not in result.stderr
+
+
 def test_stamp_marks_a_passing_image(project: Path) -> None:
     result = imagekit("test", TAG, "--checks", "stack,flash", "--stamp", cwd=project)
     assert result.returncode == 0, result.stderr
@@ -500,5 +511,43 @@ def test_stamp_marks_a_passing_image(project: Path) -> None:
         "Labels"
     ]
     assert labels["io.imagekit.validated"] == "true" and labels["io.imagekit.validated.on"] == "cpu"
-    assert json.loads(labels["io.imagekit.selfcheck"]) == {"flash": "passed", "stack": "passed"}
+    assert json.loads(labels["io.imagekit.selfcheck"]) == {
+        "flash": {"device": "cpu", "status": "passed"},
+        "stack": {"device": "cpu", "status": "passed"},
+    }
     assert labels["io.imagekit.torch"] == "2.13.0"  # the image's own labels are kept
+
+
+def test_a_cuda_image_given_gpus_that_torch_cannot_see_fails(project: Path) -> None:
+    """The false green of a GPU host whose torch runs on the CPU: here GPUs were 'given'
+    (IMAGEKIT_EXPECT_GPU=1, as `imagekit test --gpus` sets) to an image labelled CUDA."""
+    labels = {"io.imagekit.cuda": "12.6", "io.imagekit.min-driver": "525.60.13"}
+    result = docker(
+        "run",
+        "--rm",
+        "-e",
+        "IMAGEKIT_EXPECT_GPU=1",
+        "-e",
+        f"IMAGEKIT_LABELS={json.dumps(labels)}",
+        TAG,
+        "python",
+        "-m",
+        "imagekit.selfcheck",
+        "--checks",
+        "stack",
+        check=False,
+    )
+    assert result.returncode == 1
+    stack = next(line for line in result.stdout.splitlines() if line.startswith("stack"))
+    assert "FAILED" in stack and "torch runs on the CPU" in stack
+    assert "no /dev/nvidia* devices" in stack and "nvidia-container-toolkit" in stack
+
+
+def test_compile_without_a_compiler_fails_with_the_reason(project: Path) -> None:
+    result = docker(
+        "run", "--rm", "-e", "CXX=/usr/bin/no-such-g++", TAG,
+        "python", "-m", "imagekit.selfcheck", "--checks", "compile", check=False,
+    )  # fmt: skip
+    assert result.returncode == 1
+    line = next(ln for ln in result.stdout.splitlines() if ln.startswith("compile"))
+    assert "FAILED" in line and "torch.compile failed" in line and "compiler" in line
