@@ -480,6 +480,20 @@ def test_a_hanging_check_times_out_and_the_others_run(project: Path) -> None:
     assert any(line.startswith("flash") and "PASSED" in line for line in result.stdout.splitlines())
 
 
+def test_a_ddp_rank_that_dies_fails_the_check_without_waiting_for_its_limit(
+    project: Path,
+) -> None:
+    started = time.monotonic()
+    result = docker(
+        "run", "--rm", "-e", "IMAGEKIT_SELFCHECK_FAULT=ddp-die", TAG,
+        "python", "-m", "imagekit.selfcheck", "--checks", "ddp", check=False,
+    )  # fmt: skip
+    assert result.returncode == 1
+    ddp = next(line for line in result.stdout.splitlines() if line.startswith("ddp"))
+    assert "FAILED" in ddp and "rank 1 died with exit code 3" in ddp
+    assert time.monotonic() - started < 60  # far below the check's 150 s limit
+
+
 def test_a_crashing_check_reports_its_signal(project: Path) -> None:
     result = docker(
         "run",

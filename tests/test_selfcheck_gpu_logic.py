@@ -427,3 +427,49 @@ def test_entrypoint_divides_threads_by_the_ranks_torchrun_will_start(tmp_path: P
     # gpu/auto: the count is torchrun's to know, so it is left to torchrun (1 a rank)
     assert _omp_under_entrypoint(tmp_path, "torchrun", "--nproc-per-node", "gpu", "t.py") == "unset"
     assert _omp_under_entrypoint(tmp_path, "torchrun", "train.py") == str(cpus)
+
+
+# -- ddp: ranks collected with a deadline -----------------------------------------------------
+
+
+class FakeRank:
+    def __init__(self, alive: bool, exitcode: int | None) -> None:
+        self.alive, self.exitcode = alive, exitcode
+
+    def is_alive(self) -> bool:
+        return self.alive
+
+
+def test_a_rank_that_dies_before_reporting_is_named_at_once() -> None:
+    import queue
+    import time
+
+    from imagekit.selfcheck.ddp import _collect
+
+    reports: queue.Queue = queue.Queue()  # type: ignore[type-arg]
+    reports.put((0, 0, {"status": "passed", "reason": "", "measurements": {}}))
+    ranks = {(0, 0): FakeRank(False, 0), (0, 1): FakeRank(False, 3)}
+    started = time.monotonic()
+    got = _collect(reports, ranks, deadline=time.monotonic() + 60)
+    assert time.monotonic() - started < 5  # not the 60 s deadline
+    assert got[(0, 1)]["reason"] == "rank 1 died with exit code 3"
+    assert got[(0, 0)]["status"] == "passed"
+
+
+def test_a_rank_that_never_reports_fails_at_the_deadline() -> None:
+    import queue
+
+    from imagekit.selfcheck.ddp import _collect
+
+    got = _collect(queue.Queue(), {(0, 0): FakeRank(True, None)}, deadline=0.0)
+    assert got[(0, 0)]["status"] == "failed" and "did not report" in got[(0, 0)]["reason"]
+
+
+def test_the_rank_that_died_is_named_before_its_peers_echo() -> None:
+    from imagekit.selfcheck.ddp import merge_ranks
+
+    echo = {"status": "failed", "reason": "rank 0: RuntimeError: Connection closed by peer"}
+    died = {"status": "failed", "reason": "rank 1 died with exit code 3"}
+    ok = {"status": "passed", "reason": "", "measurements": {}}
+    assert merge_ranks([echo, died])["reason"].startswith("rank 1 died with exit code 3")
+    assert merge_ranks([ok, ok]) is ok

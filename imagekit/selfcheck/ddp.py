@@ -71,9 +71,22 @@ def _run_all(runs: list[DdpRun]) -> list[tuple[DdpRun, Result]]:
             proc.kill()
     out = []
     for index, run in enumerate(runs):
-        mine = [reports[(index, r)] for r in range(run.world_size)]
-        out.append((run, min(mine, key=lambda r: r["status"] != "failed")))  # a failure wins
+        out.append((run, merge_ranks([reports[(index, r)] for r in range(run.world_size)])))
     return out
+
+
+def merge_ranks(reports: list[Result]) -> Result:
+    """One result for a run: a failure wins, and a rank that died or never reported comes
+    first, since the others' errors (a closed connection) are only its echo."""
+    failures = [r for r in reports if r["status"] == "failed"]
+    if not failures:
+        return reports[0]
+    root = sorted(failures, key=lambda r: not r["reason"].startswith("rank "))
+    root = sorted(root, key=lambda r: "died" not in r["reason"] and "report" not in r["reason"])
+    reasons = list(dict.fromkeys(r["reason"] for r in root))
+    merged = dict(root[0])
+    merged["reason"] = "; ".join(reasons[:2])
+    return merged
 
 
 def _collect(queue: Any, procs: dict[tuple[int, int], Any], deadline: float) -> dict:  # type: ignore[type-arg]
