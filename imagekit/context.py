@@ -4,7 +4,8 @@ imagekit/build-env.sh      turns the ca/index secrets into installer settings (b
 imagekit/entrypoint.sh     sets OMP_NUM_THREADS from the cgroup quota at container start
 imagekit/pyc_cache.py      compiles the pip packages' bytecode, reusing a cache mount (bind-mounted)
 imagekit/venv_delta.py     lists what the pip packages step changed in the venv (bind-mounted)
-imagekit/lib/imagekit/     the self-check package (stdlib-only), copied into the image
+imagekit/lib/imagekit/     the self-check and runtime packages (stdlib-only), copied into the image
+imagekit/lib/imagekit-threads.pth  sets OMP_NUM_THREADS when the venv's Python starts
 imagekit/labels.json       the io.imagekit.* labels of the cell, read by the self-check
 wheelhouse/                hard links to --wheelhouse wheels (bind-mounted, never a layer)
 source/                    the cell's `source` folder, copied last into /workspace
@@ -35,7 +36,10 @@ def stage(cell: Cell, dest: Path, wheelhouse: Path | None = None) -> Path:
     for name in ("pyc_cache.py", "venv_delta.py"):
         shutil.copy2(PACKAGE_DIR / name, helpers / name)
     lib = helpers / "lib" / "imagekit"
-    shutil.copytree(PACKAGE_DIR / "selfcheck", lib / "selfcheck", ignore=IGNORE)
+    for package in ("selfcheck", "runtime"):
+        shutil.copytree(PACKAGE_DIR / package, lib / package, ignore=IGNORE)
+    # Run at every start of the venv's Python, entrypoint or not (see runtime/threads.py).
+    (helpers / "lib" / "imagekit-threads.pth").write_text("import imagekit.runtime.threads\n")
     shutil.copy2(PACKAGE_DIR / "__init__.py", lib / "__init__.py")
     labels = {k: v for k, v in cell.labels if k.startswith("io.imagekit.")}
     (helpers / "labels.json").write_text(json.dumps(labels, indent=2, sort_keys=True) + "\n")

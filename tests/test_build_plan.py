@@ -198,3 +198,35 @@ def test_target_packages_needs_a_packages_stage(
         err = capsys.readouterr().err
         assert f"--target packages: {reason}" in err
         assert "use --target builder or runtime" in err
+
+
+# -- provenance labels: never from the clock -------------------------------------------------
+
+
+def test_creation_time_comes_from_the_source_not_the_clock() -> None:
+    from imagekit.build import source_date
+
+    assert source_date("1700000000", "1600000000") == "2023-11-14T22:13:20+00:00"
+    assert source_date(None, "1600000000") == "2020-09-13T12:26:40+00:00"
+    assert source_date("", "") is None and source_date("soon", "") is None
+
+
+@pytest.mark.parametrize(
+    ("remote", "url"),
+    [
+        ("git@github.com:acme/train.git", "https://github.com/acme/train"),
+        ("https://github.com/acme/train.git", "https://github.com/acme/train"),
+        (
+            "https://ci:s3cret@gitlab.example.com/ml/images.git",
+            "https://gitlab.example.com/ml/images",
+        ),
+        ("ssh://git@git.example.com:2222/ml/images.git", "https://git.example.com/ml/images"),
+        ("/srv/repos/train", None),
+        ("", None),
+    ],
+)
+def test_source_label_from_the_git_remote_without_credentials(remote: str, url: str | None) -> None:
+    from imagekit.build import source_url
+
+    assert source_url({}, remote) == url
+    assert source_url({"GITHUB_REPOSITORY": "acme/x"}, remote) == "https://github.com/acme/x"

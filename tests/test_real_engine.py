@@ -270,6 +270,35 @@ def test_with_build_apt_an_sdist_compiles_in_the_builder_and_reaches_the_runtime
     docker("rmi", tag, "127.0.0.1:5000/imagekit-delta-test:" + CELL + "-latest")
 
 
+def test_a_no_op_rebuild_gives_the_same_image_id(project: Path) -> None:
+    """No clock in the labels: a cached rebuild leaves nothing dangling and keeps the digest
+    CI promotes. The creation time comes from SOURCE_DATE_EPOCH (or the commit)."""
+    ids = []
+    for _ in range(2):
+        result = imagekit(
+            *build_args(marked_ca_bundle(project)),
+            cwd=project,
+            env={"SOURCE_DATE_EPOCH": "1700000000"},
+        )
+        assert result.returncode == 0, result.stderr[-2000:]
+        ids.append(docker("image", "inspect", "--format", "{{.Id}}", TAG).stdout.strip())
+    assert ids[0] == ids[1]
+    labels = json.loads(docker("image", "inspect", TAG).stdout)[0]["Config"]["Labels"]
+    assert labels["org.opencontainers.image.created"] == "2023-11-14T22:13:20+00:00"
+
+
+def test_derived_images_keep_no_apt_downloads_and_no_baked_frontend(project: Path) -> None:
+    """A user's `apt-get install` FROM our image behaves as on Debian's own images."""
+    env = run_in_image("--entrypoint", "env", TAG)
+    assert "DEBIAN_FRONTEND" not in env
+    out = run_in_image(
+        "-u", "0", "--entrypoint", "sh", TAG, "-c",
+        "apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "
+        "--no-install-recommends tree >/dev/null && ls /var/cache/apt/archives/ | grep -c deb$ || true",
+    )  # fmt: skip
+    assert out.splitlines()[-1] == "0"
+
+
 def test_source_only_change_rebuilds_only_the_last_layer(project: Path) -> None:
     unchanged = imagekit(*build_args(project / "ca-marked.pem"), cwd=project)
     assert unchanged.returncode == 0, unchanged.stdout[-2000:]
@@ -516,6 +545,29 @@ def test_an_image_without_the_self_check_is_refused_clearly(project: Path) -> No
     result = imagekit("test", "debian:bookworm-slim", cwd=project)
     assert result.returncode == 2, result.stderr
     assert "has no imagekit self-check" in result.stderr and "internal error" not in result.stderr
+
+
+@pytest.mark.parametrize("limit", [["--cpus", "1"], ["--cpuset-cpus", "0"]])
+def test_threads_are_tuned_without_the_entrypoint(project: Path, limit: list[str]) -> None:
+    """Kubernetes `command:`, `--entrypoint`, pyxis: the venv's Python sets the threads."""
+    probe = "import os, torch; print(os.environ['OMP_NUM_THREADS'], torch.get_num_threads())"
+    out = run_in_image(*limit, "--entrypoint", "python", TAG, "-c", probe)
+    assert out == "1 1"
+    mine = run_in_image(
+        *limit, "-e", "OMP_NUM_THREADS=2", "--entrypoint", "python", TAG, "-c", probe
+    )
+    assert mine == "2 2"  # a value the user set is kept
+
+
+def test_threads_are_tuned_in_torchrun_workers_without_the_entrypoint(project: Path) -> None:
+    script = (
+        "import os, torch; print('omp', os.environ['OMP_NUM_THREADS'], torch.get_num_threads())"
+    )
+    out = run_in_image(
+        "--cpus", "1", "--entrypoint", "sh", TAG, "-c",
+        f'echo "{script}" > /tmp/t.py && torchrun --nproc-per-node 1 /tmp/t.py',
+    )  # fmt: skip
+    assert "omp 1 1" in out.splitlines()
 
 
 def test_stamp_marks_a_passing_image(project: Path) -> None:

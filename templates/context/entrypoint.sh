@@ -41,7 +41,9 @@ torchrun_ranks() {
   echo "$n"
 }
 
-if [ -z "${OMP_NUM_THREADS:-}" ]; then
+# IMAGEKIT_OMP_AUTO=1 marks a value imagekit computed: torchrun's workers recompute it
+# (imagekit/runtime/threads.py, run by the venv's Python at start) from LOCAL_WORLD_SIZE.
+if [ -z "${OMP_NUM_THREADS:-}" ] || [ "${IMAGEKIT_OMP_AUTO:-}" = 1 ]; then
   ranks=${LOCAL_WORLD_SIZE:-${IMAGEKIT_LOCAL_RANKS:-$(torchrun_ranks "$@")}}
   case "${ranks:-1}" in
     # --nproc-per-node gpu|auto|...: the count is torchrun's to know; it sets 1 thread a rank.
@@ -49,7 +51,7 @@ if [ -z "${OMP_NUM_THREADS:-}" ]; then
     *)
       threads=$(( $(cpus_allowed) / ${ranks:-1} ))
       [ "$threads" -lt 1 ] && threads=1
-      export OMP_NUM_THREADS="$threads" ;;
+      export OMP_NUM_THREADS="$threads" IMAGEKIT_OMP_AUTO=1 ;;
   esac
 fi
 exec "$@"

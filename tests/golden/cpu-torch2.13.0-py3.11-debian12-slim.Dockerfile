@@ -8,14 +8,16 @@
 #   runtime  os-base + your apt packages + the environment, then env, labels, source last
 
 FROM debian:bookworm-slim AS os-base
-ENV DEBIAN_FRONTEND=noninteractive LANG=C.UTF-8 LC_ALL=C.UTF-8
-# Keep downloaded .debs in the cache mount rather than deleting them after each install.
-RUN rm -f /etc/apt/apt.conf.d/docker-clean \
-    && echo 'Binary::apt::APT::Keep-Downloaded-Packages "true";' > /etc/apt/apt.conf.d/keep-cache
+ENV LANG=C.UTF-8 LC_ALL=C.UTF-8
+# While imagekit builds, apt keeps downloaded .debs in the cache mount instead of deleting
+# them after each install; the runtime stage puts the base image's setting back.
+RUN if [ -f /etc/apt/apt.conf.d/docker-clean ]; then \
+      mv /etc/apt/apt.conf.d/docker-clean /etc/apt/imagekit-docker-clean.saved; fi \
+    && echo 'Binary::apt::APT::Keep-Downloaded-Packages "true";' > /etc/apt/apt.conf.d/imagekit-keep-cache
 RUN --mount=type=cache,id=imagekit-apt-cache-debian12,target=/var/cache/apt,sharing=locked \
     --mount=type=cache,id=imagekit-apt-lists-debian12,target=/var/lib/apt/lists,sharing=locked \
     apt-get update \
-    && apt-get install -y --no-install-recommends \
+    && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
        ca-certificates \
        g++ \
        libpython3.11-dev \
@@ -29,7 +31,7 @@ FROM os-base AS builder
 RUN --mount=type=cache,id=imagekit-apt-cache-debian12,target=/var/cache/apt,sharing=locked \
     --mount=type=cache,id=imagekit-apt-lists-debian12,target=/var/lib/apt/lists,sharing=locked \
     apt-get update \
-    && apt-get install -y --no-install-recommends \
+    && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
        ca-certificates \
        python3 \
        python3-venv
@@ -68,9 +70,23 @@ RUN --mount=type=cache,id=imagekit-pip,target=/root/.cache/pip,sharing=locked \
        'onnxruntime>=1.19'
 
 FROM os-base AS runtime
+# apt as in the base image again, for images built FROM this one: downloaded .debs are
+# deleted after each install (the docker-clean of Debian's and Ubuntu's official images).
+RUN rm /etc/apt/apt.conf.d/imagekit-keep-cache \
+    && if [ -f /etc/apt/imagekit-docker-clean.saved ]; then \
+         mv /etc/apt/imagekit-docker-clean.saved /etc/apt/apt.conf.d/docker-clean; \
+       else \
+         printf '%s\n' \
+           'DPkg::Post-Invoke { "rm -f /var/cache/apt/archives/*.deb /var/cache/apt/archives/partial/*.deb /var/cache/apt/*.bin || true"; };' \
+           'APT::Update::Post-Invoke { "rm -f /var/cache/apt/archives/*.deb /var/cache/apt/archives/partial/*.deb /var/cache/apt/*.bin || true"; };' \
+           'Dir::Cache::pkgcache ""; Dir::Cache::srcpkgcache "";' \
+           > /etc/apt/apt.conf.d/docker-clean; \
+       fi
 COPY --from=builder /opt/venv /opt/venv
 COPY imagekit/entrypoint.sh /usr/local/bin/imagekit-entrypoint
 COPY imagekit/lib/imagekit /opt/venv/lib/python3.11/site-packages/imagekit
+# OMP_NUM_THREADS at every start of this venv's Python, also where the entrypoint is replaced.
+COPY imagekit/lib/imagekit-threads.pth /opt/venv/lib/python3.11/site-packages/
 # What this image promises (the same as its io.imagekit.* labels), for the self-check.
 COPY imagekit/labels.json /etc/imagekit/labels.json
 ENV PATH=/opt/venv/bin:$PATH VIRTUAL_ENV=/opt/venv
