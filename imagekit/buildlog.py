@@ -37,7 +37,11 @@ class StepLog:
                 self.steps[vertex] = Step(name=name[:200])
             self.current = self.steps[vertex].name
         elif (match := _DONE.match(line)) and int(match.group(1)) in self.steps:
-            self.steps[int(match.group(1))].seconds = float(match.group(2))
+            step = self.steps[int(match.group(1))]
+            step.seconds = float(match.group(2))
+            # A FROM only resolves an image that is already there: nothing was rebuilt, so a
+            # fully cached build counts every step as cached.
+            step.cached = step.cached or "] FROM " in step.name
         elif (match := _CACHED.match(line)) and int(match.group(1)) in self.steps:
             self.steps[int(match.group(1))].cached = True
         elif (match := _ERROR.match(line)) and int(match.group(1)) in self.steps:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -85,11 +86,12 @@ def list_cells(**kwargs: Any) -> None:
 
 
 @cli.command(
+    short_help="Print the cells as JSON, a GitHub Actions matrix or a bake file.",
     epilog=examples(
         "imagekit matrix --format json",
         "imagekit matrix --format github --cuda 12.6",
         "imagekit matrix --format bake > docker-bake.json",
-    )
+    ),
 )
 @filter_options
 @click.option(
@@ -98,6 +100,7 @@ def list_cells(**kwargs: Any) -> None:
     type=click.Choice(["json", "github", "bake"]),
     default="json",
     show_default=True,
+    help="json: one object per cell; github: a strategy matrix; bake: a docker-bake file.",
 )
 @click.option(
     "--gpu-runner",
@@ -150,6 +153,9 @@ def compat_refresh(write: bool, versions: tuple[str, ...]) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
+    # A shell that backgrounds a job starts it with SIGINT ignored, and a child inherits
+    # that; Ctrl-C (or a CI runner's cancel) must still stop the builds and clean up.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         cli.main(args=argv, prog_name="imagekit", standalone_mode=False)
     except ImagekitError as exc:

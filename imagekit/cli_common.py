@@ -38,7 +38,12 @@ def filter_options(func: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--torch", multiple=True, help="torch version(s); 2.7 matches 2.7.1."),
         click.option("--python", multiple=True, help="Python version(s), e.g. 3.11."),
         click.option("--os", "os_", multiple=True, help="OS, e.g. ubuntu24.04 or debian12."),
-        click.option("--flavor", multiple=True, type=click.Choice(["nvidia", "slim"])),
+        click.option(
+            "--flavor",
+            multiple=True,
+            type=click.Choice(["nvidia", "slim"]),
+            help="nvidia (nvidia/cuda bases, nvcc in the builder) or slim (plain OS base).",
+        ),
         click.option("--cell", multiple=True, help="Cell id glob, e.g. 'cu126-*-slim'."),
     ]
     for option in reversed(options):

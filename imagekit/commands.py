@@ -114,7 +114,10 @@ def build(**kwargs: Any) -> None:
     run_build(cells, kwargs)
 
 
-@click.command(epilog=examples("imagekit lock", "imagekit lock --cuda 12.8"))
+@click.command(
+    short_help="Pin base images to registry digests in images.lock.",
+    epilog=examples("imagekit lock", "imagekit lock --cuda 12.8"),
+)
 @filter_options
 @docker_option
 def lock(**kwargs: Any) -> None:
@@ -199,8 +202,20 @@ def bootstrap(suite: str, mirror: str | None, tag: str | None, docker_cli: str |
     default=None,
     help="Seconds per check before it is killed (default: each check's own limit).",
 )
-@click.option("--json", "json_path", type=click.Path(path_type=Path), default=None)
-@click.option("--junit", "junit_path", type=click.Path(path_type=Path), default=None)
+@click.option(
+    "--json",
+    "json_path",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Write every check's status, reason and measurements as JSON.",
+)
+@click.option(
+    "--junit",
+    "junit_path",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Write the results as JUnit XML (one test case per check) for CI.",
+)
 @click.option(
     "--stamp", is_flag=True, help="On success, tag IMAGE-validated with the results as labels."
 )
@@ -217,11 +232,12 @@ def test_image(image: str, docker_cli: str | None, **kwargs: Any) -> None:
 
 
 @click.command(
+    short_help="Write the build contexts that a bake file points at.",
     epilog=examples(
         "imagekit stage --cuda 12.8",
         "imagekit matrix --format bake --cuda 12.8 > docker-bake.json",
         "docker buildx bake -f docker-bake.json cuda-12-8",
-    )
+    ),
 )
 @filter_options
 @click.option("--wheelhouse", type=click.Path(path_type=Path), default=None)

@@ -13,4 +13,6 @@ bash scripts/dev-setup.sh
 imagekit build --cuda 12.6 --torch 2.7 --python 3.11 --os debian12 --flavor slim --bootstrap-base "$@"
 image=$(imagekit matrix --format json --cuda 12.6 --torch 2.7 --python 3.11 --os debian12 --flavor slim \
   | python3 -c 'import json,sys; print(json.load(sys.stdin)[0]["tags"][0])')
+echo "quickstart: built $image"
 imagekit test "$image" --json reports/selfcheck.json --junit reports/selfcheck.xml
+echo "quickstart: $image passed its self-check (reports/selfcheck.json, reports/selfcheck.xml)"

@@ -132,6 +132,14 @@ def test_step_log_parses_buildkit_plain_output() -> None:
         "[builder 3/5] RUN false",
     ]
     assert steps[0]["cached"] and steps[1]["seconds"] == 0.3 and steps[2]["error"]
+    assert not steps[1]["cached"]
+
+
+def test_a_resolved_from_counts_as_cached() -> None:
+    log = StepLog()
+    for line in ["#5 [os-base 1/4] FROM docker.io/library/debian:bookworm-slim", "#5 DONE 0.0s"]:
+        log.feed(line)
+    assert log.as_list()[0]["cached"]  # a fully cached build reads 15/15, not 14/15
 
 
 def test_default_readme_cell_dry_run(

@@ -375,6 +375,8 @@ def test_ctrl_c_stops_the_build_and_leaves_no_tag(tmp_path: Path, project: Path)
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},  # see each line as it is printed
+        # As a shell that backgrounds a job starts it: SIGINT ignored. imagekit restores it.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
     )
     assert proc.stdout is not None
     deadline = time.monotonic() + 120
