@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import zipfile
 from pathlib import Path
 
@@ -80,5 +81,21 @@ def test_wheel_ships_templates_catalog_and_data(tmp_path: Path) -> None:
         "imagekit/data/compat.yaml",
         "imagekit/selfcheck/registry.py",
         "imagekit/selfcheck/verdicts.py",
+        "imagekit/runtime/threads.py",
     ):
         assert needed in names, needed
+    # Installed from the wheel alone (no checkout on the path), it renders the catalog.
+    target = tmp_path / "site"
+    install = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target"]
+    assert subprocess.run([*install, str(target), str(wheel)], check=False).returncode == 0
+    out = tmp_path / "out"
+    rendered = subprocess.run(
+        [sys.executable, "-m", "imagekit", "render", "--out", str(out), "--cuda", "12.6"],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(target)},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert rendered.returncode == 0, rendered.stderr
+    assert any(out.glob("cu126-*/Dockerfile"))
