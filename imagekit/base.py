@@ -8,10 +8,12 @@ slim Debian cells build where no registry is reachable. `lock` pins bases by dig
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import tempfile
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from imagekit.cells import Cell
@@ -85,6 +87,53 @@ def bases_of(cells: Sequence[Cell]) -> list[str]:
     """Distinct base references of the cells, without any digest already pinned."""
     refs = {c.runtime_image for c in cells} | {c.builder_image for c in cells if c.builder_image}
     return sorted({ref.split("@", 1)[0] for ref in refs})
+
+
+def unavailable_bases(
+    engine: Engine, refs: Sequence[str], bootstrappable: set[str]
+) -> dict[str, str]:
+    """The base images that cannot be had here, each with why: not on the engine, not
+    resolvable in its registry, and not to be bootstrapped in this run. Asked once per
+    distinct base, side by side (an unreachable registry answers in seconds)."""
+
+    def why_not(ref: str) -> str | None:
+        if ref in bootstrappable or engine.inspect(ref) is not None:
+            return None
+        try:
+            engine.registry_digest(ref)
+            return None
+        except Exception as exc:  # the SDK's errors for "no registry / no such tag / no DNS"
+            return f"not on this engine; its registry: {short_reason(str(exc))}"
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        answers = dict(zip(refs, pool.map(why_not, refs), strict=True))
+    return {ref: why for ref, why in answers.items() if why}
+
+
+_REASON = re.compile(
+    r"(dial tcp[^\")]*|[^\"(]*no such host|[^\"(]*connection refused|manifest unknown[^\")]*|"
+    r"unauthorized[^\")]*|[^\"(]*not found[^\")]*)"
+)
+
+
+def short_reason(text: str) -> str:
+    """The words of a registry error that say why (the SDK wraps them in an HTTP 500)."""
+    match = _REASON.search(text)
+    return (match.group(1) if match else text[-120:]).strip(" :")
+
+
+def fixes_for(ref: str, suites: dict[str, str]) -> str:
+    """What would make a missing base available here."""
+    if ref.split("@", 1)[0] in suites:
+        return "add --bootstrap-base (debootstrap from a Debian mirror, no registry needed)"
+    ways = [
+        "a registry mirror the engine can reach (dockerd's registry-mirrors)",
+        "`docker load` of a saved copy",
+        "a `base:` override naming an image this engine has",
+    ]
+    if ref.startswith(("nvidia/cuda:", "ubuntu:")):
+        ways.append("or cells that need no registry: --os debian12 --flavor slim --bootstrap-base")
+    return "; ".join(ways)
 
 
 def lock(engine: Engine, cells: Sequence[Cell], current: Lock) -> tuple[Lock, list[str]]:

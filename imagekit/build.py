@@ -65,7 +65,8 @@ class PlannedBuild:
 @dataclass
 class CellReport:
     cell: str
-    status: str = "pending"  # built | failed | over-budget | push-failed | interrupted
+    # built | failed | over-budget | push-failed | interrupted | not-attempted
+    status: str = "pending"
     tags: list[str] = field(default_factory=list)
     image_id: str = ""
     seconds: float = 0.0
@@ -211,7 +212,7 @@ class Runner:
             self._mark_unfinished("interrupted")
             raise Interrupted(self._interrupted_message()) from None
         pool.shutdown(wait=True)
-        self._mark_unfinished("skipped")
+        self._mark_unfinished("not-attempted")
 
     def _mark_unfinished(self, status: str) -> None:
         for report in self.reports.values():
@@ -227,7 +228,7 @@ class Runner:
     def build_one(self, build: PlannedBuild) -> None:
         report = self.reports[build.cell.id]
         if self._stop.is_set():
-            return  # an earlier cell failed; left "pending", reported as skipped
+            return  # an earlier cell failed; left "pending", reported as not attempted
         started = time.monotonic()
         self.display.start(build.cell.id)
         steps = StepLog()
@@ -321,12 +322,23 @@ def summary(reports: Sequence[CellReport]) -> str:
         if not r.ok and r.error:
             tail = "\n".join("    " + line for line in r.error.splitlines()[-15:])
             lines.append(f"\n{r.cell} {r.status}:\n{tail}")
+    built = sum(r.ok for r in reports)
+    skipped = sum(r.status == "not-attempted" for r in reports)
+    lines.append(
+        f"\n{built} built, {len(reports) - built - skipped} failed, {skipped} not attempted"
+    )
     return "\n".join(lines)
 
 
 def raise_for_failures(reports: Sequence[CellReport]) -> None:
-    failed = [r.cell for r in reports if not r.ok]
+    """Failed (tried and broke) and not attempted (stopped early, or no base here) apart."""
+    failed = [r.cell for r in reports if not r.ok and r.status != "not-attempted"]
+    skipped = [r.cell for r in reports if r.status == "not-attempted"]
+    if not failed and not skipped:
+        return
+    parts = []
     if failed:
-        raise BuildError(
-            f"{len(failed)} of {len(reports)} cells did not build: {', '.join(failed)}"
-        )
+        parts.append(f"{len(failed)} failed: {', '.join(failed)}")
+    if skipped:
+        parts.append(f"{len(skipped)} not attempted: {', '.join(skipped)}")
+    raise BuildError(f"of {len(reports)} cells, " + "; ".join(parts))

@@ -12,6 +12,7 @@ import click
 from imagekit import base, inputs
 from imagekit.build import (
     BuildOptions,
+    CellReport,
     Runner,
     build_labels,
     plan,
@@ -20,8 +21,9 @@ from imagekit.build import (
 )
 from imagekit.cells import Cell
 from imagekit.display import make_display
+from imagekit.engine.base import Engine
 from imagekit.engine.docker import DockerEngine
-from imagekit.errors import UsageError
+from imagekit.errors import BuildError, UsageError
 
 
 def options_from(kwargs: dict[str, Any]) -> BuildOptions:
@@ -66,12 +68,61 @@ def run_build(cells: Sequence[Cell], kwargs: dict[str, Any]) -> None:
         return
     builds = plan(cells, replace(options, labels=build_labels()), resolved)
     engine = DockerEngine(kwargs["docker_cli"])
+    unbuildable = preflight(engine, cells, kwargs["bootstrap_base"], options.keep_going)
+    builds = [b for b in builds if b.cell.id not in unbuildable]
     if kwargs["bootstrap_base"]:
-        bootstrap_missing(engine, cells, kwargs["mirror"] or base.DEFAULT_MIRROR)
+        bootstrap_missing(engine, [b.cell for b in builds], kwargs["mirror"] or base.DEFAULT_MIRROR)
     reports = Runner(engine, options, resolved, make_display(kwargs["progress"])).run(builds)
+    reports += [
+        CellReport(cell=c.id, status="not-attempted", error=why)
+        for c in cells
+        if (why := unbuildable.get(c.id))
+    ]
     click.echo(summary(reports))
     click.echo(f"reports: {Path(options.report_dir)}/<cell>/build.json")
     raise_for_failures(reports)
+
+
+def preflight(
+    engine: Engine, cells: Sequence[Cell], bootstrap: bool, keep_going: bool
+) -> dict[str, str]:
+    """Before building anything: which cells' base images cannot be had here, and what would
+    make them buildable. Without --keep-going that stops the run; with it, the other cells
+    build and these are reported as not attempted."""
+    from imagekit import compat
+
+    suites = {o.image: str(o.suite) for o in compat.load().os.values() if o.suite}
+    can_bootstrap = set(suites) if bootstrap else set()
+    missing = base.unavailable_bases(engine, base.bases_of(cells), can_bootstrap)
+    unbuildable = {}
+    for cell in cells:
+        refs = [r.split("@", 1)[0] for r in (cell.runtime_image, cell.builder_image) if r]
+        lacking = [r for r in refs if r in missing]
+        if lacking:
+            unbuildable[cell.id] = "; ".join(
+                f"base {r}: {missing[r]}. Fix: {base.fixes_for(r, suites)}" for r in lacking
+            )
+    if unbuildable and not keep_going:
+        raise BuildError(_unbuildable_message(cells, unbuildable, missing, suites))
+    return unbuildable
+
+
+def _unbuildable_message(
+    cells: Sequence[Cell], unbuildable: dict[str, str], missing: dict[str, str], suites: dict
+) -> str:  # type: ignore[type-arg]
+    lines = [
+        f"{len(unbuildable)} of {len(cells)} cells cannot be built here; nothing was built.",
+        "Base images this engine does not have and cannot get:",
+        *(f"  {ref}: {why}" for ref, why in sorted(missing.items())),
+        "To make them available: "
+        + "; ".join(dict.fromkeys(base.fixes_for(ref, suites) for ref in sorted(missing))),
+        f"Cells that need them: {', '.join(unbuildable)}",
+    ]
+    buildable = [c.id for c in cells if c.id not in unbuildable]
+    if buildable:
+        lines.append(f"Buildable here: {', '.join(buildable)}")
+    lines.append("(--keep-going builds the others and reports these as not attempted)")
+    return "\n".join(lines)
 
 
 def bootstrap_missing(engine: DockerEngine, cells: Sequence[Cell], mirror: str) -> None:

@@ -34,16 +34,19 @@ class Installer:
     no_compile: str  # the flag that keeps it from writing them ("" likewise)
 
 
+# Cache sharing per installer, so that concurrent builds (--jobs) neither wait for each
+# other nor corrupt a cache. uv locks its cache itself: one shared cache. pip does not (its
+# wheel cache moves files across filesystems from /tmp, pypa/pip#13540): each concurrent
+# build gets its own instance of the cache ("private"); builds one after another share it.
 INSTALLERS = {
     "pip": Installer(
         "/opt/venv/bin/pip install --find-links /wheelhouse",
         "/root/.cache/pip",
-        "locked",
+        "private",
         "--no-cache-dir",
         "",
         "--no-compile",
     ),
-    # uv's cache is safe for concurrent builds; pip's is not guaranteed to be.
     "uv": Installer(
         "/opt/uv/bin/uv pip install --python /opt/venv/bin/python --find-links /wheelhouse",
         "/root/.cache/uv",

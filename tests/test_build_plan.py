@@ -50,11 +50,61 @@ def test_tags_only_after_success_and_keep_going(cells, tmp_path: Path) -> None: 
     assert saved["status"] == "built" and saved["steps"][0]["seconds"] == 1.5
 
 
-def test_without_keep_going_later_cells_are_skipped(cells, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_without_keep_going_later_cells_are_not_attempted(cells, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     engine = FakeEngine(fail_builds={cells[0].id})
     reports = run(cells, tmp_path, engine, jobs=1)
-    assert [r.status for r in reports] == ["failed", "skipped"]
+    assert [r.status for r in reports] == ["failed", "not-attempted"]
     assert ("build", cells[1].id) not in engine.calls
+    with pytest.raises(BuildError, match=r"of 2 cells, 1 failed: .*; 1 not attempted: "):
+        raise_for_failures(reports)
+    assert summary(reports).endswith("0 built, 1 failed, 1 not attempted")
+
+
+class OfflineEngine(FakeEngine):
+    """No registry reachable; only debian:bookworm-slim is on the engine."""
+
+    def inspect(self, ref: str):  # type: ignore[no-untyped-def]
+        return super().inspect(ref) if ref.startswith("debian:") else None
+
+    def registry_digest(self, ref: str) -> str:
+        self.calls.append(("registry", ref))
+        raise OSError("lookup registry-1.docker.io: no such host")
+
+
+def test_cells_whose_bases_cannot_be_had_are_named_before_anything_builds() -> None:
+    from imagekit.build_command import preflight
+    from imagekit.catalog import Filters, select
+
+    cells = select(load_cells([ROOT / "envs"]), Filters(cuda=("12.6",)))
+    engine = OfflineEngine()
+    with pytest.raises(BuildError) as caught:
+        preflight(engine, cells, bootstrap=False, keep_going=False)
+    text = str(caught.value)
+    assert "cannot be built here; nothing was built" in text
+    assert "nvidia/cuda:" in text and "no such host" in text and "registry mirror" in text
+    assert "--os debian12 --flavor slim --bootstrap-base" in text
+    assert not any(call[0] == "build" for call in engine.calls)
+    # each distinct base is asked once
+    asked = [ref for kind, ref in engine.calls if kind == "registry"]
+    assert len(asked) == len(set(asked))
+    unbuildable = preflight(engine, cells, bootstrap=False, keep_going=True)
+    debian = [c.id for c in cells if c.runtime_image.startswith("debian:")]
+    assert debian and not set(debian) & set(unbuildable)
+    assert len(unbuildable) == len(cells) - len(debian)
+
+
+def test_a_debian_base_missing_here_is_bootstrappable() -> None:
+    from imagekit.build_command import preflight
+    from imagekit.catalog import Filters, select
+
+    class Bare(OfflineEngine):
+        def inspect(self, ref: str):  # type: ignore[no-untyped-def]
+            return None
+
+    cells = select(load_cells([ROOT / "envs"]), Filters(cuda=("12.6",), os=("debian12",)))
+    with pytest.raises(BuildError, match="add --bootstrap-base"):
+        preflight(Bare(), cells, bootstrap=False, keep_going=False)
+    assert preflight(Bare(), cells, bootstrap=True, keep_going=False) == {}
 
 
 def test_size_budget_fails_the_cell_and_names_layers(cells, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

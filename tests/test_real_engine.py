@@ -355,6 +355,24 @@ def test_daemon_not_running_is_a_clear_error(tmp_path: Path) -> None:
     assert "Start it" in result.stderr
 
 
+def test_a_cell_whose_base_cannot_be_had_stops_the_run_before_building(
+    tmp_path: Path, project: Path
+) -> None:
+    unreachable = "  - {cuda: cpu, torch: '2.13.0', python: '3.12', os: debian12, flavor: slim,"
+    unreachable += " installer: uv, base: '127.0.0.1:9/nothing/here:1'}\n"
+    root = make_project(tmp_path / "p", repository="imagekit-preflight")
+    matrix = root / "envs" / "cpu.yaml"
+    matrix.write_text(matrix.read_text().replace("matrix:\n", "matrix:\n" + unreachable))
+    started = time.monotonic()
+    result = imagekit(*build_args(project / "ca-marked.pem"), cwd=root)
+    assert result.returncode == 6, result.stderr
+    assert time.monotonic() - started < 60
+    assert "cells cannot be built here; nothing was built" in result.stderr
+    assert "127.0.0.1:9/nothing/here:1: not on this engine; its registry:" in result.stderr
+    assert "Buildable here: cpu-torch2.13.0-py3.11-debian12-slim" in result.stderr
+    assert "imagekit-preflight" not in docker("images", "--format", "{{.Repository}}").stdout
+
+
 def test_bad_wheelhouse_fails_before_building(tmp_path: Path) -> None:
     root = make_project(tmp_path / "p")
     result = imagekit("build", "--envs", "envs", "--wheelhouse", str(tmp_path / "none"), cwd=root)
@@ -431,7 +449,7 @@ def test_keep_going_builds_the_rest_and_names_the_failed_cell(
         cwd=root,
     )
     assert result.returncode == 6
-    assert "1 of 2 cells did not build: cpu-torch2.13.0-py3.12-debian12-slim" in result.stderr
+    assert "of 2 cells, 1 failed: cpu-torch2.13.0-py3.12-debian12-slim" in result.stderr
     lines = result.stdout.splitlines()
     assert any(line.startswith(CELL) and " built " in line for line in lines)
     assert "cpu-torch2.13.0-py3.12-debian12-slim failed:" in result.stdout

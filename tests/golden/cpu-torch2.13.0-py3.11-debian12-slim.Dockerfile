@@ -40,7 +40,7 @@ ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
 RUN python3.11 -m venv /opt/venv
 # The OS's venv pip is old (23.0 on Debian 12): a current one builds sdists as wheels
 # (PEP 517), which its cache keeps for the next rebuild.
-RUN --mount=type=cache,id=imagekit-pip,target=/root/.cache/pip,sharing=locked \
+RUN --mount=type=cache,id=imagekit-pip,target=/root/.cache/pip,sharing=private \
     --mount=type=secret,id=ca \
     --mount=type=secret,id=index \
     --mount=type=bind,source=imagekit/build-env.sh,target=/run/imagekit/build-env.sh \
@@ -49,7 +49,7 @@ RUN --mount=type=cache,id=imagekit-pip,target=/root/.cache/pip,sharing=locked \
     && /opt/venv/bin/pip install --find-links /wheelhouse \
        'pip>=25'
 # torch (the heaviest layer; it changes only with the cell)
-RUN --mount=type=cache,id=imagekit-pip,target=/root/.cache/pip,sharing=locked \
+RUN --mount=type=cache,id=imagekit-pip,target=/root/.cache/pip,sharing=private \
     --mount=type=secret,id=ca \
     --mount=type=secret,id=index \
     --mount=type=bind,source=imagekit/build-env.sh,target=/run/imagekit/build-env.sh \
@@ -58,7 +58,7 @@ RUN --mount=type=cache,id=imagekit-pip,target=/root/.cache/pip,sharing=locked \
     && /opt/venv/bin/pip install --find-links /wheelhouse ${TORCH_INDEX_URL:+--extra-index-url "$TORCH_INDEX_URL"} \
        torch==2.13.0
 # Feature: onnx-tensorrt
-RUN --mount=type=cache,id=imagekit-pip,target=/root/.cache/pip,sharing=locked \
+RUN --mount=type=cache,id=imagekit-pip,target=/root/.cache/pip,sharing=private \
     --mount=type=secret,id=ca \
     --mount=type=secret,id=index \
     --mount=type=bind,source=imagekit/build-env.sh,target=/run/imagekit/build-env.sh \

@@ -37,7 +37,7 @@ RUN --mount=type=cache,id=imagekit-apt-cache-ubuntu24.04,target=/var/cache/apt,s
 # Where torch comes from; `imagekit build --torch-index` overrides it (empty: wheelhouse/PyPI).
 ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cu126
 ENV UV_PYTHON_INSTALL_DIR=/opt/python
-RUN --mount=type=cache,id=imagekit-pip,target=/root/.cache/pip,sharing=locked \
+RUN --mount=type=cache,id=imagekit-pip,target=/root/.cache/pip,sharing=private \
     --mount=type=secret,id=ca \
     --mount=type=secret,id=index \
     --mount=type=bind,source=imagekit/build-env.sh,target=/run/imagekit/build-env.sh \

@@ -41,7 +41,7 @@ ARG TORCH_INDEX_URL=
 RUN python3.11 -m venv /opt/venv
 # The OS's venv pip is old (23.0 on Debian 12): a current one builds sdists as wheels
 # (PEP 517), which its cache keeps for the next rebuild.
-RUN --mount=type=cache,id=imagekit-pip,target=/root/.cache/pip,sharing=locked \
+RUN --mount=type=cache,id=imagekit-pip,target=/root/.cache/pip,sharing=private \
     --mount=type=secret,id=ca \
     --mount=type=secret,id=index \
     --mount=type=bind,source=imagekit/build-env.sh,target=/run/imagekit/build-env.sh \
@@ -50,7 +50,7 @@ RUN --mount=type=cache,id=imagekit-pip,target=/root/.cache/pip,sharing=locked \
     && /opt/venv/bin/pip install --find-links /wheelhouse \
        'pip>=25'
 # torch (the heaviest layer; it changes only with the cell)
-RUN --mount=type=cache,id=imagekit-pip,target=/root/.cache/pip,sharing=locked \
+RUN --mount=type=cache,id=imagekit-pip,target=/root/.cache/pip,sharing=private \
     --mount=type=secret,id=ca \
     --mount=type=secret,id=index \
     --mount=type=bind,source=imagekit/build-env.sh,target=/run/imagekit/build-env.sh \
@@ -60,7 +60,7 @@ RUN --mount=type=cache,id=imagekit-pip,target=/root/.cache/pip,sharing=locked \
        torch==2.7.1 \
        torchvision==0.22.1
 # Feature: onnx
-RUN --mount=type=cache,id=imagekit-pip,target=/root/.cache/pip,sharing=locked \
+RUN --mount=type=cache,id=imagekit-pip,target=/root/.cache/pip,sharing=private \
     --mount=type=secret,id=ca \
     --mount=type=secret,id=index \
     --mount=type=bind,source=imagekit/build-env.sh,target=/run/imagekit/build-env.sh \
@@ -94,7 +94,7 @@ COPY imagekit/labels.json /etc/imagekit/labels.json
 # Your pip packages, after everything that changes less often, installed in place: this
 # layer holds exactly what they add or change, so adding one rebuilds and re-pushes this
 # layer, not torch. (With build_apt they are built in the builder instead.)
-RUN --mount=type=cache,id=imagekit-pip,target=/root/.cache/pip,sharing=locked \
+RUN --mount=type=cache,id=imagekit-pip,target=/root/.cache/pip,sharing=private \
     --mount=type=cache,id=imagekit-pyc,target=/root/.cache/imagekit-pyc,sharing=shared \
     --mount=type=bind,source=imagekit/pyc_cache.py,target=/run/imagekit/pyc_cache.py \
     --mount=type=secret,id=ca \

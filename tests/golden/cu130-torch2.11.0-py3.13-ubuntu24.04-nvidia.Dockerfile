@@ -45,7 +45,7 @@ ARG TORCH_INDEX_URL=
 # Parallel compile jobs for CUDA extensions; each can take several GB of RAM.
 ARG MAX_JOBS=4
 ENV UV_PYTHON_INSTALL_DIR=/opt/python
-RUN --mount=type=cache,id=imagekit-pip,target=/root/.cache/pip,sharing=locked \
+RUN --mount=type=cache,id=imagekit-pip,target=/root/.cache/pip,sharing=private \
     --mount=type=secret,id=ca \
     --mount=type=secret,id=index \
     --mount=type=bind,source=imagekit/build-env.sh,target=/run/imagekit/build-env.sh \
