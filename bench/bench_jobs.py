@@ -93,8 +93,8 @@ def main() -> None:
             cleanup()
     s, p = statistics.median(serial), statistics.median(parallel)
     print(f"{'two cells, --no-cache':<34}{'median s':>10}{'runs':>20}")
-    print(f"{'one after the other (--jobs 1)':<34}{s:>10.1f}{str([round(x) for x in serial]):>20}")
-    print(f"{'at the same time (--jobs 2)':<34}{p:>10.1f}{str([round(x) for x in parallel]):>20}")
+    print(f"{'one after the other (--jobs 1)':<34}{s:>10.1f}{[round(x) for x in serial]!s:>20}")
+    print(f"{'at the same time (--jobs 2)':<34}{p:>10.1f}{[round(x) for x in parallel]!s:>20}")
     print(f"{'speed-up':<34}{s / p:>9.2f}x")
     out = ROOT / "bench" / "results" / "jobs.json"
     out.write_text(
