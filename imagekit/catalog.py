@@ -41,6 +41,20 @@ class Filters:
         )
 
 
+def _unknown_values(cells: Sequence[Cell], filters: Filters) -> str:
+    """Name the filter values that match nothing, with the values the matrix has."""
+    notes = []
+    for axis in ("cuda", "torch", "python", "os", "flavor"):
+        have = sorted({getattr(c, axis) for c in cells})
+        for wanted in getattr(filters, axis):
+            if not any(_version_in(v, (wanted,)) for v in have):
+                listed = ", ".join(have)
+                notes.append(f"--{axis} {wanted} matches no cell (the matrix has {listed})")
+    if notes:
+        return ": " + "; ".join(notes)
+    return " together; `imagekit list` shows the cells there are"
+
+
 def _version_in(value: str, wanted: tuple[str, ...]) -> bool:
     return not wanted or any(value == w or value.startswith(w + ".") for w in wanted)
 
@@ -58,7 +72,12 @@ def load_cells(envs: Sequence[Path] = (), lock: Path | None = None) -> list[Cell
 
 
 def select(cells: Sequence[Cell], filters: Filters) -> list[Cell]:
+    if not cells:
+        raise UsageError(
+            "the matrix files define no cell: add entries under `matrix:` or `include:` "
+            "(see envs/training.yaml)"
+        )
     chosen = [c for c in cells if filters.accepts(c)]
     if not chosen:
-        raise UsageError("the filters select no cell; `imagekit list` shows the cells there are")
+        raise UsageError(f"the filters select no cell{_unknown_values(cells, filters)}")
     return chosen

@@ -52,9 +52,10 @@ _UNITS = {
 def _not_a_number(value: Any) -> Any:
     # YAML reads 3.10 as the float 3.1: a silent wrong version. Demand quotes instead.
     if isinstance(value, bool | int | float):
+        written = getattr(value, "raw", str(value))  # the text in the file, e.g. 3.10
         raise ValueError(
-            f"YAML read {value!r} as a number, which can drop digits (3.10 becomes 3.1); "
-            f'quote it: "{value}"'
+            f"YAML read {written} as the number {value!r}, which can drop digits (3.10 "
+            f'becomes 3.1); quote it: "{written}"'
         )
     return value
 
