@@ -14,6 +14,7 @@ from pathlib import Path
 from packaging.version import Version
 
 from imagekit import __version__
+from imagekit import source as source_mod
 from imagekit.compat import CPU, Compat, variant_of
 from imagekit.errors import CompatError, SpecError
 from imagekit.profiles import image_env
@@ -61,6 +62,7 @@ class Cell:
     tags: tuple[str, ...]
     size_budget: int
     source: Path | None
+    source_default_ignore: bool
     min_driver: str | None
     archs: tuple[str, ...]
     origin: str
@@ -96,6 +98,7 @@ def complete(raw: RawCell, compat: Compat, pins: dict[str, str] | None = None) -
     torch = compat.torch_release(raw.torch)
     os_rel = compat.os_release(raw.os)
     opts = raw.options
+    ignore = opts.source_default_ignore is not False
     features = tuple(sorted(set(opts.features or ())))
     installer = opts.installer or "uv"
     system_python = raw.python == os_rel.python
@@ -153,7 +156,8 @@ def complete(raw: RawCell, compat: Compat, pins: dict[str, str] | None = None) -
         labels=(),
         tags=tags,
         size_budget=opts.size_budget or DEFAULT_SIZE_BUDGET,
-        source=(raw.base_dir / opts.source).resolve() if opts.source else None,
+        source=source_mod.checked(raw.base_dir, opts.source, ignore) if opts.source else None,
+        source_default_ignore=ignore,
         min_driver=cuda_rel.min_driver if cuda_rel else None,
         archs=archs,
         origin=str(raw.origin),
@@ -264,6 +268,9 @@ def complete_all(
         except CompatError as exc:
             axes = " ".join(f"{a}={getattr(raw, a)}" for a in AXES)
             problems.append(f"{raw.origin}: {axes}: {exc}")
+            continue
+        except source_mod.SourceError as exc:
+            problems.append(f"{raw.origin}: source: {exc}")
             continue
         if cell.id in seen:
             problems.append(f"{raw.origin}: cell {cell.id} is already defined at {seen[cell.id]}")

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from imagekit.cells import Cell
 from imagekit.resources import PACKAGE_DIR, templates_dir
+from imagekit.source import copy_source
 
 IGNORE = shutil.ignore_patterns(".git", "__pycache__", "*.pyc", ".venv", ".imagekit")
 
@@ -44,8 +45,8 @@ def stage(cell: Cell, dest: Path, wheelhouse: Path | None = None) -> Path:
     labels = {k: v for k, v in cell.labels if k.startswith("io.imagekit.")}
     (helpers / "labels.json").write_text(json.dumps(labels, indent=2, sort_keys=True) + "\n")
     _link_wheels(wheelhouse, dest / "wheelhouse")
-    if cell.source:
-        shutil.copytree(cell.source, dest / "source", ignore=IGNORE)
+    if cell.source:  # links as links, .dockerignore and the default ignore list applied
+        copy_source(cell.source, dest / "source", cell.source_default_ignore)
     else:
         (dest / "source").mkdir()
     return dest

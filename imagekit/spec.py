@@ -17,7 +17,14 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from packaging.requirements import InvalidRequirement, Requirement
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, ValidationError
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    StrictBool,
+    ValidationError,
+)
 
 from imagekit.errors import SpecError
 from imagekit.yamlsrc import Located, YamlSyntaxError
@@ -164,6 +171,8 @@ class Options(_Strict):
     compile: bool | None = None
     base: ImageRef | None = None
     source: str | None = None
+    # imagekit's default ignore list for source (.env*, .git, keys); false copies them too.
+    source_default_ignore: StrictBool | None = None
 
 
 class Axes(_Strict):

@@ -109,6 +109,11 @@ def test_labels_user_and_environment(project: Path) -> None:
     assert run_in_image(TAG, "cat", "/workspace/train.py").endswith('print("training code v1")')
 
 
+def test_source_reaches_the_image_without_its_env_file(project: Path) -> None:
+    listing = run_in_image("--entrypoint", "ls", TAG, "-A", "/workspace").split()
+    assert "train.py" in listing and ".env" not in listing  # tests/data/app/.env stays out
+
+
 def test_push_and_pull_by_digest(project: Path) -> None:
     pushed = report(project)["pushed"]
     assert len(pushed) == 2 and all("@sha256:" in ref for ref in pushed)
