@@ -24,10 +24,14 @@ from imagekit.display import make_display
 from imagekit.engine.base import Engine
 from imagekit.engine.docker import DockerEngine
 from imagekit.errors import BuildError, UsageError
+from imagekit.urls import refuse_credentials
 
 
 def options_from(kwargs: dict[str, Any]) -> BuildOptions:
-    torch_index = kwargs["torch_index"]
+    torch_index = refuse_credentials(
+        kwargs["torch_index"], "--torch-index", "a build argument (build history, provenance)"
+    )
+    refuse_credentials(kwargs["mirror"], "--mirror", "the base image's apt sources")
     return BuildOptions(
         target=kwargs["target"],
         push=kwargs["push"],

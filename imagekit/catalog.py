@@ -52,7 +52,7 @@ def _unknown_values(cells: Sequence[Cell], filters: Filters) -> str:
                 notes.append(f"--{axis} {wanted} matches no cell (the matrix has {listed})")
     if notes:
         return ": " + "; ".join(notes)
-    return " together; `imagekit list` shows the cells there are"
+    return " all these filters together; `imagekit list` shows the cells there are"
 
 
 def _version_in(value: str, wanted: tuple[str, ...]) -> bool:
@@ -79,5 +79,5 @@ def select(cells: Sequence[Cell], filters: Filters) -> list[Cell]:
         )
     chosen = [c for c in cells if filters.accepts(c)]
     if not chosen:
-        raise UsageError(f"the filters select no cell{_unknown_values(cells, filters)}")
+        raise UsageError(f"no cell matches{_unknown_values(cells, filters)}")
     return chosen

@@ -163,7 +163,9 @@ def bootstrap(suite: str, mirror: str | None, tag: str | None, docker_cli: str |
     """Make a Debian base image from a package mirror with debootstrap."""
     from imagekit import base, compat
     from imagekit.engine.discover import find_builder
+    from imagekit.urls import refuse_credentials
 
+    refuse_credentials(mirror, "--mirror", "the base image's apt sources")
     names = {o.suite: o.image for o in compat.load().os.values() if o.suite}
     tag = tag or names.get(suite) or f"debian:{suite}"
     image_id = base.bootstrap(

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from imagekit.errors import UsageError
+from imagekit.urls import mask
 
 CA_ENV = ("PIP_CERT", "REQUESTS_CA_BUNDLE", "SSL_CERT_FILE")
 
@@ -82,7 +83,7 @@ def check_index_url(url: str | None) -> str | None:
     if url is None:
         return None
     if not url.startswith(("http://", "https://", "file://")) or any(c.isspace() for c in url):
-        raise UsageError(f"--index-url {url!r} is not a URL; expected https://host/simple")
+        raise UsageError(f"--index-url {mask(url)!r} is not a URL; expected https://host/simple")
     return url
 
 

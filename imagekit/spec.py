@@ -27,6 +27,7 @@ from pydantic import (
 )
 
 from imagekit.errors import SpecError
+from imagekit.urls import has_credentials, mask
 from imagekit.yamlsrc import Located, YamlSyntaxError
 from imagekit.yamlsrc import load as load_yaml
 
@@ -95,9 +96,15 @@ def _pip(value: str) -> str:
     if "\n" in value or "\r" in value or value.lstrip().startswith("-"):
         raise ValueError("a pip requirement is one PEP 508 line, not an option or several lines")
     try:
-        Requirement(value)
+        requirement = Requirement(value)
     except InvalidRequirement as exc:
-        raise ValueError(f"not a PEP 508 requirement ({exc})") from None
+        raise ValueError(f"not a PEP 508 requirement ({mask(str(exc))})") from None
+    if requirement.url and has_credentials(requirement.url.removeprefix("git+")):
+        raise ValueError(
+            "the credentials in this URL would be written into the committed Dockerfile and "
+            "the image history; put the package on a private index passed with --index-url "
+            "(a BuildKit secret) instead"
+        )
     return value
 
 
@@ -374,7 +381,7 @@ def _describe(error: Any, located: Located) -> str:
     if error["type"] == "missing":
         return f"{where}: required"
     message = str(error["msg"]).removeprefix("Value error, ")
-    return f"{where}: value {error['input']!r}: {message}"
+    return f"{where}: value {mask(repr(error['input']))}: {mask(message)}"
 
 
 # -- loading ------------------------------------------------------------------------------

@@ -90,7 +90,10 @@ def test_render_then_check_then_stale(
 @pytest.mark.usefixtures("in_repo")
 def test_filter_that_selects_nothing(capsys: pytest.CaptureFixture[str]) -> None:
     code, _ = run("list", "--cuda", "11.0")
-    assert code == 2 and "select no cell" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert code == 2 and "--cuda 11.0 matches no cell (the matrix has " in err
+    code, _ = run("list", "--cuda", "12.6", "--os", "debian12", "--flavor", "nvidia")
+    assert code == 2 and "no cell matches all these filters together" in capsys.readouterr().err
 
 
 @pytest.mark.usefixtures("in_repo")

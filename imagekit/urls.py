@@ -1,0 +1,42 @@
+"""Credentials in URLs: found, refused where they would persist, masked wherever printed."""
+
+from __future__ import annotations
+
+import re
+import urllib.parse
+
+from imagekit.errors import UsageError
+
+_USERINFO = re.compile(
+    r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<user>[^/@:\s]*)(?P<password>:[^/@\s]*)?@"
+)
+
+
+def mask(text: str) -> str:
+    """Every URL in `text` with its password replaced by ***; a user name alone is masked
+    whole, since tokens are often passed as the user name (https://TOKEN@host)."""
+
+    def hide(m: re.Match[str]) -> str:
+        user = m["user"] if m["password"] is not None else "***"
+        return f"{m['scheme']}{user}:***@"
+
+    return _USERINFO.sub(hide, text)
+
+
+def has_credentials(url: str) -> bool:
+    try:
+        parts = urllib.parse.urlsplit(url)
+    except ValueError:
+        return False
+    return parts.username is not None or parts.password is not None
+
+
+def refuse_credentials(url: str | None, option: str, where: str) -> str | None:
+    """`url` unchanged, or UsageError when it holds credentials that would end up in `where`."""
+    if url and has_credentials(url):
+        raise UsageError(
+            f"{option} {mask(url)}: the credentials in it would be written into {where}. "
+            "Pass a private index with --index-url (a BuildKit secret, never in a layer), "
+            "or drop the credentials from the URL"
+        )
+    return url
