@@ -18,6 +18,7 @@ from imagekit import source as source_mod
 from imagekit.compat import CPU, Compat, variant_of
 from imagekit.errors import CompatError, SpecError
 from imagekit.profiles import image_env
+from imagekit.refs import check_tag
 from imagekit.spec import AXES, RawCell
 
 DEFAULT_SIZE_BUDGET = 20 * 10**9
@@ -126,7 +127,7 @@ def complete(raw: RawCell, compat: Compat, pins: dict[str, str] | None = None) -
     }
     repo = f"{raw.env_file.registry}/{raw.env_file.repository}"
     tags = tuple(
-        f"{repo}:{t.format(**fields)}" for t in [raw.env_file.tag, *raw.env_file.extra_tags]
+        f"{repo}:{render_tag(t, fields)}" for t in [raw.env_file.tag, *raw.env_file.extra_tags]
     )
     archs = compat.variant_archs.get(variant_of(raw.cuda), ())
     cell = Cell(
@@ -165,6 +166,19 @@ def complete(raw: RawCell, compat: Compat, pins: dict[str, str] | None = None) -
     return _with_labels(cell, repo)
 
 
+def render_tag(template: str, fields: dict[str, str]) -> str:
+    """One tag of a cell; CompatError when the template does not render to a valid Docker
+    tag (a comma would split CI's tag list, a colon or slash would name another image)."""
+    try:
+        tag = template.format(**fields)
+    except (ValueError, KeyError, IndexError, AttributeError) as exc:
+        raise CompatError(f"tag template {template!r} does not render: {exc}") from None
+    try:
+        return check_tag(tag)
+    except ValueError as exc:
+        raise CompatError(f"tag template {template!r} gives {exc}") from None
+
+
 def _check_cell(
     raw: RawCell, compat: Compat, features: tuple[str, ...], installer: str, system_python: bool
 ) -> None:
@@ -191,9 +205,16 @@ def _check_cell(
 
 def _images(raw: RawCell, compat: Compat, features: tuple[str, ...]) -> tuple[str, str | None]:
     """(runtime base, builder base or None when the builder shares the runtime's OS stage)."""
-    if raw.options.base:
-        return raw.options.base, None
     os_rel = compat.os_release(raw.os)
+    if raw.options.base:
+        # A feature that compiles CUDA code (flash-attn) still needs nvcc in the builder.
+        needs_nvcc = raw.flavor == "nvidia" and any(
+            compat.features[f].needs_devel for f in features
+        )
+        if not needs_nvcc:
+            return raw.options.base, None
+        cuda = compat.cuda_release(raw.cuda)
+        return raw.options.base, f"nvidia/cuda:{cuda.full}-cudnn-devel-{os_rel.cuda_tag}"
     if raw.flavor == "slim":
         return os_rel.image, None
     cuda = compat.cuda_release(raw.cuda)

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from imagekit.errors import SpecError
+from imagekit.refs import DIGEST, check_image_ref
 from imagekit.render import write_atomic
 
 NAME = "images.lock"
@@ -34,8 +35,10 @@ def read(path: Path) -> Lock:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
         pins = data["images"]
-        if not all(isinstance(k, str) and str(v).startswith("sha256:") for k, v in pins.items()):
-            raise ValueError("every pin must be 'image': 'sha256:...'")
+        for ref, digest in pins.items():
+            check_image_ref(ref)
+            if not isinstance(digest, str) or not DIGEST.fullmatch(digest):
+                raise ValueError(f"the pin of {ref} must be sha256: and 64 hex digits")
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise SpecError(
             [f"{path}: not a valid lock file ({exc}); delete it and run `imagekit lock`"]

@@ -77,6 +77,9 @@ def _environment(directory: str) -> jinja2.Environment:
         autoescape=False,  # Dockerfiles, not HTML; values are quoted by the filters below.
     )
     env.filters["shquote"] = shlex.quote
+    # Text in a comment (the matrix file's name): escapes keep it one line, so a newline in a
+    # file name cannot start an instruction.
+    env.filters["oneline"] = lambda text: str(text).encode("unicode_escape").decode("ascii")
     env.filters["dq"] = dockerfile_quote
     env.filters["kv"] = lambda pair: f"{pair[0]}={dockerfile_quote(pair[1])}"
     return env

@@ -27,6 +27,7 @@ from pydantic import (
 )
 
 from imagekit.errors import SpecError
+from imagekit.refs import check_image_ref
 from imagekit.urls import has_credentials, mask
 from imagekit.yamlsrc import Located, YamlSyntaxError
 from imagekit.yamlsrc import load as load_yaml
@@ -40,10 +41,9 @@ TAG_FIELDS = ("id", "cuda", "variant", "torch", "python", "os", "flavor")
 
 _APT = re.compile(r"^[a-z0-9][a-z0-9+.-]*(=[A-Za-z0-9.+~:-]+)?$")
 _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_IMAGE_REF = re.compile(r"^[a-z0-9][a-z0-9._/:@-]*$")
 _REPOSITORY = re.compile(r"^[a-z0-9]+([._/-][a-z0-9]+)*$")
 _REGISTRY = re.compile(r"^[a-zA-Z0-9.-]+(:[0-9]+)?(/[a-z0-9._-]+)*$")
-_SIZE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*(B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)?\s*$")
+_SIZE = re.compile(r"\s*([0-9]+(?:\.[0-9]+)?)\s*(B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)?\s*")
 _UNITS = {
     "B": 1,
     "KB": 10**3,
@@ -108,9 +108,23 @@ def _pip(value: str) -> str:
     return value
 
 
+# Names imagekit owns, or that break the image for everything in it. Why, for the message.
+RESERVED_ENV = {
+    "PATH": "the venv's bin must come first; add tools with apt or pip instead",
+    "VIRTUAL_ENV": "imagekit's venv is /opt/venv",
+    "LD_PRELOAD": "it is loaded into every process of the image, the self-check included",
+    "OMP_NUM_THREADS": "it is computed at start from the container's CPUs (never baked)",
+}
+MAX_ENV_VALUE = 16_384  # BuildKit parses lines up to 64 KiB; ENV and LABEL repeat values
+_CONTROL = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029]")
+
+
 def _env_key(value: str) -> str:
     if not _ENV_KEY.fullmatch(value):
         raise ValueError("an environment name is letters, digits and _, not starting with a digit")
+    if value in RESERVED_ENV or value.startswith("IMAGEKIT_"):
+        why = RESERVED_ENV.get(value, "IMAGEKIT_* variables are imagekit's own")
+        raise ValueError(f"{value} cannot be set here: {why}")
     return value
 
 
@@ -118,18 +132,30 @@ def _env_value(value: Any) -> str:
     if isinstance(value, bool) or not isinstance(value, str | int):
         raise ValueError(f'write the value as a string, e.g. "{value}"')
     text = str(value)
-    if "\n" in text or "\r" in text:
-        raise ValueError("an environment value must be one line")
+    bad = _CONTROL.search(text)
+    if bad:
+        raise ValueError(
+            f"control character U+{ord(bad.group()):04X} at position {bad.start()}: an "
+            "environment value must be one line of printable text"
+        )
+    if len(text) > MAX_ENV_VALUE:
+        raise ValueError(f"{len(text)} characters; an environment value may have {MAX_ENV_VALUE}")
     return text
 
 
 def parse_size(value: Any) -> int:
+    """A positive size: a string with its unit ("12GB", "800MiB"; "1.5" alone is ambiguous),
+    or a whole number of bytes."""
     if isinstance(value, int) and not isinstance(value, bool):
-        return value
-    match = _SIZE.fullmatch(str(value))
-    if not match:
-        raise ValueError('expected a size such as "12GB", "800MiB" or a number of bytes')
-    return int(float(match.group(1)) * _UNITS[match.group(2) or "B"])
+        size = value
+    else:
+        match = _SIZE.fullmatch(value) if isinstance(value, str) else None
+        if not match or not match.group(2):
+            raise ValueError('expected a size with a unit, such as "12GB" or "800MiB"')
+        size = int(float(match.group(1)) * _UNITS[match.group(2)])
+    if size <= 0:
+        raise ValueError("a size budget must be more than 0")
+    return size
 
 
 def _pattern(regex: re.Pattern[str], what: str) -> Any:
@@ -152,7 +178,7 @@ PipRequirement = Annotated[str, AfterValidator(_pip)]
 EnvKey = Annotated[str, AfterValidator(_env_key)]
 EnvValue = Annotated[str, BeforeValidator(_env_value)]
 Size = Annotated[int, BeforeValidator(parse_size)]
-ImageRef = Annotated[str, _pattern(_IMAGE_REF, "image reference (e.g. debian:bookworm-slim)")]
+ImageRef = Annotated[str, AfterValidator(check_image_ref)]
 
 
 class _Strict(BaseModel):
@@ -171,11 +197,11 @@ class Options(_Strict):
     env: dict[EnvKey, EnvValue] | None = None
     size_budget: Size | None = None
     installer: Literal["uv", "pip"] | None = None
-    torchvision: bool | None = None
-    tf32: bool | None = None
+    torchvision: StrictBool | None = None
+    tf32: StrictBool | None = None
     # A C++ compiler and the Python headers in the runtime, which torch.compile needs there
     # (inductor on CPU, Triton's launcher on GPU); false saves their size.
-    compile: bool | None = None
+    compile: StrictBool | None = None
     base: ImageRef | None = None
     source: str | None = None
     # imagekit's default ignore list for source (.env*, .git, keys); false copies them too.
