@@ -67,7 +67,7 @@ def render(**kwargs: Any) -> None:
         render_mod.check(rendered, out, prune=filters.empty)
         click.echo(f"{len(rendered)} Dockerfiles are current.")
         return
-    changed = render_mod.write_all(rendered, out)
+    changed = render_mod.write_all(rendered, out, prune=filters.empty)
     click.echo(f"rendered {len(rendered)} cells into {out}/ ({len(changed)} changed)")
     for cell_id in changed:
         click.echo(f"  wrote {out / cell_id / 'Dockerfile'}")

@@ -6,6 +6,7 @@ plain data, so the same cell always renders the same bytes.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import os
 import shlex
@@ -18,7 +19,7 @@ from pathlib import Path
 import jinja2
 
 from imagekit.cells import USER, Cell
-from imagekit.errors import StaleError
+from imagekit.errors import StaleError, UsageError
 from imagekit.resources import templates_dir
 
 DEVEL_REQUIREMENTS = ("ninja", "packaging", "psutil", "setuptools", "wheel")
@@ -119,20 +120,30 @@ def dockerfile_path(out_dir: Path, cell: Cell) -> Path:
 
 
 def write_atomic(path: Path, text: str) -> bool:
-    """Write via a temp file and rename, so no reader ever sees half a file. True if changed."""
-    if path.is_file() and path.read_text(encoding="utf-8") == text:
+    """Write via a temp file and rename, so no reader ever sees half a file. True if changed.
+    Compared as bytes: a file that differs only in line endings is rewritten."""
+    if path.is_file() and path.read_bytes() == text.encode("utf-8"):
         return False
     path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = _temp_beside(path, text)
+    try:
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return True
+
+
+def _temp_beside(path: Path, text: str) -> Path:
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(text.encode("utf-8"))
         os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    return True
+    return Path(tmp)
 
 
 def render_all(cells: Iterable[Cell], syntax: str | None = None) -> dict[str, str]:
@@ -140,36 +151,75 @@ def render_all(cells: Iterable[Cell], syntax: str | None = None) -> dict[str, st
     return {cell.id: render(cell, syntax) for cell in cells}
 
 
-def write_all(rendered: dict[str, str], out_dir: Path) -> list[str]:
-    changed = []
-    for cell_id, text in sorted(rendered.items()):
-        if write_atomic(out_dir / cell_id / "Dockerfile", text):
-            changed.append(cell_id)
-    return changed
+HEADER = "# Rendered by imagekit for cell "
+
+
+def write_all(rendered: dict[str, str], out_dir: Path, prune: bool = False) -> list[str]:
+    """Write every changed Dockerfile or none: each goes to a temp file beside its target
+    first, and only when all are written are they renamed into place. With `prune`, the
+    Dockerfiles imagekit rendered for cells that left the matrix are removed."""
+    pending: list[tuple[Path, Path]] = []
+    try:
+        for cell_id, text in sorted(rendered.items()):
+            path = out_dir / cell_id / "Dockerfile"
+            if not (path.is_file() and path.read_bytes() == text.encode("utf-8")):
+                path.parent.mkdir(parents=True, exist_ok=True)
+                pending.append((_temp_beside(path, text), path))
+    except OSError as exc:
+        for tmp, _ in pending:
+            tmp.unlink(missing_ok=True)
+        raise UsageError(
+            f"cannot write under {out_dir}: {exc.strerror} ({exc.filename}); nothing was written"
+        ) from None
+    for tmp, path in pending:
+        os.replace(tmp, path)
+    changed = [path.parent.name for _, path in pending]
+    return changed + (_prune(rendered, out_dir) if prune else [])
+
+
+def orphans(rendered: dict[str, str], out_dir: Path) -> list[Path]:
+    """Dockerfiles imagekit rendered (by their header) for cells no longer in the matrix."""
+    if not out_dir.is_dir():
+        return []
+    found = []
+    for path in sorted(out_dir.glob("*/Dockerfile")):
+        if path.parent.name not in rendered and HEADER.encode() in path.read_bytes()[:4096]:
+            found.append(path)
+    return found
+
+
+def _prune(rendered: dict[str, str], out_dir: Path) -> list[str]:
+    removed = []
+    for path in orphans(rendered, out_dir):
+        path.unlink()
+        with contextlib.suppress(OSError):
+            path.parent.rmdir()  # only when nothing else is in it
+        removed.append(f"{path.parent.name} (removed: no longer in the matrix)")
+    return removed
 
 
 def check(rendered: dict[str, str], out_dir: Path, prune: bool = True) -> None:
-    """Raise StaleError with a unified diff when committed files differ from a fresh render.
-
-    With `prune`, a committed cell directory that the matrix no longer has is stale too.
-    """
+    """Raise StaleError with a unified diff when committed files differ from a fresh render,
+    byte for byte (a CRLF or a stray carriage return that hides an instruction from BuildKit
+    is stale too). With `prune`, a Dockerfile for a cell that left the matrix is stale."""
     diffs: list[str] = []
     for cell_id, text in sorted(rendered.items()):
         path = out_dir / cell_id / "Dockerfile"
-        current = path.read_text(encoding="utf-8") if path.is_file() else ""
-        if current != text:
-            diffs.extend(
-                difflib.unified_diff(
-                    current.splitlines(keepends=True),
-                    text.splitlines(keepends=True),
-                    fromfile=f"{path} (committed)",
-                    tofile=f"{path} (rendered)",
-                )
+        current = path.read_bytes() if path.is_file() else b""
+        if current == text.encode("utf-8"):
+            continue
+        lines = list(
+            difflib.unified_diff(
+                current.decode("utf-8", "replace").splitlines(keepends=True),
+                text.splitlines(keepends=True),
+                fromfile=f"{path} (committed)",
+                tofile=f"{path} (rendered)",
             )
-    if prune and out_dir.is_dir():
-        for extra in sorted(p.parent.name for p in out_dir.glob("*/Dockerfile")):
-            if extra not in rendered:
-                diffs.append(f"{out_dir / extra}: no cell in the matrix renders this any more\n")
+        )
+        diffs.extend(lines or [f"{path}: differs in bytes (line endings or a carriage return)\n"])
+    if prune:
+        for path in orphans(rendered, out_dir):
+            diffs.append(f"{path}: no cell in the matrix renders this any more\n")
     if diffs:
         raise StaleError(
             "committed Dockerfiles are stale; run `imagekit render` and commit the result:\n"

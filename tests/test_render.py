@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from imagekit import render as render_mod
 from imagekit.catalog import Filters, load_cells, select
-from imagekit.errors import StaleError
+from imagekit.errors import StaleError, UsageError
 from imagekit.render import dockerfile_quote, render, render_all, write_atomic
 
 from .conftest import ROOT
@@ -149,11 +149,56 @@ def test_check_reports_a_diff_and_orphans(tmp_path: Path, catalog: dict[str, obj
     path = tmp_path / GOLDEN_CELLS[0] / "Dockerfile"
     path.write_text(path.read_text().replace("numpy<3", "numpy<2"))
     (tmp_path / "gone-cell").mkdir()
-    (tmp_path / "gone-cell" / "Dockerfile").write_text("FROM scratch\n")
+    (tmp_path / "gone-cell" / "Dockerfile").write_text("# Rendered by imagekit for cell gone\n")
+    (tmp_path / "hand-made").mkdir()
+    (tmp_path / "hand-made" / "Dockerfile").write_text("FROM scratch\n")  # not ours
     with pytest.raises(StaleError) as info:
         render_mod.check(rendered, tmp_path)
     assert "-       'numpy<2'" in str(info.value) and "+       'numpy<3'" in str(info.value)
-    assert "gone-cell: no cell in the matrix renders this any more" in str(info.value)
+    assert "gone-cell/Dockerfile: no cell in the matrix renders this any more" in str(info.value)
+    assert "hand-made" not in str(info.value)
+    # render repairs all of it: rewrites the changed file, prunes only its own orphan
+    changed = render_mod.write_all(rendered, tmp_path, prune=True)
+    assert GOLDEN_CELLS[0] in changed and not (tmp_path / "gone-cell").exists()
+    assert (tmp_path / "hand-made" / "Dockerfile").is_file()
+
+
+@pytest.mark.parametrize("corrupt", [b"\r\n", b"\r"])
+def test_check_compares_bytes_and_render_repairs(
+    tmp_path: Path, catalog: dict[str, object], corrupt: bytes
+) -> None:
+    rendered = render_all([catalog[GOLDEN_CELLS[0]]])  # type: ignore[list-item]
+    render_mod.write_all(rendered, tmp_path)
+    path = tmp_path / GOLDEN_CELLS[0] / "Dockerfile"
+    data = path.read_bytes()
+    if corrupt == b"\r\n":
+        path.write_bytes(data.replace(b"\n", b"\r\n"))
+    else:  # one newline before an ARG becomes \r: BuildKit would read both lines as one
+        at = data.index(b"\nARG ")
+        path.write_bytes(data[:at] + b"\r" + data[at + 1 :])
+    with pytest.raises(StaleError):
+        render_mod.check(rendered, tmp_path)
+    assert render_mod.write_all(rendered, tmp_path) == [GOLDEN_CELLS[0]]
+    assert path.read_bytes() == data
+
+
+def test_render_writes_all_cells_or_none(
+    tmp_path: Path, catalog: dict[str, object], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cells = [catalog[c] for c in GOLDEN_CELLS[:3]]
+    rendered = render_all(cells)  # type: ignore[arg-type]
+    real = render_mod._temp_beside
+
+    def full_disk(path: Path, text: str) -> Path:
+        if path.parent.name == GOLDEN_CELLS[2]:  # the last one cannot be written
+            raise OSError(28, "No space left on device", str(path))
+        return real(path, text)
+
+    monkeypatch.setattr(render_mod, "_temp_beside", full_disk)
+    with pytest.raises(UsageError, match="No space left on device.*nothing was written"):
+        render_mod.write_all(rendered, tmp_path)
+    assert not list(tmp_path.rglob("Dockerfile"))  # the first two were not renamed in
+    assert not list(tmp_path.rglob(".Dockerfile.*"))  # and no temp file is left
 
 
 def test_atomic_write_leaves_old_file_on_failure(
