@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from imagekit.cells import Cell
+from imagekit.errors import UsageError
 
 CONTEXT_ROOT = ".imagekit/context"
 
@@ -51,8 +52,20 @@ def cells_json(cells: Sequence[Cell]) -> list[dict[str, Any]]:
     return [cell_json(c) for c in cells]
 
 
+# GitHub Actions runs at most 256 jobs from one matrix and refuses a workflow with more.
+GITHUB_MATRIX_LIMIT = 256
+
+
 def github_matrix(cells: Sequence[Cell], gpu_runner: str = "gpu") -> dict[str, Any]:
     """`strategy.matrix` value: one entry per cell, with runner hints."""
+    if len(cells) > GITHUB_MATRIX_LIMIT:
+        lines = sorted({c.cuda for c in cells})
+        raise UsageError(
+            f"{len(cells)} cells: GitHub Actions refuses a matrix of more than "
+            f"{GITHUB_MATRIX_LIMIT} jobs. Select fewer per workflow run, e.g. one CUDA line "
+            f"at a time (--cuda {lines[0]}; the matrix has {', '.join(lines)}), or split "
+            "envs/ into several matrix files and workflows"
+        )
     include = []
     for cell in cells:
         include.append(

@@ -11,6 +11,7 @@ import fnmatch
 import itertools
 import re
 import string
+import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -315,6 +316,7 @@ def expand(doc: EnvFile, located: Located, base_dir: Path) -> tuple[list[RawCell
         ("include", b, False) for b in doc.include
     ]
     counters = {"matrix": 0, "include": 0}
+    used: set[tuple[str, int]] = set()
     for section, block, excludable in groups:
         index = counters[section]
         counters[section] += 1
@@ -327,16 +329,33 @@ def expand(doc: EnvFile, located: Located, base_dir: Path) -> tuple[list[RawCell
             )
             continue
         for axes in _product(block, doc.defaults):
-            if excludable and any(matches(m, axes) for m in doc.exclude):
+            hits = [i for i, m in enumerate(doc.exclude) if excludable and matches(m, axes)]
+            used.update(("exclude", i) for i in hits)
+            if hits:
                 continue
             options = merge(_options_of(doc.defaults), _options_of(block))
-            for override in doc.overrides:
+            for i, override in enumerate(doc.overrides):
                 if matches(override.match, axes):
+                    used.add(("overrides", i))
                     options = merge(options, _options_of(override))
             cells.append(
                 RawCell(**axes, options=options, env_file=doc, origin=origin, base_dir=base_dir)
             )
+    _warn_unused(doc, located, used)
     return cells, problems
+
+
+def _warn_unused(doc: EnvFile, located: Located, used: set[tuple[str, int]]) -> None:
+    """An exclude or override that selects no cell is almost always a typo: say so."""
+    for section, count in (("exclude", len(doc.exclude)), ("overrides", len(doc.overrides))):
+        for i in range(count):
+            if (section, i) not in used:
+                line = located.line_of((section, i))
+                print(
+                    f"imagekit: warning: {located.file}:{line}: {section}[{i}] matches no cell "
+                    "of this file; check its values",
+                    file=sys.stderr,
+                )
 
 
 def _check_tags(doc: EnvFile, located: Located) -> list[str]:

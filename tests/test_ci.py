@@ -169,3 +169,17 @@ def test_workflow_only_uses_options_imagekit_has() -> None:
                     for o in getattr(p, "opts", [])
                 }
                 assert flag in all_known, f"unknown imagekit option {flag} in workflow"
+
+
+def test_github_matrix_at_its_256_job_limit() -> None:
+    from dataclasses import replace
+
+    from imagekit.catalog import load_cells
+    from imagekit.emit import GITHUB_MATRIX_LIMIT, github_matrix
+    from imagekit.errors import UsageError
+
+    cell = load_cells([ROOT / "envs"])[0]
+    many = [replace(cell, id=f"{cell.id}-{i}") for i in range(GITHUB_MATRIX_LIMIT + 1)]
+    assert len(github_matrix(many[:GITHUB_MATRIX_LIMIT])["include"]) == 256
+    with pytest.raises(UsageError, match="257 cells: GitHub Actions refuses a matrix of more"):
+        github_matrix(many)

@@ -212,3 +212,18 @@ def test_spec_loads_and_completes_separately(write_env: WriteEnv) -> None:
     assert spec.files == ("envs/m.yaml",) and spec.problems == ()
     (cell,) = complete_all(spec.cells, compat.load())
     assert cell.origin == "envs/m.yaml:2"
+
+
+def test_an_exclude_or_override_that_selects_nothing_is_warned(
+    write_env: WriteEnv, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = write_env(
+        GOOD_BLOCK
+        + "exclude:\n  - {python: '3.1'}\n  - {flavor: slim, torch: '2.6*'}\n"
+        + "overrides:\n  - match: {os: debain12}\n    apt: [curl]\n"
+    )
+    assert len(load_cells([folder])) == 1
+    err = capsys.readouterr().err
+    assert "envs/m.yaml:8: exclude[0] matches no cell of this file" in err
+    assert "exclude[1] matches no cell" in err
+    assert "overrides[0] matches no cell" in err
