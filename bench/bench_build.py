@@ -32,14 +32,15 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from imagekit import compat, context
-from imagekit.buildlog import StepLog
-from imagekit.catalog import load_cells
-from imagekit.engine.base import BuildRequest
+from imagekit.build import context
+from imagekit.build.inputs import find_ca_bundle
+from imagekit.build.log import StepLog
 from imagekit.engine.discover import Builder
 from imagekit.engine.docker import DockerEngine
-from imagekit.inputs import find_ca_bundle
-from imagekit.render import render
+from imagekit.engine.interface import BuildRequest
+from imagekit.matrix import compat
+from imagekit.matrix.catalog import load_cells
+from imagekit.render.dockerfile import render
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))

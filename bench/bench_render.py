@@ -14,9 +14,9 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from imagekit import compat
-from imagekit.catalog import load_cells
-from imagekit.render import render_all
+from imagekit.matrix import compat
+from imagekit.matrix.catalog import load_cells
+from imagekit.render.dockerfile import render_all
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from imagekit.catalog import Filters, load_cells, select
-from imagekit.emit import bake, github_matrix
+from imagekit.matrix.catalog import Filters, load_cells, select
+from imagekit.render.ci import bake, github_matrix
 
 from .conftest import ROOT
 
@@ -174,9 +174,9 @@ def test_workflow_only_uses_options_imagekit_has() -> None:
 def test_github_matrix_at_its_256_job_limit() -> None:
     from dataclasses import replace
 
-    from imagekit.catalog import load_cells
-    from imagekit.emit import GITHUB_MATRIX_LIMIT, github_matrix
     from imagekit.errors import UsageError
+    from imagekit.matrix.catalog import load_cells
+    from imagekit.render.ci import GITHUB_MATRIX_LIMIT, github_matrix
 
     cell = load_cells([ROOT / "envs"])[0]
     many = [replace(cell, id=f"{cell.id}-{i}") for i in range(GITHUB_MATRIX_LIMIT + 1)]

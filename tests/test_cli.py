@@ -106,7 +106,7 @@ def test_compat_show(capsys: pytest.CaptureFixture[str]) -> None:
 def test_internal_error_writes_a_log_not_a_traceback(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    import imagekit.cli_common as common
+    import imagekit.cli.common as common
 
     def boom(*args: object, **kwargs: object) -> None:
         raise KeyError("unexpected")

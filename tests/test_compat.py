@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from imagekit import compat
-from imagekit.compat_refresh import RefreshError, refresh
 from imagekit.errors import CompatError
+from imagekit.matrix import compat
+from imagekit.matrix.compat_refresh import RefreshError, refresh
 
 DATA = compat.COMPAT_FILE.read_text()
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from imagekit.catalog import load_cells
 from imagekit.cli import main
 from imagekit.errors import SpecError, UsageError
+from imagekit.matrix.catalog import load_cells
 from imagekit.urls import has_credentials, mask, refuse_credentials
 
 from .conftest import ROOT

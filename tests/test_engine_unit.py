@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from imagekit.engine.base import BuildRequest
 from imagekit.engine.discover import Builder, check_engine_version
 from imagekit.engine.docker import DockerEngine, split_ref
+from imagekit.engine.interface import BuildRequest
 from imagekit.errors import EngineError
 
 from .conftest import ROOT

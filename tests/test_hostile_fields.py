@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from imagekit.catalog import load_cells
 from imagekit.errors import SpecError
-from imagekit.render import render
+from imagekit.matrix.catalog import load_cells
+from imagekit.render.dockerfile import render
 
 CELL = "  - {cuda: cpu, torch: '2.13.0', python: '3.11', os: debian12, flavor: slim"
 WriteEnv = Callable[..., Path]

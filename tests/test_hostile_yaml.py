@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from imagekit.yamlsrc import MAX_BYTES, YamlSyntaxError, load
+from imagekit.matrix.yamlsrc import MAX_BYTES, YamlSyntaxError, load
 
 BOMB = "\n".join(
     f"{name}: &{name} [{', '.join([f'*{prev}'] * 9) if prev else ', '.join(['x'] * 9)}]"

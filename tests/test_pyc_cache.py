@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from imagekit import pyc_cache
+from imagekit.build import pyc_cache
 
 SCRIPT = Path(pyc_cache.__file__)
 

@@ -10,10 +10,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from imagekit import render as render_mod
-from imagekit.catalog import Filters, load_cells, select
 from imagekit.errors import StaleError, UsageError
-from imagekit.render import dockerfile_quote, render, render_all, write_atomic
+from imagekit.matrix.catalog import Filters, load_cells, select
+from imagekit.render import dockerfile as render_mod
+from imagekit.render.dockerfile import dockerfile_quote, render, render_all, write_atomic
 
 from .conftest import ROOT
 

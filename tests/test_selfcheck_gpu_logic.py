@@ -27,7 +27,7 @@ from imagekit.selfcheck.verdicts import (
     provider_verdict,
     providers_to_ask,
 )
-from imagekit.selftest import validated_on, wants_gpus
+from imagekit.selfcheck_host import validated_on, wants_gpus
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 
-from imagekit.engine.base import RunOptions, RunResult
 from imagekit.engine.fake import FakeEngine
+from imagekit.engine.interface import RunOptions, RunResult
 from imagekit.errors import SelfCheckFailed, UsageError
 from imagekit.selfcheck import report, runner
 from imagekit.selfcheck.peaks import peak_for
-from imagekit.selftest import SelfCheckOptions, check_image, selfcheck_command, validated_ref
+from imagekit.selfcheck_host import SelfCheckOptions, check_image, selfcheck_command, validated_ref
 
 
 def result(status: str, reason: str = "", **m: Any) -> dict[str, Any]:

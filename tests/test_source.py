@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from imagekit.source import SourceError, checked, copy_source
+from imagekit.matrix.source import SourceError, checked, copy_source
 
 
 @pytest.fixture

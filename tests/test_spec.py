@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from imagekit import compat
-from imagekit.catalog import load_cells
-from imagekit.cells import complete_all
 from imagekit.errors import SpecError
-from imagekit.spec import load_spec, parse_size
+from imagekit.matrix import compat
+from imagekit.matrix.catalog import load_cells
+from imagekit.matrix.cells import complete_all
+from imagekit.matrix.spec import load_spec, parse_size
 
 GOOD_BLOCK = """
 matrix:
@@ -83,7 +83,7 @@ def test_values_that_could_break_a_line_are_rejected(
 
 
 def test_quotes_in_env_values_are_allowed_and_escaped(write_env: WriteEnv) -> None:
-    from imagekit.render import render
+    from imagekit.render.dockerfile import render
 
     folder = write_env("defaults:\n  env: {MSG: 'say \"hi\" $HOME'}\n" + GOOD_BLOCK)
     (cell,) = load_cells([folder])

@@ -4,7 +4,7 @@
 the Docker SDK for everything else) and `FakeEngine` records calls for unit tests.
 """
 
-from imagekit.engine.base import (
+from imagekit.engine.interface import (
     BuildRequest,
     BuildResult,
     Engine,

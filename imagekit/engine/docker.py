@@ -18,7 +18,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from imagekit.engine.base import (
+from imagekit.engine.discover import Builder, check_engine_version, daemon_hint, find_builder
+from imagekit.engine.interface import (
     BuildRequest,
     BuildResult,
     ImageInfo,
@@ -27,7 +28,6 @@ from imagekit.engine.base import (
     RunOptions,
     RunResult,
 )
-from imagekit.engine.discover import Builder, check_engine_version, daemon_hint, find_builder
 from imagekit.errors import BuildError, EngineError, PushError
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from imagekit.engine.base import (
+from imagekit.engine.interface import (
     BuildRequest,
     BuildResult,
     ImageInfo,

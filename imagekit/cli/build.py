@@ -9,8 +9,10 @@ from typing import Any
 
 import click
 
-from imagekit import base, inputs
-from imagekit.build import (
+from imagekit.build import bases as base
+from imagekit.build import inputs
+from imagekit.build.display import make_display
+from imagekit.build.runner import (
     BuildOptions,
     CellReport,
     Runner,
@@ -19,11 +21,10 @@ from imagekit.build import (
     raise_for_failures,
     summary,
 )
-from imagekit.cells import Cell
-from imagekit.display import make_display
-from imagekit.engine.base import Engine
 from imagekit.engine.docker import DockerEngine
+from imagekit.engine.interface import Engine
 from imagekit.errors import BuildError, UsageError
+from imagekit.matrix.cells import Cell
 from imagekit.urls import refuse_credentials
 
 
@@ -93,7 +94,7 @@ def preflight(
     """Before building anything: which cells' base images cannot be had here, and what would
     make them buildable. Without --keep-going that stops the run; with it, the other cells
     build and these are reported as not attempted."""
-    from imagekit import compat
+    from imagekit.matrix import compat
 
     suites = {o.image: str(o.suite) for o in compat.load().os.values() if o.suite}
     can_bootstrap = set(suites) if bootstrap else set()
@@ -130,7 +131,7 @@ def _unbuildable_message(
 
 
 def bootstrap_missing(engine: DockerEngine, cells: Sequence[Cell], mirror: str) -> None:
-    from imagekit import compat
+    from imagekit.matrix import compat
 
     suites = {o.image: o.suite for o in compat.load().os.values() if o.suite}
     for ref in base.bases_of(cells):

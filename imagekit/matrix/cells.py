@@ -14,12 +14,12 @@ from pathlib import Path
 from packaging.version import Version
 
 from imagekit import __version__
-from imagekit import source as source_mod
-from imagekit.compat import CPU, Compat, variant_of
 from imagekit.errors import CompatError, SpecError
-from imagekit.profiles import image_env
-from imagekit.refs import check_tag
-from imagekit.spec import AXES, RawCell
+from imagekit.matrix import source as source_mod
+from imagekit.matrix.compat import CPU, Compat, variant_of
+from imagekit.matrix.profiles import image_env
+from imagekit.matrix.refs import check_tag
+from imagekit.matrix.spec import AXES, RawCell
 
 DEFAULT_SIZE_BUDGET = 20 * 10**9
 USER = ("imagekit", 1000)

@@ -8,7 +8,7 @@ import threading
 import time
 from typing import Any, Protocol
 
-from imagekit.buildlog import StepLog
+from imagekit.build.log import StepLog
 
 
 class Display(Protocol):

@@ -15,7 +15,7 @@ from typing import Any
 import click
 
 from imagekit import __version__
-from imagekit.cli_common import examples, filter_options, selected_cells
+from imagekit.cli.common import examples, filter_options, selected_cells
 from imagekit.errors import ImagekitError
 
 EPILOG_RENDER = """\b
@@ -58,7 +58,7 @@ def cli() -> None:
 )
 def render(**kwargs: Any) -> None:
     """Render one Dockerfile per selected cell."""
-    from imagekit import render as render_mod
+    from imagekit.render import dockerfile as render_mod
 
     out, check, syntax = kwargs.pop("out"), kwargs.pop("check"), kwargs.pop("syntax")
     cells, filters = selected_cells(kwargs)
@@ -79,7 +79,7 @@ def render(**kwargs: Any) -> None:
 @filter_options
 def list_cells(**kwargs: Any) -> None:
     """Print the selected cells as a table."""
-    from imagekit.emit import table
+    from imagekit.render.ci import table
 
     cells, _ = selected_cells(kwargs)
     click.echo(table(cells))
@@ -110,7 +110,7 @@ def list_cells(**kwargs: Any) -> None:
 )
 def matrix(**kwargs: Any) -> None:
     """Print the selected cells as data: JSON, a GitHub Actions matrix, or a bake file."""
-    from imagekit import emit
+    from imagekit.render import ci as emit
 
     fmt, gpu_runner = kwargs.pop("fmt"), kwargs.pop("gpu_runner")
     cells, _ = selected_cells(kwargs)
@@ -131,7 +131,7 @@ def compat() -> None:
 @compat.command(name="show")
 def compat_show() -> None:
     """Print torch -> CUDA/Python and CUDA -> driver tables."""
-    from imagekit.compat_refresh import show
+    from imagekit.matrix.compat_refresh import show
 
     click.echo(show())
 
@@ -147,7 +147,7 @@ def compat_show() -> None:
 @click.option("--torch", "versions", multiple=True, help="Only these torch versions.")
 def compat_refresh(write: bool, versions: tuple[str, ...]) -> None:
     """Re-derive PyPI-default CUDA and Python range of torch releases from PyPI metadata."""
-    from imagekit.compat_refresh import refresh
+    from imagekit.matrix.compat_refresh import refresh
 
     click.echo(refresh(versions=versions, write=write))
 
@@ -198,7 +198,7 @@ def write_crash_log(exc: BaseException) -> Path:
 def _register_optional_commands() -> None:
     # Commands in their own modules (one per command), imported lazily by click at call
     # time would complicate help; they are light to import, so register them here.
-    from imagekit.commands import register
+    from imagekit.cli.commands import register
 
     register(cli)
 

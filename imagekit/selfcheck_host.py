@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from imagekit.engine.base import Engine, RunOptions, RunResult
+from imagekit.engine.interface import Engine, RunOptions, RunResult
 from imagekit.errors import SelfCheckFailed, UsageError
 from imagekit.selfcheck import registry
 

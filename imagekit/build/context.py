@@ -18,9 +18,9 @@ import os
 import shutil
 from pathlib import Path
 
-from imagekit.cells import Cell
+from imagekit.matrix.cells import Cell
+from imagekit.matrix.source import copy_source
 from imagekit.resources import PACKAGE_DIR, templates_dir
-from imagekit.source import copy_source
 
 IGNORE = shutil.ignore_patterns(".git", "__pycache__", "*.pyc", ".venv", ".imagekit")
 
@@ -35,7 +35,7 @@ def stage(cell: Cell, dest: Path, wheelhouse: Path | None = None) -> Path:
         shutil.copy2(templates_dir() / "context" / name, helpers / name)
     os.chmod(helpers / "entrypoint.sh", 0o755)
     for name in ("pyc_cache.py", "venv_delta.py"):
-        shutil.copy2(PACKAGE_DIR / name, helpers / name)
+        shutil.copy2(PACKAGE_DIR / "build" / name, helpers / name)
     lib = helpers / "lib" / "imagekit"
     for package in ("selfcheck", "runtime"):
         shutil.copytree(PACKAGE_DIR / package, lib / package, ignore=IGNORE)

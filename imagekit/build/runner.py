@@ -22,15 +22,15 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from imagekit import context as context_mod
-from imagekit.buildlog import StepLog
-from imagekit.cells import Cell
-from imagekit.display import Display
-from imagekit.engine.base import BuildRequest, Engine
+from imagekit.build import context as context_mod
+from imagekit.build.display import Display
+from imagekit.build.inputs import Inputs
+from imagekit.build.log import StepLog
 from imagekit.engine.docker import build_flags
+from imagekit.engine.interface import BuildRequest, Engine
 from imagekit.errors import BuildError, ImagekitError, Interrupted
-from imagekit.inputs import Inputs
-from imagekit.render import render, write_atomic
+from imagekit.matrix.cells import Cell
+from imagekit.render.dockerfile import render, write_atomic
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from imagekit.cli_common import docker_option, examples, filter_options, selected_cells
+from imagekit.cli.common import docker_option, examples, filter_options, selected_cells
 
 
 @click.command(
@@ -108,7 +108,7 @@ from imagekit.cli_common import docker_option, examples, filter_options, selecte
 )
 def build(**kwargs: Any) -> None:
     """Build the selected cells with BuildKit and report on each."""
-    from imagekit.build_command import run_build
+    from imagekit.cli.build import run_build
 
     cells, _ = selected_cells(kwargs)
     run_build(cells, kwargs)
@@ -122,9 +122,10 @@ def build(**kwargs: Any) -> None:
 @docker_option
 def lock(**kwargs: Any) -> None:
     """Pin base images to registry digests in images.lock (the renderer uses the pins)."""
-    from imagekit import base, lockfile
-    from imagekit.catalog import default_envs
+    from imagekit.build import bases as base
     from imagekit.engine.docker import DockerEngine
+    from imagekit.matrix import lockfile
+    from imagekit.matrix.catalog import default_envs
 
     envs, lock_path, docker_cli = kwargs["envs"], kwargs["lock"], kwargs.pop("docker_cli")
     path = lock_path or lockfile.default_path(list(envs) or default_envs())
@@ -161,8 +162,9 @@ def base_group() -> None:
 @docker_option
 def bootstrap(suite: str, mirror: str | None, tag: str | None, docker_cli: str | None) -> None:
     """Make a Debian base image from a package mirror with debootstrap."""
-    from imagekit import base, compat
+    from imagekit.build import bases as base
     from imagekit.engine.discover import find_builder
+    from imagekit.matrix import compat
     from imagekit.urls import refuse_credentials
 
     refuse_credentials(mirror, "--mirror", "the base image's apt sources")
@@ -225,7 +227,7 @@ def bootstrap(suite: str, mirror: str | None, tag: str | None, docker_cli: str |
 def test_image(image: str, docker_cli: str | None, **kwargs: Any) -> None:
     """Run the self-check inside IMAGE on this host and report."""
     from imagekit.engine.docker import DockerEngine
-    from imagekit.selftest import SelfCheckOptions, check_image
+    from imagekit.selfcheck_host import SelfCheckOptions, check_image
 
     output, validated = check_image(DockerEngine(docker_cli), image, SelfCheckOptions(**kwargs))
     click.echo(output.rstrip())
@@ -245,8 +247,8 @@ def test_image(image: str, docker_cli: str | None, **kwargs: Any) -> None:
 @click.option("--wheelhouse", type=click.Path(path_type=Path), default=None)
 def stage(**kwargs: Any) -> None:
     """Write the build contexts (.imagekit/context/<cell>) that a bake file points at."""
-    from imagekit import context, inputs
-    from imagekit.emit import CONTEXT_ROOT
+    from imagekit.build import context, inputs
+    from imagekit.render.ci import CONTEXT_ROOT
 
     wheelhouse = inputs.check_wheelhouse(kwargs.pop("wheelhouse"))
     cells, _ = selected_cells(kwargs)

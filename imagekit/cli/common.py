@@ -9,8 +9,8 @@ from typing import Any
 
 import click
 
-from imagekit.catalog import Filters, load_cells, select
-from imagekit.cells import Cell
+from imagekit.matrix.catalog import Filters, load_cells, select
+from imagekit.matrix.cells import Cell
 
 
 def examples(*lines: str) -> str:

@@ -21,9 +21,9 @@ from pathlib import Path
 import yaml
 from packaging.version import Version
 
-from imagekit import compat as compat_mod
 from imagekit.errors import ImagekitError
-from imagekit.render import write_atomic
+from imagekit.matrix import compat as compat_mod
+from imagekit.render.dockerfile import write_atomic
 
 INDEX = "https://pypi.org/simple"
 Fetch = Callable[[str, dict[str, str]], bytes]

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import jinja2
 
-from imagekit.cells import USER, Cell
 from imagekit.errors import StaleError, UsageError
+from imagekit.matrix.cells import USER, Cell
 from imagekit.resources import templates_dir
 
 DEVEL_REQUIREMENTS = ("ninja", "packaging", "psutil", "setuptools", "wheel")

@@ -7,12 +7,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from imagekit import compat as compat_mod
-from imagekit import lockfile
-from imagekit.cells import Cell, complete_all
 from imagekit.errors import UsageError
+from imagekit.matrix import compat as compat_mod
+from imagekit.matrix import lockfile
+from imagekit.matrix.cells import Cell, complete_all
+from imagekit.matrix.spec import load_spec
 from imagekit.resources import default_envs_dir
-from imagekit.spec import load_spec
 
 
 @dataclass(frozen=True)

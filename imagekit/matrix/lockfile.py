@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from imagekit.errors import SpecError
-from imagekit.refs import DIGEST, check_image_ref
-from imagekit.render import write_atomic
+from imagekit.matrix.refs import DIGEST, check_image_ref
+from imagekit.render.dockerfile import write_atomic
 
 NAME = "images.lock"
 

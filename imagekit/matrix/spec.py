@@ -28,10 +28,10 @@ from pydantic import (
 )
 
 from imagekit.errors import SpecError
-from imagekit.refs import check_image_ref
+from imagekit.matrix.refs import check_image_ref
+from imagekit.matrix.yamlsrc import Located, YamlSyntaxError
+from imagekit.matrix.yamlsrc import load as load_yaml
 from imagekit.urls import has_credentials, mask
-from imagekit.yamlsrc import Located, YamlSyntaxError
-from imagekit.yamlsrc import load as load_yaml
 
 AXES = ("cuda", "torch", "python", "os", "flavor")
 TAG_FIELDS = ("id", "cuda", "variant", "torch", "python", "os", "flavor")

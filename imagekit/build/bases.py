@@ -16,10 +16,10 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from imagekit.cells import Cell
-from imagekit.engine.base import Engine
+from imagekit.engine.interface import Engine
 from imagekit.errors import EngineError, ImagekitError
-from imagekit.lockfile import Lock
+from imagekit.matrix.cells import Cell
+from imagekit.matrix.lockfile import Lock
 
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
 # Trimmed like the official -slim images: no docs, man pages or apt lists.

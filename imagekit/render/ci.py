@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from imagekit.cells import Cell
 from imagekit.errors import UsageError
+from imagekit.matrix.cells import Cell
 
 CONTEXT_ROOT = ".imagekit/context"
 

@@ -1,0 +1,1 @@
+"""Building: the plan, BuildKit runs, contexts, inputs, base images, in-build helpers."""

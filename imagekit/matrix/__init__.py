@@ -1,0 +1,1 @@
+"""The matrix: envs/*.yaml loaded and validated, compatibility data, cells."""

@@ -1,0 +1,1 @@
+"""What imagekit writes from the cells: Dockerfiles and CI files."""
