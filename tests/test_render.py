@@ -10,10 +10,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from imagekit import paths
 from imagekit.errors import StaleError, UsageError
 from imagekit.matrix.catalog import Filters, load_cells, select
+from imagekit.paths import write_atomic
 from imagekit.render import dockerfile as render_mod
-from imagekit.render.dockerfile import dockerfile_quote, render, render_all, write_atomic
+from imagekit.render.dockerfile import dockerfile_quote, render, render_all
 
 from .conftest import ROOT
 
@@ -187,14 +189,14 @@ def test_render_writes_all_cells_or_none(
 ) -> None:
     cells = [catalog[c] for c in GOLDEN_CELLS[:3]]
     rendered = render_all(cells)  # type: ignore[arg-type]
-    real = render_mod._temp_beside
+    real = paths.temp_beside
 
     def full_disk(path: Path, text: str) -> Path:
         if path.parent.name == GOLDEN_CELLS[2]:  # the last one cannot be written
             raise OSError(28, "No space left on device", str(path))
         return real(path, text)
 
-    monkeypatch.setattr(render_mod, "_temp_beside", full_disk)
+    monkeypatch.setattr(paths, "temp_beside", full_disk)
     with pytest.raises(UsageError, match="No space left on device.*nothing was written"):
         render_mod.write_all(rendered, tmp_path)
     assert not list(tmp_path.rglob("Dockerfile"))  # the first two were not renamed in

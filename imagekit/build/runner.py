@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
+from imagekit import paths
 from imagekit.build import context as context_mod
 from imagekit.build.display import Display
 from imagekit.build.inputs import Inputs
@@ -30,7 +31,8 @@ from imagekit.engine.docker import build_flags
 from imagekit.engine.interface import BuildRequest, Engine
 from imagekit.errors import BuildError, ImagekitError, Interrupted
 from imagekit.matrix.cells import Cell
-from imagekit.render.dockerfile import render, write_atomic
+from imagekit.paths import write_atomic
+from imagekit.render.dockerfile import render
 
 
 @dataclass(frozen=True)
@@ -46,8 +48,8 @@ class BuildOptions:
     # e.g. "-candidate-123": CI pushes candidates and promotes them after the self-check
     tag_suffix: str = ""
     torch_index: str | None = None  # None: as rendered; "": none (wheelhouse/PyPI only)
-    work_dir: Path = Path(".imagekit")
-    report_dir: Path = Path("reports")
+    work_dir: Path = paths.WORK
+    report_dir: Path = paths.REPORTS
     labels: tuple[tuple[str, str], ...] = ()  # build-time labels, see build_labels()
 
 
@@ -85,7 +87,7 @@ class CellReport:
 def plan(cells: Sequence[Cell], options: BuildOptions, inputs: Inputs) -> list[PlannedBuild]:
     builds = []
     for cell in cells:
-        ctx = options.work_dir / "context" / cell.id
+        ctx = paths.context_dir(options.work_dir, cell.id)
         args = [("BUILDKIT_INLINE_CACHE", "1")]
         if options.torch_index is not None:
             args.append(("TORCH_INDEX_URL", options.torch_index))
@@ -94,7 +96,7 @@ def plan(cells: Sequence[Cell], options: BuildOptions, inputs: Inputs) -> list[P
             secrets.append(("index", options.work_dir / "secrets" / "index"))
         request = BuildRequest(
             context=ctx,
-            dockerfile=options.work_dir / "dockerfiles" / cell.id / "Dockerfile",
+            dockerfile=paths.work_dockerfile(options.work_dir, cell.id),
             target=options.target,
             build_args=tuple(args),
             secrets=tuple(secrets),
@@ -302,7 +304,7 @@ class Runner:
             raise
 
     def _write_report(self, report: CellReport) -> None:
-        path = self.options.report_dir / report.cell / "build.json"
+        path = paths.report_file(self.options.report_dir, report.cell)
         write_atomic(path, json.dumps(asdict(report), indent=2) + "\n")
 
 

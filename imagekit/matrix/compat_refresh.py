@@ -23,7 +23,7 @@ from packaging.version import Version
 
 from imagekit.errors import ImagekitError
 from imagekit.matrix import compat as compat_mod
-from imagekit.render.dockerfile import write_atomic
+from imagekit.paths import write_atomic
 
 INDEX = "https://pypi.org/simple"
 Fetch = Callable[[str, dict[str, str]], bytes]

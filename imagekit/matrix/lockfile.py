@@ -13,7 +13,7 @@ from pathlib import Path
 
 from imagekit.errors import SpecError
 from imagekit.matrix.refs import DIGEST, check_image_ref
-from imagekit.render.dockerfile import write_atomic
+from imagekit.paths import write_atomic
 
 NAME = "images.lock"
 

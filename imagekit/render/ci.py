@@ -5,10 +5,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from imagekit import paths
 from imagekit.errors import UsageError
 from imagekit.matrix.cells import Cell
 
-CONTEXT_ROOT = ".imagekit/context"
+CONTEXT_ROOT = paths.context_dir(paths.WORK, "").as_posix().rstrip("/")
+DOCKERFILES = paths.DOCKERFILES
 
 
 def table(cells: Sequence[Cell]) -> str:
@@ -99,9 +101,11 @@ def bake(cells: Sequence[Cell]) -> dict[str, Any]:
     for cell in cells:
         name = cell.id.replace(".", "_")  # bake target names: letters, digits, _ and -
         cache_ref = f"{cell.repository}:buildcache-{cell.id}"
+        context = paths.context_dir(paths.WORK, cell.id)
         targets[name] = {
-            "context": f"{CONTEXT_ROOT}/{cell.id}",
-            "dockerfile": f"../../../dockerfiles/{cell.id}/Dockerfile",
+            "context": context.as_posix(),
+            # buildx resolves it against the context: computed, not a fixed ../../..
+            "dockerfile": paths.relative(paths.committed_dockerfile(DOCKERFILES, cell.id), context),
             "target": "runtime",
             "tags": list(cell.tags),
             "labels": dict(cell.labels),

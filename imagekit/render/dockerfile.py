@@ -10,7 +10,6 @@ import contextlib
 import difflib
 import os
 import shlex
-import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
@@ -18,6 +17,7 @@ from pathlib import Path
 
 import jinja2
 
+from imagekit import paths
 from imagekit.errors import StaleError, UsageError
 from imagekit.matrix.cells import USER, Cell
 from imagekit.resources import templates_dir
@@ -116,34 +116,7 @@ def render(
 
 
 def dockerfile_path(out_dir: Path, cell: Cell) -> Path:
-    return out_dir / cell.id / "Dockerfile"
-
-
-def write_atomic(path: Path, text: str) -> bool:
-    """Write via a temp file and rename, so no reader ever sees half a file. True if changed.
-    Compared as bytes: a file that differs only in line endings is rewritten."""
-    if path.is_file() and path.read_bytes() == text.encode("utf-8"):
-        return False
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = _temp_beside(path, text)
-    try:
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    return True
-
-
-def _temp_beside(path: Path, text: str) -> Path:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(text.encode("utf-8"))
-        os.chmod(tmp, 0o644)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return Path(tmp)
+    return paths.committed_dockerfile(out_dir, cell.id)
 
 
 def render_all(cells: Iterable[Cell], syntax: str | None = None) -> dict[str, str]:
@@ -161,10 +134,10 @@ def write_all(rendered: dict[str, str], out_dir: Path, prune: bool = False) -> l
     pending: list[tuple[Path, Path]] = []
     try:
         for cell_id, text in sorted(rendered.items()):
-            path = out_dir / cell_id / "Dockerfile"
+            path = paths.committed_dockerfile(out_dir, cell_id)
             if not (path.is_file() and path.read_bytes() == text.encode("utf-8")):
                 path.parent.mkdir(parents=True, exist_ok=True)
-                pending.append((_temp_beside(path, text), path))
+                pending.append((paths.temp_beside(path, text), path))
     except OSError as exc:
         for tmp, _ in pending:
             tmp.unlink(missing_ok=True)
@@ -204,7 +177,7 @@ def check(rendered: dict[str, str], out_dir: Path, prune: bool = True) -> None:
     is stale too). With `prune`, a Dockerfile for a cell that left the matrix is stale."""
     diffs: list[str] = []
     for cell_id, text in sorted(rendered.items()):
-        path = out_dir / cell_id / "Dockerfile"
+        path = paths.committed_dockerfile(out_dir, cell_id)
         current = path.read_bytes() if path.is_file() else b""
         if current == text.encode("utf-8"):
             continue
