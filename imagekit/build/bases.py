@@ -47,40 +47,12 @@ def debootstrap(suite: str, mirror: str, target: Path, variant: str = "minbase")
                 ) if child.is_dir() and not child.is_symlink() else child.unlink()
 
 
-def import_rootfs(docker_cli: str, rootfs: Path, tag: str) -> str:
-    """`tar | docker import`: the folder becomes a one-layer image named `tag`."""
-    tar = subprocess.Popen(
-        ["tar", "-C", str(rootfs), "--numeric-owner", "-c", "."], stdout=subprocess.PIPE
-    )
-    result = subprocess.run(
-        [
-            docker_cli,
-            "import",
-            "--change",
-            'CMD ["bash"]',
-            "--change",
-            "ENV LANG=C.UTF-8",
-            "-",
-            tag,
-        ],
-        stdin=tar.stdout,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if tar.stdout:
-        tar.stdout.close()
-    tar.wait()
-    if result.returncode != 0 or tar.returncode != 0:
-        raise EngineError(f"docker import of {tag} failed: {result.stderr.strip()}")
-    return result.stdout.strip()
-
-
-def bootstrap(docker_cli: str, suite: str, tag: str, mirror: str = DEFAULT_MIRROR) -> str:
+def bootstrap(engine: Engine, suite: str, tag: str, mirror: str = DEFAULT_MIRROR) -> str:
+    """debootstrap a root filesystem here, then the engine imports it as `tag`."""
     with tempfile.TemporaryDirectory(prefix="imagekit-rootfs-") as tmp:
         rootfs = Path(tmp) / "rootfs"
         debootstrap(suite, mirror, rootfs)
-        return import_rootfs(docker_cli, rootfs, tag)
+        return engine.import_rootfs(rootfs, tag)
 
 
 def bases_of(cells: Sequence[Cell]) -> list[str]:

@@ -27,8 +27,7 @@ from imagekit.build import context as context_mod
 from imagekit.build.display import Display
 from imagekit.build.inputs import Inputs
 from imagekit.build.log import StepLog
-from imagekit.engine.docker import build_flags
-from imagekit.engine.interface import BuildRequest, Engine
+from imagekit.engine.interface import BuildRequest, Engine, build_flags
 from imagekit.errors import BuildError, ImagekitError, Interrupted
 from imagekit.matrix.cells import Cell
 from imagekit.paths import write_atomic

@@ -137,4 +137,4 @@ def bootstrap_missing(engine: DockerEngine, cells: Sequence[Cell], mirror: str) 
     for ref in base.bases_of(cells):
         if ref in suites and engine.inspect(ref) is None:
             click.echo(f"bootstrapping {ref} from {mirror} (debootstrap {suites[ref]})")
-            base.bootstrap(engine.builder.cli, str(suites[ref]), ref, mirror)
+            base.bootstrap(engine, str(suites[ref]), ref, mirror)

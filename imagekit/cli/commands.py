@@ -163,16 +163,14 @@ def base_group() -> None:
 def bootstrap(suite: str, mirror: str | None, tag: str | None, docker_cli: str | None) -> None:
     """Make a Debian base image from a package mirror with debootstrap."""
     from imagekit.build import bases as base
-    from imagekit.engine.discover import find_builder
+    from imagekit.engine.docker import DockerEngine
     from imagekit.matrix import compat
     from imagekit.urls import refuse_credentials
 
     refuse_credentials(mirror, "--mirror", "the base image's apt sources")
     names = {o.suite: o.image for o in compat.load().os.values() if o.suite}
     tag = tag or names.get(suite) or f"debian:{suite}"
-    image_id = base.bootstrap(
-        find_builder(docker_cli).cli, suite, tag, mirror or base.DEFAULT_MIRROR
-    )
+    image_id = base.bootstrap(DockerEngine(docker_cli), suite, tag, mirror or base.DEFAULT_MIRROR)
     click.echo(f"{tag}: {image_id}")
 
 

@@ -27,6 +27,7 @@ from imagekit.engine.interface import (
     LineSink,
     RunOptions,
     RunResult,
+    build_flags,
 )
 from imagekit.errors import BuildError, EngineError, PushError
 
@@ -180,11 +181,28 @@ class DockerEngine:
             raise PushError(_push_failure(ref, "the registry returned no digest"))
         return f"{repo}@{digest}"
 
-    def pull(self, ref: str) -> None:
-        self.client.images.pull(ref)
-
     def registry_digest(self, ref: str) -> str:
         return str(self.client.images.get_registry_data(ref).id)
+
+    def import_rootfs(self, rootfs: Path, tag: str) -> str:
+        """`tar | docker import`: a root filesystem folder becomes a one-layer image `tag`."""
+        tar = subprocess.Popen(
+            ["tar", "-C", str(rootfs), "--numeric-owner", "-c", "."], stdout=subprocess.PIPE
+        )
+        changes = ["--change", 'CMD ["bash"]', "--change", "ENV LANG=C.UTF-8"]
+        result = subprocess.run(
+            [self.builder.cli, "import", *changes, "-", tag],
+            stdin=tar.stdout,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if tar.stdout:
+            tar.stdout.close()
+        tar.wait()
+        if result.returncode != 0 or tar.returncode != 0:
+            raise EngineError(f"docker import of {tag} failed: {result.stderr.strip()}")
+        return result.stdout.strip()
 
     def has_gpu_runtime(self) -> bool:
         runtimes = self.client.info().get("Runtimes") or {}
@@ -254,28 +272,6 @@ def start_error(image: str, exc: Exception) -> EngineError:
     if "executable file not found" in said:
         return EngineError(f"could not start {image}: the command is not in the image ({said})")
     return EngineError(f"could not start {image}: {said}")
-
-
-def build_flags(request: BuildRequest) -> list[str]:
-    """The build command's flags and context for a request; the dry-run prints the same."""
-    args = ["-f", str(request.dockerfile)]
-    if request.target:  # empty: the Dockerfile's last stage
-        args += ["--target", request.target]
-    for key, value in request.build_args:
-        args += ["--build-arg", f"{key}={value}"]
-    for secret_id, path in request.secrets:
-        args += ["--secret", f"id={secret_id},src={path}"]
-    for key, value in request.labels:
-        args += ["--label", f"{key}={value}"]
-    for ref in request.cache_from:
-        args += ["--cache-from", ref]
-    for ref in request.cache_to:
-        args += ["--cache-to", ref]
-    if request.no_cache:
-        args.append("--no-cache")
-    if request.network:
-        args += ["--network", request.network]
-    return [*args, str(request.context)]
 
 
 def run_kwargs(options: RunOptions) -> dict[str, Any]:

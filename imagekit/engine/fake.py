@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from imagekit.engine.interface import (
     BuildRequest,
@@ -70,6 +71,11 @@ class FakeEngine:
 
     def has_gpu_runtime(self) -> bool:
         return False
+
+    def import_rootfs(self, rootfs: Path, tag: str) -> str:
+        self.calls.append(("import", tag))
+        self.tags[tag] = f"sha256:{tag}"
+        return self.tags[tag]
 
     def stamp(self, image: str, ref: str, labels: dict[str, str]) -> None:
         self.calls.append(("stamp", ref))

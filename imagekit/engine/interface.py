@@ -23,6 +23,29 @@ class BuildRequest:
     network: str = ""
 
 
+def build_flags(request: BuildRequest) -> list[str]:
+    """The build command's flags and context for a request (pure: the dry-run prints the
+    same, and the real engine runs them)."""
+    args = ["-f", str(request.dockerfile)]
+    if request.target:  # empty: the Dockerfile's last stage
+        args += ["--target", request.target]
+    for key, value in request.build_args:
+        args += ["--build-arg", f"{key}={value}"]
+    for secret_id, path in request.secrets:
+        args += ["--secret", f"id={secret_id},src={path}"]
+    for key, value in request.labels:
+        args += ["--label", f"{key}={value}"]
+    for ref in request.cache_from:
+        args += ["--cache-from", ref]
+    for ref in request.cache_to:
+        args += ["--cache-to", ref]
+    if request.no_cache:
+        args.append("--no-cache")
+    if request.network:
+        args += ["--network", request.network]
+    return [*args, str(request.context)]
+
+
 @dataclass(frozen=True)
 class BuildResult:
     image_id: str
@@ -90,6 +113,8 @@ class Engine(Protocol):
     def registry_digest(self, ref: str) -> str: ...
 
     def has_gpu_runtime(self) -> bool: ...
+
+    def import_rootfs(self, rootfs: Path, tag: str) -> str: ...
 
     def stamp(self, image: str, ref: str, labels: dict[str, str]) -> None: ...
 
