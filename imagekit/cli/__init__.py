@@ -15,7 +15,7 @@ from typing import Any
 import click
 
 from imagekit import __version__
-from imagekit.cli.common import examples, filter_options, selected_cells
+from imagekit.cli.common import Selection, examples, filter_options
 from imagekit.errors import ImagekitError
 
 EPILOG_RENDER = """\b
@@ -60,14 +60,15 @@ def render(**kwargs: Any) -> None:
     """Render one Dockerfile per selected cell."""
     from imagekit.render import dockerfile as render_mod
 
-    out, check, syntax = kwargs.pop("out"), kwargs.pop("check"), kwargs.pop("syntax")
-    cells, filters = selected_cells(kwargs)
-    rendered = render_mod.render_all(cells, syntax)
+    out, check, syntax = kwargs["out"], kwargs["check"], kwargs["syntax"]
+    selection = Selection.of(kwargs)
+    rendered = render_mod.render_all(selection.cells(), syntax)
+    whole_matrix = selection.filters.empty  # only then can it tell a cell left the matrix
     if check:
-        render_mod.check(rendered, out, prune=filters.empty)
+        render_mod.check(rendered, out, prune=whole_matrix)
         click.echo(f"{len(rendered)} Dockerfiles are current.")
         return
-    changed = render_mod.write_all(rendered, out, prune=filters.empty)
+    changed = render_mod.write_all(rendered, out, prune=whole_matrix)
     click.echo(f"rendered {len(rendered)} cells into {out}/ ({len(changed)} changed)")
     for cell_id in changed:
         click.echo(f"  wrote {out / cell_id / 'Dockerfile'}")
@@ -81,8 +82,7 @@ def list_cells(**kwargs: Any) -> None:
     """Print the selected cells as a table."""
     from imagekit.render.ci import table
 
-    cells, _ = selected_cells(kwargs)
-    click.echo(table(cells))
+    click.echo(table(Selection.of(kwargs).cells()))
 
 
 @cli.command(
@@ -112,8 +112,8 @@ def matrix(**kwargs: Any) -> None:
     """Print the selected cells as data: JSON, a GitHub Actions matrix, or a bake file."""
     from imagekit.render import ci as emit
 
-    fmt, gpu_runner = kwargs.pop("fmt"), kwargs.pop("gpu_runner")
-    cells, _ = selected_cells(kwargs)
+    fmt, gpu_runner = kwargs["fmt"], kwargs["gpu_runner"]
+    cells = Selection.of(kwargs).cells()
     if fmt == "json":
         data: Any = emit.cells_json(cells)
     elif fmt == "github":

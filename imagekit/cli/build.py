@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import replace
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import click
 
 from imagekit.build import bases as base
-from imagekit.build import inputs
 from imagekit.build.display import make_display
+from imagekit.build.inputs import Inputs
 from imagekit.build.runner import (
     BuildOptions,
     CellReport,
@@ -61,23 +61,43 @@ def check_target(cells: Sequence[Cell], target: str) -> None:
         )
 
 
-def run_build(cells: Sequence[Cell], kwargs: dict[str, Any]) -> None:
-    options = options_from(kwargs)
+@dataclass(frozen=True)
+class BuildRun:
+    """How this run goes, beside what it builds: a dry run, base bootstrapping, the CLI."""
+
+    dry_run: bool = False
+    bootstrap_base: bool = False
+    mirror: str | None = None
+    docker_cli: str | None = None
+    progress: str = "auto"
+
+    @classmethod
+    def of(cls, values: Mapping[str, Any]) -> BuildRun:
+        return cls(
+            dry_run=values["dry_run"],
+            bootstrap_base=values["bootstrap_base"],
+            mirror=values["mirror"],
+            docker_cli=values["docker_cli"],
+            progress=values["progress"],
+        )
+
+
+def run_build(
+    cells: Sequence[Cell], options: BuildOptions, resolved: Inputs, run: BuildRun
+) -> None:
     check_target(cells, options.target)
-    # Every path is checked before anything is built or contacted.
-    resolved = inputs.resolve(kwargs["ca_bundle"], kwargs["index_url"], kwargs["wheelhouse"])
-    if kwargs["dry_run"]:  # contacts nothing, so no git call for the revision label
+    if run.dry_run:  # contacts nothing, so no git call for the revision label
         click.echo(f"CA bundle: {resolved.ca_bundle or 'none'} (from {resolved.ca_source})")
         for b in plan(cells, options, resolved):
             click.echo(f"{b.cell.id}:\n  {b.command()}")
         return
     builds = plan(cells, replace(options, labels=build_labels()), resolved)
-    engine = DockerEngine(kwargs["docker_cli"])
-    unbuildable = preflight(engine, cells, kwargs["bootstrap_base"], options.keep_going)
+    engine = DockerEngine(run.docker_cli)
+    unbuildable = preflight(engine, cells, run.bootstrap_base, options.keep_going)
     builds = [b for b in builds if b.cell.id not in unbuildable]
-    if kwargs["bootstrap_base"]:
-        bootstrap_missing(engine, [b.cell for b in builds], kwargs["mirror"] or base.DEFAULT_MIRROR)
-    reports = Runner(engine, options, resolved, make_display(kwargs["progress"])).run(builds)
+    if run.bootstrap_base:
+        bootstrap_missing(engine, [b.cell for b in builds], run.mirror or base.DEFAULT_MIRROR)
+    reports = Runner(engine, options, resolved, make_display(run.progress)).run(builds)
     reports += [
         CellReport(cell=c.id, status="not-attempted", error=why)
         for c in cells

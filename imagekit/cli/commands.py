@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from imagekit.cli.common import docker_option, examples, filter_options, selected_cells
+from imagekit.cli.common import Selection, docker_option, examples, filter_options
 
 
 @click.command(
@@ -108,10 +108,14 @@ from imagekit.cli.common import docker_option, examples, filter_options, selecte
 )
 def build(**kwargs: Any) -> None:
     """Build the selected cells with BuildKit and report on each."""
-    from imagekit.cli.build import run_build
+    from imagekit.build import inputs
+    from imagekit.cli.build import BuildRun, options_from, run_build
 
-    cells, _ = selected_cells(kwargs)
-    run_build(cells, kwargs)
+    cells = Selection.of(kwargs).cells()
+    options = options_from(kwargs)
+    # Every path is checked before anything is built or contacted.
+    resolved = inputs.resolve(kwargs["ca_bundle"], kwargs["index_url"], kwargs["wheelhouse"])
+    run_build(cells, options, resolved, BuildRun.of(kwargs))
 
 
 @click.command(
@@ -127,10 +131,11 @@ def lock(**kwargs: Any) -> None:
     from imagekit.matrix import lockfile
     from imagekit.matrix.catalog import default_envs
 
-    envs, lock_path, docker_cli = kwargs["envs"], kwargs["lock"], kwargs.pop("docker_cli")
-    path = lock_path or lockfile.default_path(list(envs) or default_envs())
-    cells, _ = selected_cells(kwargs)
-    new, notes = base.lock(DockerEngine(docker_cli), cells, lockfile.read(path))
+    selection = Selection.of(kwargs)
+    path = selection.lock or lockfile.default_path(list(selection.envs) or default_envs())
+    new, notes = base.lock(
+        DockerEngine(kwargs["docker_cli"]), selection.cells(), lockfile.read(path)
+    )
     for note in notes:
         click.echo(note)
     changed = lockfile.write(path, new)
@@ -248,8 +253,8 @@ def stage(**kwargs: Any) -> None:
     from imagekit.build import context, inputs
     from imagekit.render.ci import CONTEXT_ROOT
 
-    wheelhouse = inputs.check_wheelhouse(kwargs.pop("wheelhouse"))
-    cells, _ = selected_cells(kwargs)
+    wheelhouse = inputs.check_wheelhouse(kwargs["wheelhouse"])
+    cells = Selection.of(kwargs).cells()
     for cell in cells:
         context.stage(cell, Path(CONTEXT_ROOT) / cell.id, wheelhouse)
     click.echo(f"staged {len(cells)} contexts under {CONTEXT_ROOT}/")

@@ -3,7 +3,8 @@ them without importing the CLI group)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -51,21 +52,32 @@ def filter_options(func: Callable[..., Any]) -> Callable[..., Any]:
     return func
 
 
-def filters_from(kwargs: dict[str, Any]) -> Filters:
-    return Filters(
-        cuda=tuple(kwargs.pop("cuda")),
-        torch=tuple(kwargs.pop("torch")),
-        python=tuple(kwargs.pop("python")),
-        os=tuple(kwargs.pop("os_")),
-        flavor=tuple(kwargs.pop("flavor")),
-        cell=tuple(kwargs.pop("cell")),
-    )
+@dataclass(frozen=True)
+class Selection:
+    """Which cells a command works on: matrix files, lock file, filters. Built once from
+    click's values in the command, then passed on (nothing reads click's dict after)."""
 
+    envs: tuple[Path, ...] = ()
+    lock: Path | None = None
+    filters: Filters = field(default_factory=Filters)
 
-def selected_cells(kwargs: dict[str, Any]) -> tuple[list[Cell], Filters]:
-    filters = filters_from(kwargs)
-    cells = load_cells(kwargs.pop("envs"), kwargs.pop("lock"))
-    return select(cells, filters), filters
+    @classmethod
+    def of(cls, values: Mapping[str, Any]) -> Selection:
+        return cls(
+            envs=tuple(values["envs"]),
+            lock=values["lock"],
+            filters=Filters(
+                cuda=tuple(values["cuda"]),
+                torch=tuple(values["torch"]),
+                python=tuple(values["python"]),
+                os=tuple(values["os_"]),
+                flavor=tuple(values["flavor"]),
+                cell=tuple(values["cell"]),
+            ),
+        )
+
+    def cells(self) -> list[Cell]:
+        return select(load_cells(self.envs, self.lock), self.filters)
 
 
 docker_option = click.option(
