@@ -1,0 +1,42 @@
+"""The session's test image: one CPU torch cell built once (from the local wheelhouse) and
+pushed to the local registry; every real test reuses it and BuildKit's cache."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from ..realengine import (
+    REGISTRY,
+    build_args,
+    docker,
+    imagekit,
+    make_project,
+    marked_ca_bundle,
+    require_engine,
+)
+
+CELL = "cpu-torch2.13.0-py3.11-debian12-slim"
+TAG = f"{REGISTRY}/imagekit-test:2.13.0-cpu-py3.11-debian12-slim"
+
+
+@pytest.fixture(scope="session")
+def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    require_engine()
+    if docker("image", "inspect", "debian:bookworm-slim", check=False).returncode != 0:
+        result = imagekit("base", "bootstrap", "--suite", "bookworm", cwd=Path.cwd())
+        assert result.returncode == 0, result.stderr
+    root = make_project(tmp_path_factory.mktemp("proj") / "p")
+    result = imagekit(*build_args(marked_ca_bundle(root), "--push"), cwd=root)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return root
+
+
+def report(root: Path) -> dict:  # type: ignore[type-arg]
+    return json.loads((root / "reports" / CELL / "build.json").read_text())
+
+
+def run_in_image(*args: str) -> str:
+    return docker("run", "--rm", *args).stdout.strip()

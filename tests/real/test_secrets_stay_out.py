@@ -1,0 +1,90 @@
+"""Nothing secret reaches an image: source ignores, the CA bundle, index credentials."""
+
+from __future__ import annotations
+
+import io
+import tarfile
+import uuid
+from pathlib import Path
+
+import pytest
+
+from ..pypi_mirror import Mirror
+from ..realengine import (
+    MARKER,
+    build_args,
+    docker,
+    imagekit,
+    make_project,
+)
+from .conftest import CELL, TAG, run_in_image
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
+
+
+def test_source_reaches_the_image_without_its_env_file(project: Path) -> None:
+    listing = run_in_image("--entrypoint", "ls", TAG, "-A", "/workspace").split()
+    assert "train.py" in listing and ".env" not in listing  # tests/data/app/.env stays out
+
+
+def _strings_in_saved_image(tag: str, dest: Path, needles: list[str]) -> set[str]:
+    archive = dest / "image.tar"
+    docker("save", "-o", str(archive), tag)
+    found: set[str] = set()
+    with tarfile.open(archive) as outer:
+        for member in outer.getmembers():
+            data = outer.extractfile(member).read() if member.isfile() else b""  # type: ignore[union-attr]
+            if member.name.endswith("layer.tar"):
+                with tarfile.open(fileobj=io.BytesIO(data)) as layer:
+                    for inner in layer.getmembers():
+                        if inner.isfile():
+                            content = layer.extractfile(inner).read()  # type: ignore[union-attr]
+                            found |= {n for n in needles if n.encode() in content}
+            found |= {n for n in needles if n.encode() in data}
+    archive.unlink()  # over a GB; pytest keeps the last runs' temp folders
+    return found
+
+
+def test_ca_bundle_is_in_no_layer(project: Path, tmp_path: Path) -> None:
+    history = docker("history", "--no-trunc", TAG).stdout
+    assert MARKER not in history
+    found = _strings_in_saved_image(TAG, tmp_path, [MARKER, "training code v1"])
+    assert "training code v1" in found  # the scan does see file contents
+    assert MARKER not in found
+
+
+def test_index_mirror_with_credentials_is_used_and_kept_out_of_the_image(
+    project: Path, tmp_path: Path
+) -> None:
+    """A private mirror on 127.0.0.1 that requires Basic auth: the build installs through
+    it with the credentials from --index-url, and the password reaches no layer, no
+    report and no output. A rebuild with a changed pip list takes the file from the
+    cache mount: a plain-http index is trusted, or pip would cache nothing from it."""
+    import urllib.error
+    import urllib.request
+
+    password = f"pw-{uuid.uuid4().hex}"
+    with Mirror(tmp_path / "mirror", project / "ca-marked.pem", ("ci", password)) as mirror:
+        with pytest.raises(urllib.error.HTTPError, match="401"):  # the mirror wants auth
+            urllib.request.urlopen(mirror.index_url(with_credentials=False) + "six/")
+        for attempt in range(2):
+            nonce = uuid.uuid4().hex[:8]  # a new requirement, so the install layer really runs
+            extra = (
+                "overrides:\n  - match: {cuda: cpu}\n"
+                f"    pip: ['six; platform_system != \"nonce-{nonce}\"']\n"
+            )
+            root = make_project(
+                tmp_path / f"p{attempt}", repository="imagekit-mirror-test", extra=extra
+            )
+            args = ("--index-url", mirror.index_url(), "--network", "host")
+            result = imagekit(*build_args(project / "ca-marked.pem", *args), cwd=root)
+            assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+            six = [f for f in mirror.stats.files if f.startswith("six-")]
+            assert len(six) == 1, six  # the first build fetched it, the second did not
+    tag = "127.0.0.1:5000/imagekit-mirror-test:2.13.0-cpu-py3.11-debian12-slim"
+    assert run_in_image(tag, "python", "-c", "import six; print(six.__name__)") == "six"
+    report_text = (root / "reports" / CELL / "build.json").read_text()
+    assert password not in result.stdout + result.stderr + report_text
+    assert password not in docker("history", "--no-trunc", tag).stdout
+    assert _strings_in_saved_image(tag, tmp_path, [password, "import"]) == {"import"}
+    docker("rmi", tag, "127.0.0.1:5000/imagekit-mirror-test:" + CELL + "-latest")
