@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
+
 
 class ImagekitError(Exception):
     """Base: a failure the user can act on. `exit_code` is what the CLI exits with."""
@@ -9,13 +12,42 @@ class ImagekitError(Exception):
     exit_code = 1
 
 
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong with the user's input, as a record: where, which field, which value,
+    what is wrong and what would be right. The CLI prints it; CI turns it into an annotation."""
+
+    message: str
+    file: str | None = None
+    line: int | None = None
+    field: str | None = None
+    value: str | None = None  # as shown to the user (repr, credentials masked)
+
+    def __str__(self) -> str:
+        where = ":".join(str(p) for p in (self.file, self.line) if p is not None)
+        parts = [p for p in (where, self.field) if p]
+        if self.value is not None:
+            parts.append(f"value {self.value}")
+        return ": ".join([*parts, self.message])
+
+    def annotation(self) -> str:
+        """A GitHub Actions workflow command: the problem shows on the file's line."""
+        props = ",".join(
+            f"{key}={value}" for key, value in (("file", self.file), ("line", self.line)) if value
+        )
+        text = ": ".join(p for p in (self.field, self.message) if p)
+        escaped = text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+        return f"::error {props}::{escaped}" if props else f"::error::{escaped}"
+
+
 class SpecError(ImagekitError):
     """The matrix files are invalid. Carries every problem found, not just the first."""
 
     exit_code = 2
 
-    def __init__(self, problems: list[str]) -> None:
-        self.problems = list(problems)
+    def __init__(self, problems: Sequence[Problem | str]) -> None:
+        self.records = [p if isinstance(p, Problem) else Problem(message=p) for p in problems]
+        self.problems = [str(p) for p in self.records]
         count = len(self.problems)
         head = f"{count} problem{'s' if count != 1 else ''} in the matrix:"
         super().__init__("\n".join([head, *(f"  - {p}" for p in self.problems)]))

@@ -227,3 +227,22 @@ def test_an_exclude_or_override_that_selects_nothing_is_warned(
     assert "envs/m.yaml:8: exclude[0] matches no cell of this file" in err
     assert "exclude[1] matches no cell" in err
     assert "overrides[0] matches no cell" in err
+
+
+def test_problems_are_records_and_become_ci_annotations(
+    write_env: WriteEnv, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from imagekit.cli import main
+
+    folder = write_env("defaults:\n  pipp: [numpy]\n" + GOOD_BLOCK.replace('"3.11"', "3.10"))
+    with pytest.raises(SpecError) as caught:
+        load_cells([folder])
+    first, second = caught.value.records
+    assert (first.file, first.line, first.field) == ("envs/m.yaml", 2, "defaults.pipp")
+    assert (second.line, second.field, second.value) == (7, "matrix[0].python[0]", "3.1")
+    monkeypatch.setenv("GITHUB_ACTIONS", "true")
+    with pytest.raises(SystemExit):
+        main(["list"])
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("::error file=envs/m.yaml,line=2::defaults.pipp: unknown key 'pipp'")
+    assert out[1].startswith("::error file=envs/m.yaml,line=7::matrix[0].python[0]: YAML read")

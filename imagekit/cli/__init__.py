@@ -161,6 +161,9 @@ def main(argv: list[str] | None = None) -> None:
     except ImagekitError as exc:
         if getattr(exc, "report", ""):
             click.echo(exc.report.rstrip())
+        if os.environ.get("GITHUB_ACTIONS") == "true":  # each problem shows on its line
+            for problem in getattr(exc, "records", ()):
+                click.echo(problem.annotation())
         click.echo(f"imagekit: error: {exc}", err=True)
         sys.exit(exc.exit_code)
     except click.exceptions.Abort:

@@ -14,7 +14,7 @@ from pathlib import Path
 from packaging.version import Version
 
 from imagekit import __version__
-from imagekit.errors import CompatError, SpecError
+from imagekit.errors import CompatError, Problem, SpecError
 from imagekit.matrix import source as source_mod
 from imagekit.matrix.compat import CPU, Compat, variant_of
 from imagekit.matrix.profiles import image_env
@@ -276,30 +276,36 @@ def complete_all(
     raws: Iterable[RawCell],
     compat: Compat,
     pins: dict[str, str] | None = None,
-    problems: Iterable[str] = (),
+    problems: Iterable[Problem] = (),
 ) -> list[Cell]:
     """Complete every cell; raise one SpecError with every problem (earlier ones passed in,
     bad combinations, duplicates)."""
     cells: list[Cell] = []
-    problems = list(problems)
+    found: list[Problem] = list(problems)
     seen: dict[str, str] = {}
     for raw in raws:
         try:
             cell = complete(raw, compat, pins)
         except CompatError as exc:
             axes = " ".join(f"{a}={getattr(raw, a)}" for a in AXES)
-            problems.append(f"{raw.origin}: {axes}: {exc}")
+            found.append(Problem(str(exc), raw.origin.file, raw.origin.line, axes))
             continue
         except source_mod.SourceError as exc:
-            problems.append(f"{raw.origin}: source: {exc}")
+            found.append(Problem(str(exc), raw.origin.file, raw.origin.line, "source"))
             continue
         if cell.id in seen:
-            problems.append(f"{raw.origin}: cell {cell.id} is already defined at {seen[cell.id]}")
+            found.append(
+                Problem(
+                    f"cell {cell.id} is already defined at {seen[cell.id]}",
+                    raw.origin.file,
+                    raw.origin.line,
+                )
+            )
             continue
         seen[cell.id] = cell.origin
         cells.append(cell)
-    if problems:
-        raise SpecError(problems)
+    if found:
+        raise SpecError(found)
     return sorted(cells, key=sort_key)
 
 

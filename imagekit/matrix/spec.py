@@ -27,7 +27,7 @@ from pydantic import (
     ValidationError,
 )
 
-from imagekit.errors import SpecError
+from imagekit.errors import Problem, SpecError
 from imagekit.matrix.refs import check_image_ref
 from imagekit.matrix.yamlsrc import Located, YamlSyntaxError
 from imagekit.matrix.yamlsrc import load as load_yaml
@@ -308,7 +308,7 @@ def _missing_axes(block: Block, defaults: Block) -> list[str]:
     return [a for a in AXES if not (getattr(block, a) or getattr(defaults, a))]
 
 
-def expand(doc: EnvFile, located: Located, base_dir: Path) -> tuple[list[RawCell], list[str]]:
+def expand(doc: EnvFile, located: Located, base_dir: Path) -> tuple[list[RawCell], list[Problem]]:
     """Blocks -> cells. Returns the cells and the problems found (missing axes, tags)."""
     problems = _check_tags(doc, located)
     cells: list[RawCell] = []
@@ -324,8 +324,12 @@ def expand(doc: EnvFile, located: Located, base_dir: Path) -> tuple[list[RawCell
         missing = _missing_axes(block, doc.defaults)
         if missing:
             problems.append(
-                f"{origin}: {section}[{index}]: no value for {', '.join(missing)}; set it in "
-                "the block or in defaults"
+                Problem(
+                    f"no value for {', '.join(missing)}; set it in the block or in defaults",
+                    origin.file,
+                    origin.line,
+                    f"{section}[{index}]",
+                )
             )
             continue
         for axes in _product(block, doc.defaults):
@@ -371,9 +375,14 @@ def _check_tags(doc: EnvFile, located: Located) -> list[str]:
             bad = ", ".join(f"{{{f}}}" for f in fields if f not in TAG_FIELDS)
         if bad:
             path = ("tag",) if where == "tag" else ("extra_tags", int(where[11:-1]))
+            allowed = ", ".join("{" + f + "}" for f in TAG_FIELDS)
             problems.append(
-                f"{located.file}:{located.line_of(path)}: {where}: {template!r} uses {bad}; "
-                f"a tag template may use {', '.join('{' + f + '}' for f in TAG_FIELDS)}"
+                Problem(
+                    f"{template!r} uses {bad}; a tag template may use {allowed}",
+                    located.file,
+                    located.line_of(path),
+                    where,
+                )
             )
     return problems
 
@@ -412,21 +421,25 @@ def _model_in(annotation: Any) -> type[BaseModel] | None:
     return None
 
 
-def _describe(error: Any, located: Located) -> str:
+def _describe(error: Any, located: Located) -> Problem:
     loc = tuple(error["loc"])
     # pydantic appends validator names like "function-before[...]"; drop them.
     loc = tuple(p for p in loc if isinstance(p, int) or not str(p).startswith("function-"))
-    where = f"{located.file}:{located.line_of(loc)}: {_dotted(loc) or '(top level)'}"
+    at = {
+        "file": located.file,
+        "line": located.line_of(loc),
+        "field": _dotted(loc) or "(top level)",
+    }
     if error["type"] == "extra_forbidden":
         key = str(loc[-1])
         valid = list(_model_at(loc[:-1]).model_fields)
         close = difflib.get_close_matches(key, valid, n=1)
         hint = f"; did you mean {close[0]!r}?" if close else ""
-        return f"{where}: unknown key {key!r}{hint} Valid keys: {', '.join(valid)}"
+        return Problem(f"unknown key {key!r}{hint} Valid keys: {', '.join(valid)}", **at)
     if error["type"] == "missing":
-        return f"{where}: required"
+        return Problem("required", **at)
     message = str(error["msg"]).removeprefix("Value error, ")
-    return f"{where}: value {mask(repr(error['input']))}: {mask(message)}"
+    return Problem(mask(message), value=mask(repr(error["input"])), **at)
 
 
 # -- loading ------------------------------------------------------------------------------
@@ -436,7 +449,7 @@ def _describe(error: Any, located: Located) -> str:
 class Spec:
     files: tuple[str, ...]
     cells: tuple[RawCell, ...]
-    problems: tuple[str, ...] = ()  # reported together with completion's problems
+    problems: tuple[Problem, ...] = ()  # reported together with completion's problems
 
 
 def env_files(paths: Iterable[Path]) -> list[Path]:
@@ -453,11 +466,12 @@ def env_files(paths: Iterable[Path]) -> list[Path]:
 def load_spec(paths: Iterable[Path], root: Path | None = None) -> Spec:
     """Load and validate every file. Problems are collected in `Spec.problems` so that the
     caller can report them together with those found when completing the cells."""
-    problems: list[str] = []
+    problems: list[Problem] = []
     cells: list[RawCell] = []
     files = env_files(paths)
     if not files:
-        raise SpecError([f"no matrix files (*.yaml) found in {', '.join(map(str, paths))}"])
+        listed = ", ".join(map(str, paths))
+        raise SpecError([Problem(f"no matrix files (*.yaml) found in {listed}")])
     for path in files:
         display = _display(path, root)
         file_cells, file_problems = _load_one(path, display)
@@ -475,15 +489,15 @@ def _display(path: Path, root: Path | None) -> str:
         return str(path)
 
 
-def _load_one(path: Path, display: str) -> tuple[list[RawCell], list[str]]:
+def _load_one(path: Path, display: str) -> tuple[list[RawCell], list[Problem]]:
     if not path.is_file():
-        return [], [f"{display}: no such file"]
+        return [], [Problem("no such file", file=display)]
     try:
         located = load_yaml(path, display)
     except YamlSyntaxError as exc:
-        return [], [str(exc)]
+        return [], [exc.problem]
     if not isinstance(located.data, dict):
-        return [], [f"{display}:1: the file must be a mapping with a `matrix` list"]
+        return [], [Problem("the file must be a mapping with a `matrix` list", display, 1)]
     try:
         doc = EnvFile.model_validate(located.data)
     except ValidationError as exc:

@@ -19,6 +19,8 @@ from typing import Any
 
 import yaml
 
+from imagekit.errors import Problem
+
 Path_ = tuple[str | int, ...]
 
 MAX_BYTES = 1 << 20  # a matrix file is a few KB; 1 MiB leaves room and stops a bomb
@@ -62,7 +64,9 @@ class Located:
 
 
 class YamlSyntaxError(ValueError):
-    pass
+    def __init__(self, file: str, line: int | None, message: str) -> None:
+        self.problem = Problem(message=message, file=file, line=line)
+        super().__init__(str(self.problem))
 
 
 def load(path: Path, display: str | None = None) -> Located:
@@ -72,9 +76,9 @@ def load(path: Path, display: str | None = None) -> Located:
     try:
         node = yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.YAMLError as exc:
-        raise YamlSyntaxError(f"{name}:{_line(exc)}: not valid YAML: {exc}") from None
+        raise YamlSyntaxError(name, _line(exc), f"not valid YAML: {exc}") from None
     except RecursionError:
-        raise YamlSyntaxError(f"{name}:1: nested too deeply to be a matrix file") from None
+        raise YamlSyntaxError(name, 1, "nested too deeply to be a matrix file") from None
     located = Located(file=name, data=None)
     walker = _Walker(located)
     located.data = {} if node is None else walker.convert(node, (), ())
@@ -86,18 +90,22 @@ def _read(path: Path, name: str) -> str:
         size = path.stat().st_size
         if size > MAX_BYTES:
             raise YamlSyntaxError(
-                f"{name}:1: the file is {size} bytes; a matrix file may be at most "
-                f"{MAX_BYTES} bytes (split it into several files in envs/)"
+                name,
+                1,
+                f"the file is {size} bytes; a matrix file may be at most "
+                f"{MAX_BYTES} bytes (split it into several files in envs/)",
             )
         return path.read_bytes().decode("utf-8")
     except UnicodeDecodeError as exc:
         line = path.read_bytes()[: exc.start].count(b"\n") + 1
         raise YamlSyntaxError(
-            f"{name}:{line}: not UTF-8 text (byte {exc.object[exc.start]:#x} at offset "
-            f"{exc.start}); save the file as UTF-8"
+            name,
+            line,
+            f"not UTF-8 text (byte {exc.object[exc.start]:#x} at offset "
+            f"{exc.start}); save the file as UTF-8",
         ) from None
     except OSError as exc:
-        raise YamlSyntaxError(f"{name}: cannot read: {exc.strerror}") from None
+        raise YamlSyntaxError(name, None, f"cannot read: {exc.strerror}") from None
 
 
 def _check_depth(text: str, name: str) -> None:
@@ -109,13 +117,14 @@ def _check_depth(text: str, name: str) -> None:
                 depth += 1
                 if depth > MAX_DEPTH:
                     raise YamlSyntaxError(
-                        f"{name}:{token.start_mark.line + 1}: nested more than {MAX_DEPTH} "
-                        "levels deep; a matrix file needs a handful"
+                        name,
+                        token.start_mark.line + 1,
+                        f"nested more than {MAX_DEPTH} levels deep; a matrix file needs a handful",
                     )
             elif isinstance(token, _CLOSE):
                 depth -= 1
     except yaml.YAMLError as exc:
-        raise YamlSyntaxError(f"{name}:{_line(exc)}: not valid YAML: {exc}") from None
+        raise YamlSyntaxError(name, _line(exc), f"not valid YAML: {exc}") from None
 
 
 def _line(exc: yaml.YAMLError) -> int:
@@ -189,4 +198,4 @@ class _Walker:
             )
 
     def _error(self, node: yaml.Node, message: str) -> YamlSyntaxError:
-        return YamlSyntaxError(f"{self.out.file}:{node.start_mark.line + 1}: {message}")
+        return YamlSyntaxError(self.out.file, node.start_mark.line + 1, f"{message}")
