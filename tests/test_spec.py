@@ -246,3 +246,26 @@ def test_problems_are_records_and_become_ci_annotations(
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith("::error file=envs/m.yaml,line=2::defaults.pipp: unknown key 'pipp'")
     assert out[1].startswith("::error file=envs/m.yaml,line=7::matrix[0].python[0]: YAML read")
+
+
+def test_lists_replace_unless_a_layer_inherits_them(write_env: WriteEnv) -> None:
+    folder = write_env(
+        "defaults:\n  apt: [curl]\n  pip: [numpy<3]\n"
+        "matrix:\n"
+        "  - {cuda: '12.6', torch: '2.7.1', python: '3.11', os: debian12, flavor: slim,"
+        " apt: [git], inherit: {apt: append}}\n"
+        "  - {cuda: '12.6', torch: '2.7.1', python: '3.12', os: ubuntu24.04, flavor: slim,"
+        " pip: [rich]}\n"
+        "overrides:\n"
+        "  - match: {python: '3.12'}\n    pip: [tqdm]\n    inherit: {pip: prepend}\n"
+    )
+    first, second = sorted(load_cells([folder]), key=lambda c: c.python)
+    assert first.apt == ("curl", "git") and first.pip == ("numpy<3",)
+    assert second.apt == ("curl",)  # the block did not name apt: the default stays
+    assert second.pip == ("rich", "tqdm")  # the block replaced numpy; the override added tqdm
+
+
+def test_built_in_defaults_are_the_first_layer(write_env: WriteEnv) -> None:
+    (cell,) = load_cells([write_env(GOOD_BLOCK)])
+    assert (cell.installer, cell.profile, cell.compile) == ("uv", "single-node", True)
+    assert cell.size_budget == 20 * 10**9 and cell.source_default_ignore

@@ -16,10 +16,10 @@ from packaging.version import Version
 from imagekit import __version__
 from imagekit.errors import CompatError, Problem, SpecError
 from imagekit.matrix import source as source_mod
-from imagekit.matrix.compat import CPU, Compat, variant_of
+from imagekit.matrix.compat import CPU, Compat, CudaRelease, OsRelease, TorchRelease, variant_of
 from imagekit.matrix.profiles import image_env
 from imagekit.matrix.refs import check_tag
-from imagekit.matrix.spec import AXES, RawCell
+from imagekit.matrix.spec import AXES, Options, RawCell, merge
 
 DEFAULT_SIZE_BUDGET = 20 * 10**9
 USER = ("imagekit", 1000)
@@ -93,26 +93,52 @@ def cell_id(cuda: str, torch: str, python: str, os_name: str, flavor: str) -> st
     return f"{variant_of(cuda)}-torch{torch}-py{python}-{os_name}-{flavor}"
 
 
+# The first layer of the options cascade: built-in defaults, then the file's defaults, its
+# block, and the overrides that match, each layer winning over the one below.
+BUILTIN = Options(
+    installer="uv",
+    profile="single-node",
+    tf32=True,
+    compile=True,
+    size_budget=DEFAULT_SIZE_BUDGET,
+    source_default_ignore=True,
+)
+
+
+@dataclass(frozen=True)
+class Records:
+    """A cell's rows of the compatibility data, looked up once."""
+
+    torch: TorchRelease
+    os: OsRelease
+    cuda: CudaRelease | None  # None for CPU cells
+
+
+def records_of(raw: RawCell, compat: Compat) -> Records:
+    compat.check_combination(raw.cuda, raw.torch, raw.python, raw.os)
+    cuda = compat.cuda_release(raw.cuda) if raw.cuda != CPU else None
+    return Records(compat.torch_release(raw.torch), compat.os_release(raw.os), cuda)
+
+
 def complete(raw: RawCell, compat: Compat, pins: dict[str, str] | None = None) -> Cell:
     """Resolve one cell. Raises CompatError when the combination does not exist."""
-    compat.check_combination(raw.cuda, raw.torch, raw.python, raw.os)
-    torch = compat.torch_release(raw.torch)
-    os_rel = compat.os_release(raw.os)
-    opts = raw.options
-    ignore = opts.source_default_ignore is not False
+    rec = records_of(raw, compat)
+    torch = rec.torch
+    opts = merge(BUILTIN, raw.options)  # installer, profile, size_budget, ... always set
+    ignore = bool(opts.source_default_ignore)
     features = tuple(sorted(set(opts.features or ())))
-    installer = opts.installer or "uv"
-    system_python = raw.python == os_rel.python
-    _check_cell(raw, compat, features, installer, system_python)
+    installer = str(opts.installer)
+    system_python = raw.python == rec.os.python
+    needs_devel = any(compat.features[f].needs_devel for f in features)
+    _check_cell(raw, rec, compat, features, installer, system_python)
 
     ident = cell_id(raw.cuda, torch.version, raw.python, raw.os, raw.flavor)
-    runtime_image, builder_image = _images(raw, compat, features)
+    runtime_image, builder_image = _images(raw, rec, needs_devel)
     pins = pins or {}
-    cuda_rel = compat.cuda.get(raw.cuda)
     env = image_env(
-        opts.profile or "single-node",
+        str(opts.profile),
         cuda=raw.cuda != CPU,
-        tf32=True if opts.tf32 is None else opts.tf32,
+        tf32=bool(opts.tf32),
         require_cuda=f"cuda>={raw.cuda}" if raw.cuda != CPU and raw.flavor == "slim" else None,
     )
     env.update(opts.env or {})
@@ -146,20 +172,20 @@ def complete(raw: RawCell, compat: Compat, pins: dict[str, str] | None = None) -
         torch_index=compat.torch_index(raw.cuda, torch.version),
         torch_requirements=_torch_requirements(torch.version, torch.torchvision, opts.torchvision),
         feature_steps=_feature_steps(compat, features, raw.cuda),
-        needs_devel=any(compat.features[f].needs_devel for f in features),
+        needs_devel=needs_devel,
         apt=tuple(sorted(set(opts.apt or ()))),
         build_apt=tuple(sorted(set(opts.build_apt or ()))),
         pip=tuple(sorted(set(opts.pip or ()), key=str.lower)),
         features=features,
-        compile=opts.compile is not False,
-        profile=opts.profile or "single-node",
+        compile=bool(opts.compile),
+        profile=str(opts.profile),
         env=tuple(sorted(env.items())),
         labels=(),
         tags=tags,
-        size_budget=opts.size_budget or DEFAULT_SIZE_BUDGET,
+        size_budget=int(opts.size_budget or 0),
         source=source_mod.checked(raw.base_dir, opts.source, ignore) if opts.source else None,
         source_default_ignore=ignore,
-        min_driver=cuda_rel.min_driver if cuda_rel else None,
+        min_driver=rec.cuda.min_driver if rec.cuda else None,
         archs=archs,
         origin=str(raw.origin),
     )
@@ -180,9 +206,14 @@ def render_tag(template: str, fields: dict[str, str]) -> str:
 
 
 def _check_cell(
-    raw: RawCell, compat: Compat, features: tuple[str, ...], installer: str, system_python: bool
+    raw: RawCell,
+    rec: Records,
+    compat: Compat,
+    features: tuple[str, ...],
+    installer: str,
+    system_python: bool,
 ) -> None:
-    os_rel = compat.os_release(raw.os)
+    os_rel = rec.os
     if raw.flavor == "nvidia" and raw.cuda == CPU:
         raise CompatError("flavor nvidia needs a CUDA version; use flavor slim for cuda cpu")
     if raw.flavor == "nvidia" and not os_rel.nvidia:
@@ -203,23 +234,16 @@ def _check_cell(
             raise CompatError("feature flash-attn needs a CUDA cell (cuda 12.x or 13.x)")
 
 
-def _images(raw: RawCell, compat: Compat, features: tuple[str, ...]) -> tuple[str, str | None]:
+def _images(raw: RawCell, rec: Records, needs_devel: bool) -> tuple[str, str | None]:
     """(runtime base, builder base or None when the builder shares the runtime's OS stage)."""
-    os_rel = compat.os_release(raw.os)
+    if raw.flavor == "slim" or rec.cuda is None:
+        return raw.options.base or rec.os.image, None
+    stem = f"nvidia/cuda:{rec.cuda.full}-cudnn"
+    devel = f"{stem}-devel-{rec.os.cuda_tag}"
     if raw.options.base:
         # A feature that compiles CUDA code (flash-attn) still needs nvcc in the builder.
-        needs_nvcc = raw.flavor == "nvidia" and any(
-            compat.features[f].needs_devel for f in features
-        )
-        if not needs_nvcc:
-            return raw.options.base, None
-        cuda = compat.cuda_release(raw.cuda)
-        return raw.options.base, f"nvidia/cuda:{cuda.full}-cudnn-devel-{os_rel.cuda_tag}"
-    if raw.flavor == "slim":
-        return os_rel.image, None
-    cuda = compat.cuda_release(raw.cuda)
-    stem = f"nvidia/cuda:{cuda.full}-cudnn"
-    return f"{stem}-runtime-{os_rel.cuda_tag}", f"{stem}-devel-{os_rel.cuda_tag}"
+        return raw.options.base, devel if needs_devel else None
+    return f"{stem}-runtime-{rec.os.cuda_tag}", devel
 
 
 def _pin(image: str, pins: dict[str, str]) -> str:

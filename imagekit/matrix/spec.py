@@ -182,6 +182,9 @@ Size = Annotated[int, BeforeValidator(parse_size)]
 ImageRef = Annotated[str, AfterValidator(check_image_ref)]
 
 
+InheritField = Literal["apt", "build_apt", "pip", "features"]
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -207,6 +210,9 @@ class Options(_Strict):
     source: str | None = None
     # imagekit's default ignore list for source (.env*, .git, keys); false copies them too.
     source_default_ignore: StrictBool | None = None
+    # How this layer's lists combine with the layer below (cibuildwheel's inherit rule):
+    # replace them (default), or add to them: {apt: append, pip: prepend}.
+    inherit: dict[InheritField, Literal["append", "prepend", "replace"]] | None = None
 
 
 class Axes(_Strict):
@@ -277,10 +283,20 @@ class RawCell:
 
 
 def merge(base: Options, top: Options) -> Options:
-    """`top` wins field by field; `env` maps merge."""
+    """`top` wins field by field; `env` maps merge; a list replaces the one below unless
+    `top.inherit` says append or prepend. `inherit` itself applies to its own layer only."""
     values = base.model_dump(exclude_none=True)
-    for key, value in top.model_dump(exclude_none=True).items():
-        values[key] = {**values.get(key, {}), **value} if key == "env" else value
+    values.pop("inherit", None)
+    rules = top.inherit or {}
+    for key, value in top.model_dump(exclude_none=True, exclude={"inherit"}).items():
+        below = values.get(key)
+        if key == "env":
+            values[key] = {**(below or {}), **value}
+        elif rules.get(key) in ("append", "prepend") and below:
+            first, then = (below, value) if rules[key] == "append" else (value, below)
+            values[key] = list(dict.fromkeys([*first, *then]))
+        else:
+            values[key] = value
     return Options(**{k: v for k, v in values.items() if k in Options.model_fields})
 
 
