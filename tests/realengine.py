@@ -14,6 +14,7 @@ from .conftest import ROOT
 
 DOCKER = "/usr/bin/docker" if Path("/usr/bin/docker").exists() else "docker"
 REGISTRY = "127.0.0.1:5000"
+EPOCH = "1700000000"  # 2023-11-14T22:13:20+00:00
 MARKER = "imagekit-ca-bundle-marker-3f9c1d"  # appended to the CA bundle given to builds
 
 
@@ -27,7 +28,9 @@ def wheelhouse() -> Path:
 def imagekit(
     *args: str, cwd: Path, env: dict[str, str] | None = None, timeout: float = 900
 ) -> subprocess.CompletedProcess[str]:
-    full_env = {**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1"}
+    # Test projects are no git checkouts: a fixed SOURCE_DATE_EPOCH gives every build of
+    # them the same creation label, as a commit's time would.
+    full_env = {**os.environ, "SOURCE_DATE_EPOCH": EPOCH, **(env or {}), "PYTHONUNBUFFERED": "1"}
     return subprocess.run(
         [sys.executable, "-m", "imagekit", *args],
         cwd=cwd,

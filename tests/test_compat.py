@@ -108,3 +108,30 @@ def test_refresh_reads_cuda_toolkit_pins_and_reports_current(tmp_path: Path) -> 
     out = refresh(["2.11.0", "2.99.0"], fetch=fetch, path=path)  # type: ignore[arg-type]
     assert "compat data is current for torch 2.11.0" in out
     assert "torch 2.99.0 is not in the data" in out
+
+
+def test_label_requirement_and_driver_verdict_agree_for_every_cuda_row() -> None:
+    """io.imagekit.min-driver, NVIDIA_REQUIRE_CUDA and the self-check's driver verdict say
+    the same thing: the major's floor under minor-version compatibility."""
+    from imagekit.selfcheck import gpu
+
+    data = compat.load()
+    for version, row in data.cuda.items():
+        major = int(version.split(".")[0])
+        assert row.require_cuda == f"cuda>={major}.0"
+        assert row.min_driver == gpu.MAJOR_DRIVER_FLOOR[major], version
+        labels = {"io.imagekit.cuda": version, "io.imagekit.min-driver": row.min_driver}
+        need = gpu.min_driver(labels, version)
+        assert gpu.driver_problem(row.min_driver, need, version) is None
+        below = row.min_driver.split(".")
+        below[0] = str(int(below[0]) - 1)
+        assert gpu.driver_problem(".".join(below), need, version) is not None
+        # an R535 host runs every CUDA 12 row's wheels, and is refused by none of them
+        if major == 12:
+            assert gpu.driver_problem("535.104.05", need, version) is None
+
+
+def test_nvidia_cuda_tags_use_each_releases_cudnn_word() -> None:
+    data = compat.load()
+    assert data.cuda["11.8"].cudnn_tag == "cudnn8" and data.cuda["12.1"].cudnn_tag == "cudnn8"
+    assert data.cuda["12.6"].cudnn_tag == "cudnn"

@@ -139,7 +139,7 @@ def complete(raw: RawCell, compat: Compat, pins: dict[str, str] | None = None) -
         str(opts.profile),
         cuda=raw.cuda != CPU,
         tf32=bool(opts.tf32),
-        require_cuda=f"cuda>={raw.cuda}" if raw.cuda != CPU and raw.flavor == "slim" else None,
+        require_cuda=rec.cuda.require_cuda if rec.cuda and raw.flavor == "slim" else None,
     )
     env.update(opts.env or {})
     fields = {
@@ -238,7 +238,7 @@ def _images(raw: RawCell, rec: Records, needs_devel: bool) -> tuple[str, str | N
     """(runtime base, builder base or None when the builder shares the runtime's OS stage)."""
     if raw.flavor == "slim" or rec.cuda is None:
         return raw.options.base or rec.os.image, None
-    stem = f"nvidia/cuda:{rec.cuda.full}-cudnn"
+    stem = f"nvidia/cuda:{rec.cuda.full}-{rec.cuda.cudnn_tag}"
     devel = f"{stem}-devel-{rec.os.cuda_tag}"
     if raw.options.base:
         # A feature that compiles CUDA code (flash-attn) still needs nvcc in the builder.

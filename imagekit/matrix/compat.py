@@ -40,6 +40,14 @@ class CudaRelease:
     toolkit_driver: str
     archs: tuple[str, ...]
     os: tuple[str, ...]
+    cudnn_tag: str = "cudnn"  # the cuDNN word in nvidia/cuda tags: cudnn8, cudnn9 or cudnn
+
+    @property
+    def require_cuda(self) -> str:
+        """What an image built on this CUDA's wheels asks of the driver: the major's floor.
+        CUDA minor-version compatibility runs any 12.x (13.x) build on a driver of the
+        major's first release, so cuda>=12.8 would refuse hosts the wheels run on."""
+        return f"cuda>={self.version.split('.')[0]}.0"
 
 
 @dataclass(frozen=True)
@@ -173,6 +181,7 @@ def parse(raw: dict[str, Any]) -> Compat:
                     toolkit_driver=r["toolkit_driver"],
                     archs=tuple(r["archs"]),
                     os=tuple(r["os"]),
+                    cudnn_tag=r.get("cudnn_tag", "cudnn"),
                 )
                 for v, r in raw["cuda"].items()
             }

@@ -99,7 +99,7 @@ ENV PATH=/opt/venv/bin:$PATH VIRTUAL_ENV=/opt/venv
 # Tuned defaults from the cell's profile; `docker run -e NAME=...` overrides any of them.
 ENV IMAGEKIT_PROFILE="single-node" \
     NVIDIA_DRIVER_CAPABILITIES="compute,utility" \
-    NVIDIA_REQUIRE_CUDA="cuda>=12.6" \
+    NVIDIA_REQUIRE_CUDA="cuda>=12.0" \
     NVIDIA_VISIBLE_DEVICES="all" \
     PYTORCH_CUDA_ALLOC_CONF="expandable_segments:True" \
     TORCH_ALLOW_TF32_CUBLAS_OVERRIDE="1"

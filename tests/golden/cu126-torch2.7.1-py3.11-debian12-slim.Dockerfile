@@ -69,7 +69,7 @@ RUN --mount=type=cache,id=imagekit-pip,target=/root/.cache/pip,sharing=private \
     && /opt/venv/bin/pip install --find-links /wheelhouse \
        'onnx>=1.16' \
        'onnxscript>=0.1' \
-       'onnxruntime-gpu>=1.19'
+       'onnxruntime-gpu>=1.19,<1.27'
 
 FROM os-base AS runtime
 # apt as in the base image again, for images built FROM this one: downloaded .debs are
@@ -111,7 +111,7 @@ ENV PATH=/opt/venv/bin:$PATH VIRTUAL_ENV=/opt/venv
 # Tuned defaults from the cell's profile; `docker run -e NAME=...` overrides any of them.
 ENV IMAGEKIT_PROFILE="single-node" \
     NVIDIA_DRIVER_CAPABILITIES="compute,utility" \
-    NVIDIA_REQUIRE_CUDA="cuda>=12.6" \
+    NVIDIA_REQUIRE_CUDA="cuda>=12.0" \
     NVIDIA_VISIBLE_DEVICES="all" \
     PYTORCH_CUDA_ALLOC_CONF="expandable_segments:True" \
     TORCH_ALLOW_TF32_CUBLAS_OVERRIDE="1"

@@ -98,7 +98,7 @@ RUN --mount=type=cache,id=imagekit-uv,target=/root/.cache/uv,sharing=shared \
     && /opt/uv/bin/uv pip install --python /opt/venv/bin/python --find-links /wheelhouse --compile-bytecode \
        'onnx>=1.16' \
        'onnxscript>=0.1' \
-       'onnxruntime-gpu>=1.19' \
+       'onnxruntime-gpu>=1.19,<1.27' \
        'tensorrt-cu12>=10.2,<11'
 
 FROM os-base AS runtime

@@ -96,7 +96,7 @@ RUN --mount=type=cache,id=imagekit-uv,target=/root/.cache/uv,sharing=shared \
     && /opt/uv/bin/uv pip install --python /opt/venv/bin/python --find-links /wheelhouse --compile-bytecode \
        'onnx>=1.16' \
        'onnxscript>=0.1' \
-       'onnxruntime-gpu>=1.23' \
+       'onnxruntime-gpu>=1.27' \
        'tensorrt-cu13>=10.13,<11'
 
 FROM os-base AS runtime

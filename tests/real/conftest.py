@@ -19,6 +19,7 @@ from ..realengine import (
 )
 
 CELL = "cpu-torch2.13.0-py3.11-debian12-slim"
+
 TAG = f"{REGISTRY}/imagekit-test:2.13.0-cpu-py3.11-debian12-slim"
 
 
