@@ -72,13 +72,14 @@ def test_labels_user_and_environment(project: Path) -> None:
     assert env["IMAGEKIT_PROFILE"] == "single-node" and "OMP_NUM_THREADS" not in env
     assert run_in_image("--cpus", "1", TAG, "sh", "-c", "echo $OMP_NUM_THREADS") == "1"
     assert run_in_image("-e", "OMP_NUM_THREADS=3", TAG, "sh", "-c", "echo $OMP_NUM_THREADS") == "3"
-    assert run_in_image(TAG, "cat", "/workspace/train.py").endswith('print("training code v1")')
+    code = (project / "app" / "train.py").read_text().strip()
+    assert run_in_image(TAG, "cat", "/workspace/train.py") == code
 
 
 def test_push_and_pull_by_digest(project: Path) -> None:
-    pushed = report(project)["pushed"]
+    built = report(project)  # the session build that pushed (TAG may be rebuilt since)
+    pushed, image_id = built["pushed"], built["image_id"]
     assert len(pushed) == 2 and all("@sha256:" in ref for ref in pushed)
-    image_id = json.loads(docker("image", "inspect", TAG).stdout)[0]["Id"]
     docker("rmi", pushed[0], check=False)
     docker("pull", pushed[0])
     assert json.loads(docker("image", "inspect", pushed[0]).stdout)[0]["Id"] == image_id
