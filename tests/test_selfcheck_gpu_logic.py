@@ -473,3 +473,23 @@ def test_the_rank_that_died_is_named_before_its_peers_echo() -> None:
     ok = {"status": "passed", "reason": "", "measurements": {}}
     assert merge_ranks([echo, died])["reason"].startswith("rank 1 died with exit code 3")
     assert merge_ranks([ok, ok]) is ok
+
+
+def test_a_flash_attn_that_fails_to_import_fails_instead_of_not_installed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from imagekit.selfcheck.attention import _flash_attn_package, flash_attn_installed
+
+    assert flash_attn_installed() is None  # not installed here: reported as absent
+    broken = tmp_path / "flash_attn"
+    broken.mkdir()
+    (broken / "__init__.py").write_text(
+        "raise ImportError('flash_attn_2_cuda.cpython-311-x86_64-linux-gnu.so: undefined "
+        "symbol: _ZN3c104cuda9SetDeviceEi')\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert flash_attn_installed() == "unknown"  # present, version unreadable
+    found = _flash_attn_package(None, None, None, None, None, 0.0, "bfloat16")
+    assert found["flash_attn_package"] == "unknown (import failed)"
+    assert "does not import: ImportError" in found["flash_attn_error"]
+    assert "undefined symbol" in found["flash_attn_error"]

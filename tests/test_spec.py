@@ -269,3 +269,17 @@ def test_built_in_defaults_are_the_first_layer(write_env: WriteEnv) -> None:
     (cell,) = load_cells([write_env(GOOD_BLOCK)])
     assert (cell.installer, cell.profile, cell.compile) == ("uv", "single-node", True)
     assert cell.size_budget == 20 * 10**9 and cell.source_default_ignore
+
+
+def test_schema_and_compatibility_problems_are_shown_together(write_env: WriteEnv) -> None:
+    folder = write_env(
+        "matrix:\n"
+        "  - {cuda: '12.6', torch: '2.7.1', python: '3.11', os: debian12, flavor: slim,"
+        " pipp: [numpy]}\n"
+        "  - {cuda: '12.4', torch: '2.7.1', python: '3.11', os: debian12, flavor: slim}\n"
+    )
+    found = problems(folder)
+    assert len(found) == 2
+    assert found[0].startswith("envs/m.yaml:2: matrix[0].pipp: unknown key 'pipp'")
+    assert found[1].startswith("envs/m.yaml:3: cuda=12.4 torch=2.7.1")  # the next block's line
+    assert "has no CUDA 12.4 build" in found[1]

@@ -324,7 +324,9 @@ def _missing_axes(block: Block, defaults: Block) -> list[str]:
     return [a for a in AXES if not (getattr(block, a) or getattr(defaults, a))]
 
 
-def expand(doc: EnvFile, located: Located, base_dir: Path) -> tuple[list[RawCell], list[Problem]]:
+def expand(
+    doc: EnvFile, located: Located, base_dir: Path, indices: dict[str, list[int]] | None = None
+) -> tuple[list[RawCell], list[Problem]]:
     """Blocks -> cells. Returns the cells and the problems found (missing axes, tags)."""
     problems = _check_tags(doc, located)
     cells: list[RawCell] = []
@@ -336,6 +338,8 @@ def expand(doc: EnvFile, located: Located, base_dir: Path) -> tuple[list[RawCell
     for section, block, excludable in groups:
         index = counters[section]
         counters[section] += 1
+        if indices:  # blocks were left out: the file's own index, for the line
+            index = indices[section][index]
         origin = Origin(located.file, located.line_of((section, index)))
         missing = _missing_axes(block, doc.defaults)
         if missing:
@@ -517,5 +521,31 @@ def _load_one(path: Path, display: str) -> tuple[list[RawCell], list[Problem]]:
     try:
         doc = EnvFile.model_validate(located.data)
     except ValidationError as exc:
-        return [], [_describe(e, located) for e in exc.errors()]
+        problems = [_describe(e, located) for e in exc.errors()]
+        cells, more = _expand_valid_blocks(located, exc, path.resolve().parent)
+        return cells, problems + more
     return expand(doc, located, path.resolve().parent)
+
+
+def _expand_valid_blocks(
+    located: Located, exc: ValidationError, base_dir: Path
+) -> tuple[list[RawCell], list[Problem]]:
+    """When every schema problem sits inside matrix/include blocks, the other blocks still
+    expand, so their compatibility problems are shown in the same run, not the next."""
+    bad: dict[str, set[int]] = {"matrix": set(), "include": set()}
+    for error in exc.errors():
+        loc = error["loc"]
+        if len(loc) < 2 or loc[0] not in bad or not isinstance(loc[1], int):
+            return [], []  # a problem outside the blocks: nothing can be trusted
+        bad[str(loc[0])].add(loc[1])
+    data = dict(located.data)
+    kept: dict[str, list[int]] = {}
+    for section, skip in bad.items():
+        items = data.get(section) or []
+        kept[section] = [i for i in range(len(items)) if i not in skip]
+        data[section] = [items[i] for i in kept[section]]
+    try:
+        doc = EnvFile.model_validate(data)
+    except ValidationError:
+        return [], []
+    return expand(doc, located, base_dir, kept)
