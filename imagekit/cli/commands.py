@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -179,6 +180,10 @@ def bootstrap(suite: str, mirror: str | None, tag: str | None, docker_cli: str |
     click.echo(f"{tag}: {image_id}")
 
 
+def report_option(flag: str, dest: str, text: str) -> Callable[[Any], Any]:
+    return click.option(flag, dest, type=click.Path(path_type=Path), default=None, help=text)
+
+
 @click.command(
     name="test",
     epilog=examples(
@@ -209,20 +214,10 @@ def bootstrap(suite: str, mirror: str | None, tag: str | None, docker_cli: str |
     default=None,
     help="Seconds per check before it is killed (default: each check's own limit).",
 )
-@click.option(
-    "--json",
-    "json_path",
-    type=click.Path(path_type=Path),
-    default=None,
-    help="Write every check's status, reason and measurements as JSON.",
+@report_option(
+    "--json", "json_path", "Write every check's status, reason and measurements as JSON."
 )
-@click.option(
-    "--junit",
-    "junit_path",
-    type=click.Path(path_type=Path),
-    default=None,
-    help="Write the results as JUnit XML (one test case per check) for CI.",
-)
+@report_option("--junit", "junit_path", "Write the results as JUnit XML (a test case per check).")
 @click.option(
     "--stamp", is_flag=True, help="On success, tag IMAGE-validated with the results as labels."
 )
