@@ -38,35 +38,34 @@ RUN --mount=type=cache,id=imagekit-apt-cache-debian12,target=/var/cache/apt,shar
        python3-venv
 # Where torch comes from; `imagekit build --torch-index` overrides it (empty: wheelhouse/PyPI).
 ARG TORCH_INDEX_URL=
-RUN python3.11 -m venv /opt/venv
-# The OS's venv pip is old (23.0 on Debian 12): a current one builds sdists as wheels
-# (PEP 517), which its cache keeps for the next rebuild.
+ENV UV_PYTHON_INSTALL_DIR=/opt/python
 RUN --mount=type=cache,id=imagekit-pip,target=/root/.cache/pip,sharing=private \
     --mount=type=secret,id=ca \
     --mount=type=secret,id=index \
     --mount=type=bind,source=imagekit/build-env.sh,target=/run/imagekit/build-env.sh \
     --mount=type=bind,source=wheelhouse,target=/wheelhouse \
     . /run/imagekit/build-env.sh \
-    && /opt/venv/bin/pip install --find-links /wheelhouse \
-       'pip>=25'
+    && python3 -m venv /opt/uv \
+    && /opt/uv/bin/pip install --find-links /wheelhouse 'uv>=0.4' \
+    && /opt/uv/bin/uv venv --python /usr/bin/python3.11 /opt/venv
 # torch (the heaviest layer; it changes only with the cell)
-RUN --mount=type=cache,id=imagekit-pip,target=/root/.cache/pip,sharing=private \
+RUN --mount=type=cache,id=imagekit-uv,target=/root/.cache/uv,sharing=shared \
     --mount=type=secret,id=ca \
     --mount=type=secret,id=index \
     --mount=type=bind,source=imagekit/build-env.sh,target=/run/imagekit/build-env.sh \
     --mount=type=bind,source=wheelhouse,target=/wheelhouse \
     . /run/imagekit/build-env.sh \
-    && /opt/venv/bin/pip install --find-links /wheelhouse ${TORCH_INDEX_URL:+--extra-index-url "$TORCH_INDEX_URL"} \
+    && /opt/uv/bin/uv pip install --python /opt/venv/bin/python --find-links /wheelhouse --compile-bytecode ${TORCH_INDEX_URL:+--extra-index-url "$TORCH_INDEX_URL"} \
        torch==2.7.1 \
        torchvision==0.22.1
 # Feature: onnx
-RUN --mount=type=cache,id=imagekit-pip,target=/root/.cache/pip,sharing=private \
+RUN --mount=type=cache,id=imagekit-uv,target=/root/.cache/uv,sharing=shared \
     --mount=type=secret,id=ca \
     --mount=type=secret,id=index \
     --mount=type=bind,source=imagekit/build-env.sh,target=/run/imagekit/build-env.sh \
     --mount=type=bind,source=wheelhouse,target=/wheelhouse \
     . /run/imagekit/build-env.sh \
-    && /opt/venv/bin/pip install --find-links /wheelhouse \
+    && /opt/uv/bin/uv pip install --python /opt/venv/bin/python --find-links /wheelhouse --compile-bytecode \
        'onnx>=1.16' \
        'onnxscript>=0.1' \
        'onnxruntime-gpu>=1.19,<1.27'
@@ -94,8 +93,9 @@ COPY imagekit/labels.json /etc/imagekit/labels.json
 # Your pip packages, after everything that changes less often, installed in place: this
 # layer holds exactly what they add or change, so adding one rebuilds and re-pushes this
 # layer, not torch. (With build_apt they are built in the builder instead.)
-RUN --mount=type=cache,id=imagekit-pip,target=/root/.cache/pip,sharing=private \
+RUN --mount=type=cache,id=imagekit-uv,target=/root/.cache/uv,sharing=shared \
     --mount=type=cache,id=imagekit-pyc,target=/root/.cache/imagekit-pyc,sharing=shared \
+    --mount=type=bind,from=builder,source=/opt/uv,target=/opt/uv \
     --mount=type=bind,source=imagekit/pyc_cache.py,target=/run/imagekit/pyc_cache.py \
     --mount=type=secret,id=ca \
     --mount=type=secret,id=index \
@@ -103,7 +103,7 @@ RUN --mount=type=cache,id=imagekit-pip,target=/root/.cache/pip,sharing=private \
     --mount=type=bind,source=wheelhouse,target=/wheelhouse \
     . /run/imagekit/build-env.sh \
     && started=$(date +%s%N) \
-    && /opt/venv/bin/pip install --find-links /wheelhouse --no-compile \
+    && /opt/uv/bin/uv pip install --python /opt/venv/bin/python --find-links /wheelhouse \
        'numpy<3' \
        'tqdm>=4.66' \
     && /opt/venv/bin/python /run/imagekit/pyc_cache.py --since "$started" /opt/venv /root/.cache/imagekit-pyc

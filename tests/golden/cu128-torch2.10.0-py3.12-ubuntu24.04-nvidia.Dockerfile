@@ -1,4 +1,4 @@
-# Rendered by imagekit for cell cu128-torch2.10.0-py3.12-ubuntu24.04-nvidia (envs/training.yaml:43).
+# Rendered by imagekit for cell cu128-torch2.10.0-py3.12-ubuntu24.04-nvidia (envs/training.yaml:42).
 # Do not edit: change envs/ and run `imagekit render`. Build it with `imagekit build`,
 # which stages the context (imagekit/, wheelhouse/, source/) and passes the secrets.
 #

@@ -1,4 +1,4 @@
-# Rendered by imagekit for cell cu130-torch2.11.0-py3.13-ubuntu24.04-nvidia (envs/training.yaml:50).
+# Rendered by imagekit for cell cu130-torch2.11.0-py3.13-ubuntu24.04-nvidia (envs/training.yaml:49).
 # Do not edit: change envs/ and run `imagekit render`. Build it with `imagekit build`,
 # which stages the context (imagekit/, wheelhouse/, source/) and passes the secrets.
 #
