@@ -116,7 +116,7 @@ def main() -> None:
     print(f"build steps {steps_s:.0f} s; after the last step (export) {build_s - steps_s:.0f} s")
     for name, seconds in slowest(report):
         print(f"  {seconds:>6.1f} s  {name}")
-    out = ROOT / "bench" / "results" / "cold.json"
+    out = ROOT / "bench" / "results" / f"cold-{args.installer}.json"
     out.write_text(
         json.dumps(
             {
