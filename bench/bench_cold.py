@@ -5,7 +5,7 @@ In one process and one run: (a) `imagekit build` of the README cell on an empty 
 with a push to the local registry, and (c) the floor: a bare `uv pip install` of the same
 resolved wheel set (read from the built image) into a fresh venv on the host with an empty
 uv cache. Prints the ratios (goals: build <= 2x the floor, build + push <= 3x) and the
-build's slowest steps, and writes bench/results/cold.json.
+build's slowest steps, and writes bench/results/cold-<installer>.json.
 
 Usage: python bench/bench_cold.py [--installer pip|uv]   (default: as the README cell builds)
 Needs the engine and registry of .ci/setup-host.sh and network to PyPI. It prunes BuildKit's
