@@ -19,9 +19,13 @@ def committed_dockerfile(out_dir: Path, cell_id: str) -> Path:
     return out_dir / cell_id / "Dockerfile"
 
 
+def contexts(work_dir: Path) -> Path:
+    return work_dir / "context"
+
+
 def context_dir(work_dir: Path, cell_id: str) -> Path:
     """The build context staged for a cell (imagekit/ helpers, wheelhouse/, source/)."""
-    return work_dir / "context" / cell_id
+    return contexts(work_dir) / cell_id
 
 
 def work_dockerfile(work_dir: Path, cell_id: str) -> Path:

@@ -55,10 +55,21 @@ def bootstrap(engine: Engine, suite: str, tag: str, mirror: str = DEFAULT_MIRROR
         return engine.import_rootfs(rootfs, tag)
 
 
+def bootstrappable() -> dict[str, str]:
+    """Base images debootstrap can make here: image name -> Debian suite."""
+    from imagekit.matrix import compat
+
+    return {o.image: str(o.suite) for o in compat.load().os.values() if o.suite}
+
+
+def unpinned(ref: str) -> str:
+    return ref.split("@", 1)[0]
+
+
 def bases_of(cells: Sequence[Cell]) -> list[str]:
     """Distinct base references of the cells, without any digest already pinned."""
     refs = {c.runtime_image for c in cells} | {c.builder_image for c in cells if c.builder_image}
-    return sorted({ref.split("@", 1)[0] for ref in refs})
+    return sorted({unpinned(ref) for ref in refs})
 
 
 def unavailable_bases(
@@ -96,7 +107,7 @@ def short_reason(text: str) -> str:
 
 def fixes_for(ref: str, suites: dict[str, str]) -> str:
     """What would make a missing base available here."""
-    if ref.split("@", 1)[0] in suites:
+    if ref in suites:
         return "add --bootstrap-base (debootstrap from a Debian mirror, no registry needed)"
     ways = [
         "a registry mirror the engine can reach (dockerd's registry-mirrors)",

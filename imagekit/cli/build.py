@@ -114,14 +114,12 @@ def preflight(
     """Before building anything: which cells' base images cannot be had here, and what would
     make them buildable. Without --keep-going that stops the run; with it, the other cells
     build and these are reported as not attempted."""
-    from imagekit.matrix import compat
-
-    suites = {o.image: str(o.suite) for o in compat.load().os.values() if o.suite}
+    suites = base.bootstrappable()
     can_bootstrap = set(suites) if bootstrap else set()
     missing = base.unavailable_bases(engine, base.bases_of(cells), can_bootstrap)
     unbuildable = {}
     for cell in cells:
-        refs = [r.split("@", 1)[0] for r in (cell.runtime_image, cell.builder_image) if r]
+        refs = [base.unpinned(r) for r in (cell.runtime_image, cell.builder_image) if r]
         lacking = [r for r in refs if r in missing]
         if lacking:
             unbuildable[cell.id] = "; ".join(
@@ -151,10 +149,8 @@ def _unbuildable_message(
 
 
 def bootstrap_missing(engine: DockerEngine, cells: Sequence[Cell], mirror: str) -> None:
-    from imagekit.matrix import compat
-
-    suites = {o.image: o.suite for o in compat.load().os.values() if o.suite}
+    suites = base.bootstrappable()
     for ref in base.bases_of(cells):
         if ref in suites and engine.inspect(ref) is None:
             click.echo(f"bootstrapping {ref} from {mirror} (debootstrap {suites[ref]})")
-            base.bootstrap(engine, str(suites[ref]), ref, mirror)
+            base.bootstrap(engine, suites[ref], ref, mirror)

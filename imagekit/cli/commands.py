@@ -170,11 +170,10 @@ def bootstrap(suite: str, mirror: str | None, tag: str | None, docker_cli: str |
     """Make a Debian base image from a package mirror with debootstrap."""
     from imagekit.build import bases as base
     from imagekit.engine.docker import DockerEngine
-    from imagekit.matrix import compat
     from imagekit.urls import refuse_credentials
 
     refuse_credentials(mirror, "--mirror", "the base image's apt sources")
-    names = {o.suite: o.image for o in compat.load().os.values() if o.suite}
+    names = {suite: image for image, suite in base.bootstrappable().items()}
     tag = tag or names.get(suite) or f"debian:{suite}"
     image_id = base.bootstrap(DockerEngine(docker_cli), suite, tag, mirror or base.DEFAULT_MIRROR)
     click.echo(f"{tag}: {image_id}")
@@ -245,14 +244,14 @@ def test_image(image: str, docker_cli: str | None, **kwargs: Any) -> None:
 @click.option("--wheelhouse", type=click.Path(path_type=Path), default=None)
 def stage(**kwargs: Any) -> None:
     """Write the build contexts (.imagekit/context/<cell>) that a bake file points at."""
+    from imagekit import paths
     from imagekit.build import context, inputs
-    from imagekit.render.ci import CONTEXT_ROOT
 
     wheelhouse = inputs.check_wheelhouse(kwargs["wheelhouse"])
     cells = Selection.of(kwargs).cells()
     for cell in cells:
-        context.stage(cell, Path(CONTEXT_ROOT) / cell.id, wheelhouse)
-    click.echo(f"staged {len(cells)} contexts under {CONTEXT_ROOT}/")
+        context.stage(cell, paths.context_dir(paths.WORK, cell.id), wheelhouse)
+    click.echo(f"staged {len(cells)} contexts under {paths.contexts(paths.WORK)}/")
 
 
 def register(cli: click.Group) -> None:

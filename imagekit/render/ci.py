@@ -9,9 +9,6 @@ from imagekit import paths
 from imagekit.errors import UsageError
 from imagekit.matrix.cells import Cell
 
-CONTEXT_ROOT = paths.context_dir(paths.WORK, "").as_posix().rstrip("/")
-DOCKERFILES = paths.DOCKERFILES
-
 
 def table(cells: Sequence[Cell]) -> str:
     header = ("CELL", "CUDA", "TORCH", "PYTHON", "OS", "FLAVOR", "FEATURES", "PROFILE")
@@ -105,7 +102,9 @@ def bake(cells: Sequence[Cell]) -> dict[str, Any]:
         targets[name] = {
             "context": context.as_posix(),
             # buildx resolves it against the context: computed, not a fixed ../../..
-            "dockerfile": paths.relative(paths.committed_dockerfile(DOCKERFILES, cell.id), context),
+            "dockerfile": paths.relative(
+                paths.committed_dockerfile(paths.DOCKERFILES, cell.id), context
+            ),
             "target": "runtime",
             "tags": list(cell.tags),
             "labels": dict(cell.labels),

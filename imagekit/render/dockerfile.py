@@ -115,10 +115,6 @@ def render(
     )
 
 
-def dockerfile_path(out_dir: Path, cell: Cell) -> Path:
-    return paths.committed_dockerfile(out_dir, cell.id)
-
-
 def render_all(cells: Iterable[Cell], syntax: str | None = None) -> dict[str, str]:
     """Render everything first, so a template error leaves no file written."""
     return {cell.id: render(cell, syntax) for cell in cells}

@@ -49,17 +49,6 @@ def parse_entry(entry: str) -> ArchEntry | None:
     return ArchEntry(match.group(1), int(digits[:-1]), int(digits[-1]), match.group(3))
 
 
-def parse_capability(arch: str) -> tuple[int, int]:
-    """'sm_90' or '9.0' -> (9, 0)."""
-    if "." in arch:
-        major, minor = arch.split(".", 1)
-        return int(major), int(minor)
-    parsed = parse_entry(arch)
-    if parsed is None:
-        raise ValueError(f"not a GPU architecture: {arch!r}")
-    return parsed.major, parsed.minor
-
-
 def serves(entry: ArchEntry, capability: tuple[int, int]) -> bool:
     """Whether code of `entry` runs on a GPU of `capability` (SASS directly, PTX through JIT)."""
     major, minor = capability

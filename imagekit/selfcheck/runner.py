@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from imagekit.selfcheck.registry import BY_NAME, ORDER
+from imagekit.selfcheck.registry import BY_NAME, ORDER, limit
 
 REQUIREMENTS = ("gpu", "flash", "flash-attn", "onnx", "tensorrt", "compile")
 
@@ -35,7 +35,7 @@ def run_all(
     results: dict[str, dict[str, Any]] = {}
 
     def one(name: str) -> None:
-        results[name] = run_check(name, limit_of(name, timeout))
+        results[name] = run_check(name, limit(name, timeout))
         done(name, results[name])
 
     # The longest first (by limit), so the slowest check is not the last one started.
@@ -48,10 +48,6 @@ def run_all(
         if BY_NAME[name].exclusive:
             one(name)
     return {n: results[n] for n in ORDER if n in results}
-
-
-def limit_of(name: str, timeout: float | None) -> float:
-    return timeout if timeout else BY_NAME[name].limit_s
 
 
 def run_check(name: str, timeout: float) -> dict[str, Any]:

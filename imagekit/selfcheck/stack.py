@@ -5,21 +5,13 @@ from __future__ import annotations
 
 import os
 import warnings
-from pathlib import Path
 from typing import Any
 
+from imagekit.runtime.threads import cgroup_quota
 from imagekit.selfcheck import gpu as gpuinfo
 from imagekit.selfcheck.archs import arch_verdict
 from imagekit.selfcheck.results import Result, labels, verdict
 from imagekit.selfcheck.verdicts import omp_problem
-
-
-def cgroup_cpus() -> float | None:
-    try:
-        quota, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()
-        return None if quota == "max" else int(quota) / int(period)
-    except (OSError, ValueError):
-        return None
 
 
 def check_stack() -> Result:
@@ -86,7 +78,7 @@ def _environment(torch: Any, m: dict[str, Any]) -> list[str]:
     m["local_ranks"] = int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1)
     m["torch_threads"] = torch.get_num_threads()
     m["cpus_visible"] = len(os.sched_getaffinity(0))
-    m["cgroup_cpus"] = cgroup_cpus()
+    m["cgroup_cpus"] = cgroup_quota()
     m["nccl_env"] = {k: v for k, v in sorted(os.environ.items()) if k.startswith("NCCL_")}
     m["tf32_env"] = {
         k: os.environ[k]
