@@ -40,7 +40,8 @@ def stage(cell: Cell, dest: Path, wheelhouse: Path | None = None) -> Path:
     for package in ("selfcheck", "runtime"):
         shutil.copytree(PACKAGE_DIR / package, lib / package, ignore=IGNORE)
     # Run at every start of the venv's Python, entrypoint or not (see runtime/threads.py).
-    (helpers / "lib" / "imagekit-threads.pth").write_text("import imagekit.runtime.threads\n")
+    pth = "import imagekit.runtime.threads as _threads; _threads.at_start()\n"
+    (helpers / "lib" / "imagekit-threads.pth").write_text(pth)
     shutil.copy2(PACKAGE_DIR / "__init__.py", lib / "__init__.py")
     labels = {k: v for k, v in cell.labels if k.startswith("io.imagekit.")}
     (helpers / "labels.json").write_text(json.dumps(labels, indent=2, sort_keys=True) + "\n")

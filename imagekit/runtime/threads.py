@@ -2,7 +2,7 @@
 
 The entrypoint does the same at container start, but Kubernetes `command:`, `docker run
 --entrypoint`, Slurm/pyxis and most CI runners replace the entrypoint. A .pth file in the
-venv imports this module when the venv's Python starts, before any user code (so before
+venv calls at_start() when the venv's Python starts, before any user code (so before
 torch reads the variable). A value the user set is never touched; a value imagekit set
 (IMAGEKIT_OMP_AUTO=1) is recomputed in torchrun's workers, which know LOCAL_WORLD_SIZE.
 """
@@ -52,5 +52,7 @@ def _int(env: Mapping[str, str], name: str) -> int:
         return 0
 
 
-if os.environ.get("IMAGEKIT_THREADS_HOOK") != "off":  # an escape hatch, documented
-    apply()
+def at_start() -> None:
+    """Called by the venv's .pth line at every Python start (importing sets nothing)."""
+    if os.environ.get("IMAGEKIT_THREADS_HOOK") != "off":  # an escape hatch
+        apply()
