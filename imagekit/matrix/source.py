@@ -18,28 +18,19 @@ import shutil
 from collections.abc import Callable
 from pathlib import Path
 
-DEFAULT_IGNORE = (
+DEFAULT_IGNORE = (  # "**/" also matches at the top of the folder
     ".git",
-    ".env",
-    ".env.*",
-    "**/.env",
-    "**/.env.*",
-    "*.pem",
-    "**/*.pem",
-    "*.key",
-    "**/*.key",
-    "id_*",
-    "**/id_*",
-    ".ssh",
-    "**/.ssh",
-    ".docker",
-    "**/.docker",
-    ".netrc",
-    "**/.netrc",
-    "__pycache__",
-    "**/__pycache__",
     ".venv",
     ".imagekit",
+    "**/.env",
+    "**/.env.*",
+    "**/*.pem",
+    "**/*.key",
+    "**/id_*",
+    "**/.ssh",
+    "**/.docker",
+    "**/.netrc",
+    "**/__pycache__",
 )
 MAX_FILES = 200_000
 
