@@ -41,7 +41,7 @@ def test_version_and_help_on_every_command(capsys: pytest.CaptureFixture[str]) -
 
 @pytest.mark.usefixtures("in_repo")
 def test_list_and_matrix_json(capsys: pytest.CaptureFixture[str]) -> None:
-    code, _ = run("list", "--cuda", "13.0")
+    code, _ = run("list", "--cuda", "13.0", "--torch", "2.11.0")
     out = capsys.readouterr().out
     assert code == 0 and "cu130-torch2.11.0-py3.13-ubuntu24.04-nvidia" in out and "4 cells" in out
     code, _ = run("matrix", "--format", "json", "--cuda", "12.6", "--os", "debian12")
@@ -100,7 +100,7 @@ def test_filter_that_selects_nothing(capsys: pytest.CaptureFixture[str]) -> None
 def test_compat_show(capsys: pytest.CaptureFixture[str]) -> None:
     assert run("compat", "show")[0] == 0
     out = capsys.readouterr().out
-    assert "2.7.1    12.6" in out and "13.0  13.0.2" in out
+    assert "2.7.1    12.6" in out and "13.0  13.0.3" in out
 
 
 def test_internal_error_writes_a_log_not_a_traceback(

@@ -100,7 +100,7 @@ def test_quotes_in_env_values_are_allowed_and_escaped(write_env: WriteEnv) -> No
         ),
         (
             {"cuda": "13.0", "torch": "2.11.0", "os": "ubuntu20.04", "flavor": "nvidia"},
-            "CUDA 13.0 does not support ubuntu20.04; it supports debian12, ubuntu22.04, "
+            "CUDA 13.0 does not support ubuntu20.04; it supports debian12, debian13, ubuntu22.04, "
             "ubuntu24.04",
         ),
         (
@@ -193,7 +193,7 @@ def test_profile_env_and_labels(write_env: WriteEnv) -> None:
 
 def test_default_catalog_is_valid_and_covers_the_cuda_lines() -> None:
     cells = load_cells()
-    assert {c.cuda for c in cells} == {"12.4", "12.6", "12.8", "13.0"}
+    assert {c.cuda for c in cells} == {"12.4", "12.6", "12.8", "13.0", "13.2"}
     assert {c.flavor for c in cells} == {"nvidia", "slim"}
     readme = [c for c in cells if c.id == "cu126-torch2.7.1-py3.11-debian12-slim"]
     assert readme and readme[0].torch_index is None  # torch 2.7.1's PyPI wheel is CUDA 12.6

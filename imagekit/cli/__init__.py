@@ -128,12 +128,21 @@ def compat() -> None:
     """Inspect or refresh the compatibility data."""
 
 
-@compat.command(name="show")
-def compat_show() -> None:
-    """Print torch -> CUDA/Python and CUDA -> driver tables."""
-    from imagekit.matrix.compat_refresh import show
+@compat.command(
+    name="show",
+    epilog=examples(
+        "imagekit compat show                                # the tables",
+        "imagekit compat show --driver 535.104.05 --gpu sm_90  # what runs on my host?",
+        "imagekit compat show --gpu 'RTX 5090'",
+    ),
+)
+@click.option("--driver", default=None, help="Host driver version, as nvidia-smi prints it.")
+@click.option("--gpu", default=None, help="Compute capability (sm_90, 9.0) or a model (H100).")
+def compat_show(driver: str | None, gpu: str | None) -> None:
+    """Print the tables, or which torch x CUDA builds run on a driver and GPU, and why not."""
+    from imagekit.matrix.compat_show import show
 
-    click.echo(show())
+    click.echo(show(driver=driver, gpu=gpu))
 
 
 @compat.command(
@@ -141,15 +150,25 @@ def compat_show() -> None:
     epilog=examples(
         "imagekit compat refresh            # print the diff",
         "imagekit compat refresh --write    # and write it",
+        "imagekit compat refresh --torch 2.16.0 --index https://download.pytorch.org/whl",
     ),
 )
 @click.option("--write", is_flag=True, help="Write the changes (default: only print the diff).")
-@click.option("--torch", "versions", multiple=True, help="Only these torch versions.")
-def compat_refresh(write: bool, versions: tuple[str, ...]) -> None:
-    """Re-derive PyPI-default CUDA and Python range of torch releases from PyPI metadata."""
+@click.option(
+    "--torch", "versions", multiple=True, help="Only these torch versions (new ones too)."
+)
+@click.option(
+    "--index",
+    "torch_index",
+    default=None,
+    metavar="URL",
+    help="PyTorch-style wheel index to re-derive the variants from.",
+)
+def compat_refresh(write: bool, versions: tuple[str, ...], torch_index: str | None) -> None:
+    """Re-derive Python range, PyPI-default CUDA and torchvision from PyPI (variants: --index)."""
     from imagekit.matrix.compat_refresh import refresh
 
-    click.echo(refresh(versions=versions, write=write))
+    click.echo(refresh(versions=versions, write=write, torch_index=torch_index))
 
 
 def main(argv: list[str] | None = None) -> None:

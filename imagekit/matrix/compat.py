@@ -6,8 +6,9 @@ lists what does exist, so a user can pick a valid combination from the message a
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from types import MappingProxyType
@@ -18,9 +19,14 @@ from packaging.version import Version
 
 from imagekit.errors import CompatError
 from imagekit.resources import DATA_DIR
+from imagekit.runtime import fwdcompat
 
 COMPAT_FILE = DATA_DIR / "compat.yaml"
 CPU = "cpu"
+
+
+def _empty() -> Mapping[str, str]:
+    return MappingProxyType({})
 
 
 @dataclass(frozen=True)
@@ -30,6 +36,7 @@ class TorchRelease:
     pypi_cuda: str
     variants: tuple[str, ...]
     torchvision: str | None
+    source: Mapping[str, str] = field(default_factory=_empty)  # source key -> date read
 
 
 @dataclass(frozen=True)
@@ -40,14 +47,20 @@ class CudaRelease:
     toolkit_driver: str
     archs: tuple[str, ...]
     os: tuple[str, ...]
-    cudnn_tag: str = "cudnn"  # the cuDNN word in nvidia/cuda tags: cudnn8, cudnn9 or cudnn
+    source: Mapping[str, str] = field(default_factory=_empty)  # source key -> date read
 
     @property
-    def require_cuda(self) -> str:
-        """What an image built on this CUDA's wheels asks of the driver: the major's floor.
-        CUDA minor-version compatibility runs any 12.x (13.x) build on a driver of the
-        major's first release, so cuda>=12.8 would refuse hosts the wheels run on."""
-        return f"cuda>={self.version.split('.')[0]}.0"
+    def major(self) -> int:
+        return int(self.version.split(".")[0])
+
+    forward_branches: tuple[int, ...] = ()  # driver branches its cuda-compat package serves
+
+    def require_cuda(self, forward: bool) -> str:
+        """What an image built on this CUDA's wheels asks of the driver: the major's floor
+        (minor-version compatibility runs any 12.x build on the major's first driver, so
+        cuda>=12.8 would refuse hosts the wheels run on); with the forward-compatibility
+        package (the nvidia flavor), also the older branches it serves."""
+        return fwdcompat.requirement(self.version, self.forward_branches if forward else ())
 
 
 @dataclass(frozen=True)
@@ -58,6 +71,7 @@ class OsRelease:
     nvidia: bool
     cuda_tag: str | None
     suite: str | None
+    source: Mapping[str, str] = field(default_factory=_empty)
 
 
 @dataclass(frozen=True)
@@ -68,12 +82,32 @@ class Feature:
 
 
 @dataclass(frozen=True)
+class VariantArchs:
+    default: tuple[str, ...]  # "8.0", "12.0+PTX": the TORCH_CUDA_ARCH_LIST spelling
+    by_torch: Mapping[str, tuple[str, ...]]  # releases whose build differs from the default
+    source: Mapping[str, str] = field(default_factory=_empty)
+
+
+@dataclass(frozen=True)
 class Compat:
     torch: Mapping[str, TorchRelease]
     cuda: Mapping[str, CudaRelease]
     os: Mapping[str, OsRelease]
-    variant_archs: Mapping[str, tuple[str, ...]]
+    variant_archs: Mapping[str, VariantArchs]
     features: Mapping[str, Feature]
+    sources: Mapping[str, str] = field(default_factory=_empty)  # key -> what and where
+
+    def source_text(self, source: Mapping[str, str], only: tuple[str, ...] = ()) -> str:
+        """'CUDA toolkit release notes (https://...), read 2026-11-23; ...' for a row."""
+        keys = [k for k in source if not only or k in only]
+        return "; ".join(f"{self.sources.get(k, k)}, read {source[k]}" for k in keys)
+
+    def archs_for(self, torch: str, cuda: str) -> tuple[str, ...]:
+        """TORCH_CUDA_ARCH_LIST of the official wheels of this torch for this CUDA."""
+        archs = self.variant_archs.get(variant_of(cuda))
+        if archs is None:
+            return ()
+        return archs.by_torch.get(self.torch_release(torch).version, archs.default)
 
     # -- lookups ---------------------------------------------------------------------------
     def torch_release(self, version: str) -> TorchRelease:
@@ -143,12 +177,25 @@ def variant_of(cuda: str) -> str:
     return CPU if cuda == CPU else "cu" + cuda.replace(".", "")
 
 
+def arch_entries(archs: tuple[str, ...]) -> list[str]:
+    """TORCH_CUDA_ARCH_LIST spelling -> torch.cuda.get_arch_list() spelling:
+    ('8.0', '12.0+PTX') -> ['sm_80', 'sm_120', 'compute_120']."""
+    entries = []
+    for arch in archs:
+        digits = arch.removesuffix("+PTX").replace(".", "")
+        entries.append(f"sm_{digits}")
+        if arch.endswith("+PTX"):
+            entries.append(f"compute_{digits}")
+    return entries
+
+
 def _minor(version: str) -> str:
     release = Version(version).release
     return f"{release[0]}.{release[1]}"
 
 
-def _feature(name: str, row: dict[str, Any]) -> Feature:
+def _feature(raw: dict[str, Any], name: str, row: dict[str, Any]) -> Feature:
+    _source(raw, f"features.{name}", row)
     pip = row["pip"]
     by_key = {"*": tuple(pip)} if isinstance(pip, list) else {k: tuple(v) for k, v in pip.items()}
     return Feature(
@@ -168,6 +215,7 @@ def parse(raw: dict[str, Any]) -> Compat:
                     pypi_cuda=r["pypi_cuda"],
                     variants=tuple(r["variants"]),
                     torchvision=r.get("torchvision"),
+                    source=_source(raw, f"torch.{v}", r),
                 )
                 for v, r in raw["torch"].items()
             }
@@ -181,7 +229,8 @@ def parse(raw: dict[str, Any]) -> Compat:
                     toolkit_driver=r["toolkit_driver"],
                     archs=tuple(r["archs"]),
                     os=tuple(r["os"]),
-                    cudnn_tag=r.get("cudnn_tag", "cudnn"),
+                    forward_branches=tuple(int(b) for b in r.get("forward_branches", ())),
+                    source=_source(raw, f"cuda.{v}", r),
                 )
                 for v, r in raw["cuda"].items()
             }
@@ -195,13 +244,34 @@ def parse(raw: dict[str, Any]) -> Compat:
                     nvidia=bool(r["nvidia"]),
                     cuda_tag=r.get("cuda_tag"),
                     suite=r.get("suite"),
+                    source=_source(raw, f"os.{n}", r),
                 )
                 for n, r in raw["os"].items()
             }
         ),
-        variant_archs=ro({k: tuple(v) for k, v in raw["variant_archs"].items()}),
-        features=ro({n: _feature(n, r) for n, r in raw["features"].items()}),
+        variant_archs=ro({k: _variant_archs(raw, k, r) for k, r in raw["variant_archs"].items()}),
+        features=ro({n: _feature(raw, n, r) for n, r in raw["features"].items()}),
+        sources=ro({k: str(v) for k, v in raw["sources"].items()}),
     )
+
+
+def _source(raw: dict[str, Any], where: str, row: dict[str, Any]) -> Mapping[str, str]:
+    """A row's `source: {key: date read}`, each key one of the file's `sources`."""
+    source = row.get("source")
+    if not isinstance(source, dict) or not source:
+        raise CompatError(f"compat data: {where} has no `source: {{key: date read}}`")
+    for key, date in source.items():
+        if key not in raw["sources"]:
+            raise CompatError(f"compat data: {where} cites unknown source {key!r}")
+        if not re.fullmatch(r"\d{4}-\d{2}-\d{2}", str(date)):
+            raise CompatError(f"compat data: {where} source {key}: {date!r} is not YYYY-MM-DD")
+    return MappingProxyType({str(k): str(v) for k, v in source.items()})
+
+
+def _variant_archs(raw: dict[str, Any], variant: str, row: dict[str, Any]) -> VariantArchs:
+    source = _source(raw, f"variant_archs.{variant}", row)
+    by_torch = {str(k): tuple(v) for k, v in (row.get("by_torch") or {}).items()}
+    return VariantArchs(tuple(row["archs"]), MappingProxyType(by_torch), source)
 
 
 @lru_cache(maxsize=4)

@@ -1,25 +1,32 @@
-"""`imagekit compat show|refresh`.
+"""`imagekit compat refresh`: re-derive what PyPI's metadata (and a PyTorch-style index) can tell.
 
-refresh re-derives two columns of the torch table from PyPI without downloading a wheel:
-the Python range (the cpXY tags of the Linux x86_64 wheels, from the simple JSON index) and
-the PyPI-default CUDA (the nvidia-cuda-runtime-cu12 / cuda-toolkit pin in the wheel's
-METADATA, served on its own per PEP 658). It prints a diff and writes only with --write.
+From PyPI, without downloading a wheel: a torch release's Python range (the cpXY tags of its
+Linux x86_64 wheels, from the simple JSON index), its PyPI-default CUDA (the
+nvidia-cuda-runtime / cuda-toolkit pin in the wheel's METADATA, served on its own per PEP 658
+or read from the zip by range requests) and its torchvision (the torchvision release whose own
+`Requires-Dist: torch` pin admits it). From a PyTorch-style index (`--index`), the variants
+(`+cu126`, `+cpu`, ... local versions of its wheels). It prints a diff and writes only with
+--write; rows it wrote carry the date they were read.
 """
 
 from __future__ import annotations
 
+import datetime
 import difflib
+import html
 import io
 import json
 import re
 import urllib.request
 import zipfile
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import yaml
-from packaging.version import Version
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.version import InvalidVersion, Version
 
 from imagekit.errors import ImagekitError
 from imagekit.matrix import compat as compat_mod
@@ -29,13 +36,20 @@ INDEX = "https://pypi.org/simple"
 Fetch = Callable[[str, dict[str, str]], bytes]
 
 _WHEEL = re.compile(
-    r"^torch-(?P<ver>[^-]+)-cp(?P<py>\d)(?P<minor>\d+)-(?P<abi>[^-]+)-manylinux[^-]*x86_64\.whl$"
+    r"^(?P<name>torch|torchvision)-(?P<ver>[^-+]+)(?:\+(?P<local>[^-]+))?"
+    r"-cp(?P<py>\d)(?P<minor>\d+)-(?P<abi>[^-]+)-(?:many)?linux[^-]*x86_64\.whl$"
 )
 _CUDA_PINS = (
     # "name==12.6.77" in newer METADATA, "name (==12.1.105)" in older.
     re.compile(r"^Requires-Dist: nvidia-cuda-runtime(?:-cu\d+)?\s*\(?==\s*(\d+)\.(\d+)", re.M),
     re.compile(r"^Requires-Dist: cuda-toolkit(?:\[[^\]]*\])?\s*\(?==\s*(\d+)\.(\d+)", re.M),
 )
+_VARIANT = re.compile(r"^(cu\d+|cpu)$")  # rocm, xpu and the like are not imagekit's
+# torchvision 0.N pairs with torch 2.(N-15) (torchvision's README table): a later
+# torchvision's loose `torch>=` pin is not a build for an untested torch.
+_TORCHVISION_OFFSET = 15
+_ROW = re.compile(r'^  "(?P<version>[^"]+)": \{.*\}$', re.M)
+_ROW_KEYS = ("python", "pypi_cuda", "variants", "torchvision", "source", "note")
 
 
 class RefreshError(ImagekitError):
@@ -56,17 +70,25 @@ class Derived:
     version: str
     python: tuple[str, ...]
     pypi_cuda: str | None
+    torchvision: str | None = None
+    variants: tuple[str, ...] | None = None  # None: not derived (no --index)
 
 
-def derive(files: list[dict[str, object]], version: str, fetch: Fetch) -> Derived:
-    """Python tags and CUDA pin of one torch release, from the index's file list."""
-    wheels = [
+def wheels_of(files: list[dict[str, object]], name: str, version: str) -> list[dict[str, object]]:
+    """Linux x86_64 CPython wheels of one release (free-threaded builds share the tag)."""
+    return [
         f
         for f in files
         if (m := _WHEEL.match(str(f["filename"])))
+        and m["name"] == name
         and m["ver"] == version
         and not m["abi"].endswith("t")
-    ]  # free-threaded builds share the python tag
+    ]
+
+
+def derive(files: list[dict[str, object]], version: str, fetch: Fetch) -> Derived:
+    """Python tags and CUDA pin of one torch release, from PyPI's file list."""
+    wheels = [w for w in wheels_of(files, "torch", version) if not _local(w)]
     if not wheels:
         raise RefreshError(f"PyPI has no Linux x86_64 CPython wheels of torch {version}")
     pythons = sorted(
@@ -80,6 +102,73 @@ def derive(files: list[dict[str, object]], version: str, fetch: Fetch) -> Derive
             cuda = f"{found[1]}.{found[2]}"
             break
     return Derived(version, tuple(pythons), cuda)
+
+
+def _local(wheel: dict[str, object]) -> str | None:
+    match = _WHEEL.match(str(wheel["filename"]))
+    return match["local"] if match else None
+
+
+def torchvision_for(version: str, files: list[dict[str, object]], fetch: Fetch) -> str | None:
+    """The newest torchvision of torch's paired minor whose own pin on torch admits it."""
+    torch = Version(version)
+    minor = torch.release[1] + _TORCHVISION_OFFSET
+    releases = sorted(
+        {
+            m["ver"]
+            for f in files
+            if (m := _WHEEL.match(str(f["filename"])))
+            and _same_minor(m["ver"], (0, minor))
+            and not m["local"]
+        },
+        key=Version,
+        reverse=True,
+    )
+    for release in releases:
+        wheel = wheels_of(files, "torchvision", release)[0]
+        if torch in torch_pin(wheel_metadata(wheel, fetch)):
+            return release
+    return None
+
+
+def _same_minor(version: str, minor: tuple[int, int]) -> bool:
+    try:
+        return Version(version).release[:2] == minor
+    except InvalidVersion:
+        return False
+
+
+def torch_pin(metadata: str) -> Any:
+    """The SpecifierSet of a wheel's `Requires-Dist: torch` line (empty: any torch)."""
+    for line in metadata.splitlines():
+        if not line.startswith("Requires-Dist: torch"):
+            continue
+        try:
+            requirement = Requirement(line.removeprefix("Requires-Dist:").strip())
+        except InvalidRequirement:
+            continue
+        if requirement.name == "torch":
+            return requirement.specifier
+    return Requirement("torch").specifier
+
+
+def index_variants(version: str, fetch: Fetch, index: str) -> tuple[str, ...]:
+    """The cuXXX/cpu variants a PyTorch-style index (PEP 503 HTML) has for a torch release."""
+    page = fetch(f"{index.rstrip('/')}/torch/", {"Accept": "text/html"}).decode("utf-8", "replace")
+    names = (html.unescape(n).rsplit("/", 1)[-1].split("#")[0] for n in _anchors(page))
+    found = {
+        m["local"]
+        for n in names
+        if (m := _WHEEL.match(n)) and m["ver"] == version and _VARIANT.match(m["local"] or "")
+    }
+    # cu118 < cu126 < cu130 by number; cpu last, as in the data file.
+    return tuple(sorted(found, key=lambda v: (v == "cpu", int(v[2:]) if v != "cpu" else 0)))
+
+
+def _anchors(page: str) -> list[str]:
+    return re.findall(r"<a\s[^>]*href=\"([^\"]+)\"", page, re.I) + re.findall(
+        r">\s*([^<>\s]+\.whl)\s*</a>", page, re.I
+    )
 
 
 def wheel_metadata(wheel: dict[str, object], fetch: Fetch) -> str:
@@ -124,23 +213,55 @@ class RangeFile(io.RawIOBase):
         return data
 
 
-def index_files(fetch: Fetch, index: str = INDEX) -> list[dict[str, object]]:
-    raw = fetch(f"{index}/torch/", {"Accept": "application/vnd.pypi.simple.v1+json"})
+def index_files(
+    fetch: Fetch, project: str = "torch", index: str = INDEX
+) -> list[dict[str, object]]:
+    raw = fetch(f"{index}/{project}/", {"Accept": "application/vnd.pypi.simple.v1+json"})
     return list(json.loads(raw)["files"])
 
 
-def updated_text(text: str, derived: Derived) -> str:
-    """Rewrite the `python:` and `pypi_cuda:` fields of one torch row, keeping the layout."""
-    row = re.compile(rf'^(  "{re.escape(derived.version)}": \{{.*)$', re.M)
-    match = row.search(text)
-    if not match:
-        return text
-    line = match.group(1)
-    pythons = ", ".join(f'"{p}"' for p in derived.python)
-    line = re.sub(r"python: \[[^\]]*\]", f"python: [{pythons}]", line)
+# -- the data file -----------------------------------------------------------------------
+def flow(value: object) -> str:
+    """One value in the file's flow style (JSON strings are valid YAML)."""
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k}: {flow(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(flow(v) for v in value) + "]"
+    return "null" if value is None else json.dumps(str(value))
+
+
+def format_row(version: str, row: dict[str, object]) -> str:
+    ordered = {k: row[k] for k in _ROW_KEYS if k in row}
+    ordered.update({k: v for k, v in row.items() if k not in ordered})
+    return f'  "{version}": ' + flow(ordered)
+
+
+def apply(text: str, derived: Derived, read_on: str | None) -> str:
+    """The file with one torch row re-derived (or added, in version order)."""
+    rows = {m["version"]: m for m in _ROW.finditer(text)}
+    old = rows.get(derived.version)
+    row: dict[str, Any] = dict(yaml.safe_load(old.group(0))[derived.version]) if old else {}
+    row["python"] = list(derived.python)
     if derived.pypi_cuda:
-        line = re.sub(r'pypi_cuda: "[^"]*"', f'pypi_cuda: "{derived.pypi_cuda}"', line)
-    return text[: match.start(1)] + line + text[match.end(1) :]
+        row["pypi_cuda"] = derived.pypi_cuda
+    row.setdefault("variants", [])
+    if derived.variants is not None:
+        row["variants"] = list(derived.variants)
+    row["torchvision"] = derived.torchvision
+    if not old:
+        row["note"] = "variants: only the PyTorch index can tell; run refresh with --index"
+    source = dict(row.get("source") or {})
+    if read_on:
+        source["pypi"] = read_on
+        if derived.variants is not None:
+            source["pytorch-index"] = read_on
+    row["source"] = source
+    line = format_row(derived.version, row)
+    if old:
+        return text[: old.start()] + line + text[old.end() :]
+    before = [m for v, m in rows.items() if Version(v) < Version(derived.version)]
+    at = before[-1].end() if before else min(m.start() for m in rows.values())
+    return text[:at] + ("\n" if before else "") + line + ("" if before else "\n") + text[at:]
 
 
 def refresh(
@@ -149,31 +270,42 @@ def refresh(
     fetch: Fetch = http_fetch,
     path: Path = compat_mod.COMPAT_FILE,
     index: str = INDEX,
+    torch_index: str | None = None,
+    today: str | None = None,
 ) -> str:
     text = path.read_text(encoding="utf-8")
     data = compat_mod.parse(yaml.safe_load(text))
     wanted = list(versions) or list(data.torch)
-    files = index_files(fetch, index)
-    new_text, notes = text, []
+    torch_files = index_files(fetch, "torch", index)
+    vision_files = index_files(fetch, "torchvision", index)
+    found = []
     for version in wanted:
-        if version not in data.torch:
-            notes.append(
-                f"torch {version} is not in the data: add its row (index variants) by hand"
-            )
-            continue
-        new_text = updated_text(new_text, derive(files, version, fetch))
+        derived = derive(torch_files, version, fetch)
+        derived = replace(derived, torchvision=torchvision_for(version, vision_files, fetch))
+        if torch_index:
+            derived = replace(derived, variants=index_variants(version, fetch, torch_index))
+        found.append(derived)
+    shown = text
+    for derived in found:  # the diff shows values; dates change only on write
+        shown = apply(shown, derived, read_on=None)
+    notes = _notes(found, data, torch_index)
     diff = "".join(
         difflib.unified_diff(
             text.splitlines(True),
-            new_text.splitlines(True),
+            shown.splitlines(True),
             fromfile=f"{path} (current)",
-            tofile=f"{path} (PyPI)",
+            tofile=f"{path} (PyPI{' + ' + torch_index if torch_index else ''})",
         )
     )
     if not diff:
         return "\n".join([*notes, f"compat data is current for torch {', '.join(wanted)}"])
     if write:
-        write_atomic(path, new_text)
+        stamped = text
+        read_on = today or datetime.date.today().isoformat()
+        for derived in found:
+            stamped = apply(stamped, derived, read_on=read_on)
+        compat_mod.parse(yaml.safe_load(stamped))  # never write a file the loader rejects
+        write_atomic(path, stamped)
         compat_mod.load.cache_clear()
         notes.append(f"wrote {path}")
     else:
@@ -181,18 +313,17 @@ def refresh(
     return diff + "\n".join(notes)
 
 
-def show() -> str:
-    data = compat_mod.load()
-    lines = ["torch    PyPI CUDA  variants                      Python"]
-    for rel in data.torch.values():
-        lines.append(
-            f"{rel.version:<8} {rel.pypi_cuda:<10} {' '.join(rel.variants):<29} "
-            f"{rel.python[0]}-{rel.python[-1]}"
+def _notes(found: list[Derived], data: compat_mod.Compat, torch_index: str | None) -> list[str]:
+    notes = []
+    for derived in found:
+        if derived.version not in data.torch:
+            notes.append(f"torch {derived.version} is new in the data")
+        if derived.torchvision is None:
+            notes.append(f"torch {derived.version}: no torchvision release pins it (yet)")
+    if not torch_index:
+        notes.append(
+            "variants, architectures and drivers are not on PyPI: variants come from a "
+            "PyTorch-style index (--index https://download.pytorch.org/whl), architectures and "
+            "drivers from the sources the file names"
         )
-    lines += ["", "CUDA  image tag  min driver  toolkit driver  OS"]
-    for cuda in data.cuda.values():
-        lines.append(
-            f"{cuda.version:<5} {cuda.full:<10} {cuda.min_driver:<11} "
-            f"{cuda.toolkit_driver:<15} {' '.join(cuda.os)}"
-        )
-    return "\n".join(lines)
+    return notes

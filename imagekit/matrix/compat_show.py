@@ -1,0 +1,146 @@
+"""`imagekit compat show`: the tables, and which images run on a given driver and GPU.
+
+The verdicts are the self-check's own pure functions (selfcheck.gpu.driver_problem,
+selfcheck.archs.arch_verdict) over the compatibility data, so `compat show` refuses exactly
+what an image's self-check would fail on that host.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from imagekit.errors import UsageError
+from imagekit.matrix import compat as compat_mod
+from imagekit.matrix.compat import Compat, CudaRelease, TorchRelease
+from imagekit.runtime import fwdcompat, gpus
+from imagekit.selfcheck.archs import arch_verdict
+from imagekit.selfcheck.gpu import driver_problem as gpu_driver_problem
+from imagekit.selfcheck.gpu import version_tuple
+
+
+@dataclass(frozen=True)
+class Host:
+    driver: str | None
+    gpu: str | None  # as the user wrote it
+    capability: tuple[int, int] | None
+
+
+@dataclass(frozen=True)
+class Verdict:
+    runs: bool
+    why: str  # short, for the row
+    rule: str = ""  # the rule that refused, with its source: printed once, as a footnote
+
+
+def parse_host(driver: str | None, gpu: str | None) -> Host:
+    if driver is not None and not version_tuple(driver):
+        raise UsageError(
+            f"--driver {driver!r} is not a driver version; give it as nvidia-smi prints it, "
+            "e.g. --driver 535.104.05"
+        )
+    capability = None
+    if gpu is not None:
+        capability = gpus.capability_of(gpu)
+        if capability is None:
+            raise UsageError(
+                f"--gpu {gpu!r} is neither a compute capability (sm_90, 9.0) nor a known "
+                f"model ({gpus.known_names()}); pass its capability, e.g. --gpu sm_90"
+            )
+    return Host(driver, gpu, capability)
+
+
+def driver_verdict(data: Compat, cuda: CudaRelease, host: Host, jit: bool) -> Verdict:
+    source = data.source_text(cuda.source, only=("cuda-notes", "cuda-runfiles"))
+    if gpu_driver_problem(host.driver, cuda.min_driver, cuda.version):
+        rule = (
+            f"CUDA {cuda.major}.x runs on drivers from {cuda.min_driver} (minor-version "
+            f"compatibility); source: {source}"
+        )
+        why = f"driver {host.driver} < {cuda.min_driver}; {_forward_note(cuda, host)}"
+        return Verdict(False, why, rule)
+    if jit and host.driver and version_tuple(host.driver) < version_tuple(cuda.toolkit_driver):
+        rule = (
+            f"PTX JIT needs the toolkit's own driver ({cuda.toolkit_driver} for CUDA "
+            f"{cuda.version}); minor-version compatibility does not cover it; source: {source}"
+        )
+        return Verdict(False, f"this GPU needs PTX JIT; driver {host.driver} is too old", rule)
+    return Verdict(True, "")
+
+
+def _forward_note(cuda: CudaRelease, host: Host) -> str:
+    """What the nvidia flavor's entrypoint would decide (its compat libcuda is the toolkit's)."""
+    names = (host.gpu,) if host.gpu and gpus.model_of(host.gpu) else ()
+    decision = fwdcompat.decide(
+        host.driver, cuda.min_driver, names, cuda.toolkit_driver, cuda.forward_branches
+    )
+    if decision.enable:
+        return "the nvidia flavor runs (forward compatibility, data-center GPUs only)"
+    return "no forward compatibility for it either"
+
+
+def arch_text(data: Compat, torch: TorchRelease, cuda: CudaRelease, host: Host) -> Verdict:
+    if host.capability is None:
+        return Verdict(True, "")
+    archs = data.archs_for(torch.version, cuda.version)
+    verdict = arch_verdict(host.capability, compat_mod.arch_entries(archs))
+    if verdict.runs:
+        return Verdict(True, f"{verdict.via} (JIT)" if verdict.jit else verdict.via)
+    gpu = f"sm_{host.capability[0]}{host.capability[1]}"
+    rule = (
+        "SASS sm_XY runs on GPUs of major X and minor >= Y, PTX compute_XY on any GPU >= X.Y "
+        "(CUDA programming guide, binary compatibility); the wheels' arch lists: source: "
+        + data.source_text(data.variant_archs[compat_mod.variant_of(cuda.version)].source)
+    )
+    return Verdict(False, f"no code for {gpu} (built for {' '.join(archs)})", rule)
+
+
+def row_verdict(data: Compat, torch: TorchRelease, cuda: CudaRelease, host: Host) -> Verdict:
+    archs = arch_text(data, torch, cuda, host)
+    if not archs.runs:
+        return archs
+    driver = driver_verdict(data, cuda, host, jit=archs.why.endswith("(JIT)"))
+    if not driver.runs:
+        return driver
+    return Verdict(True, archs.why)
+
+
+def show(driver: str | None = None, gpu: str | None = None) -> str:
+    data = compat_mod.load()
+    host = parse_host(driver, gpu)
+    if host.driver is None and host.capability is None:
+        return tables(data)
+    asked = " and ".join(x for x in (driver and f"driver {driver}", gpu and f"GPU {gpu}") if x)
+    lines = [f"torch builds on {asked}:", "torch    CUDA  verdict"]
+    rules: list[str] = []
+    runs = total = 0
+    for torch in data.torch.values():
+        for version in data.cudas_of(torch):
+            verdict = row_verdict(data, torch, data.cuda[version], host)
+            total += 1
+            runs += verdict.runs
+            text = f"runs {verdict.why}".rstrip() if verdict.runs else f"REFUSED: {verdict.why}"
+            if verdict.rule:
+                if verdict.rule not in rules:
+                    rules.append(verdict.rule)
+                text += f" [{rules.index(verdict.rule) + 1}]"
+            lines.append(f"{torch.version:<8} {version:<5} {text}")
+    lines.append(f"{runs} of {total} torch x CUDA builds run there")
+    lines += ["", "Why refused:"] + [f"[{i}] {r}" for i, r in enumerate(rules, 1)] if rules else []
+    return "\n".join(lines)
+
+
+def tables(data: Compat) -> str:
+    lines = ["torch    PyPI CUDA  variants                      Python     torchvision"]
+    for rel in data.torch.values():
+        lines.append(
+            f"{rel.version:<8} {rel.pypi_cuda:<10} {' '.join(rel.variants):<29} "
+            f"{rel.python[0] + '-' + rel.python[-1]:<10} {rel.torchvision or '-'}"
+        )
+    lines += ["", "CUDA  image tag  min driver  toolkit driver  OS"]
+    for cuda in data.cuda.values():
+        lines.append(
+            f"{cuda.version:<5} {cuda.full:<10} {cuda.min_driver:<11} "
+            f"{cuda.toolkit_driver:<15} {' '.join(cuda.os)}"
+        )
+    lines += ["", "Ask: imagekit compat show --driver 535.104.05 --gpu sm_90 (or --gpu H100)"]
+    return "\n".join(lines)
