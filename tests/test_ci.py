@@ -55,7 +55,14 @@ def test_bake_file_shape(cells) -> None:  # type: ignore[no-untyped-def]
     data = bake(cells)
     assert set(data) == {"group", "target"}
     assert sorted(data["group"]["default"]["targets"]) == sorted(data["target"])
-    assert set(data["group"]) == {"default", "cuda-12-4", "cuda-12-6", "cuda-12-8", "cuda-13-0"}
+    assert set(data["group"]) == {
+        "default",
+        "cuda-12-4",
+        "cuda-12-6",
+        "cuda-12-8",
+        "cuda-13-0",
+        "cuda-13-2",
+    }
     for name, target in data["target"].items():
         assert re.fullmatch(r"[A-Za-z0-9_-]+", name)
         dockerfile = (ROOT / target["context"] / target["dockerfile"]).resolve()

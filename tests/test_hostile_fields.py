@@ -133,4 +133,4 @@ def test_a_base_override_keeps_nvcc_for_flash_attn(write_env: WriteEnv) -> None:
     )
     (cell,) = load_cells([folder])
     assert cell.runtime_image == "registry.example.com/cuda-rt:12.6"
-    assert cell.builder_image == "nvidia/cuda:12.6.3-cudnn-devel-ubuntu24.04"
+    assert cell.builder_image == "nvidia/cuda:12.6.3-devel-ubuntu24.04"

@@ -65,6 +65,7 @@ class Cell:
     source: Path | None
     source_default_ignore: bool
     min_driver: str | None
+    forward_branches: tuple[int, ...]  # host branches the image's cuda-compat package serves
     archs: tuple[str, ...]
     origin: str
 
@@ -139,7 +140,7 @@ def complete(raw: RawCell, compat: Compat, pins: dict[str, str] | None = None) -
         str(opts.profile),
         cuda=raw.cuda != CPU,
         tf32=bool(opts.tf32),
-        require_cuda=rec.cuda.require_cuda if rec.cuda and raw.flavor == "slim" else None,
+        require_cuda=rec.cuda.require_cuda(forward=raw.flavor == "nvidia") if rec.cuda else None,
     )
     env.update(opts.env or {})
     fields = {
@@ -155,7 +156,7 @@ def complete(raw: RawCell, compat: Compat, pins: dict[str, str] | None = None) -
     tags = tuple(
         f"{repo}:{render_tag(t, fields)}" for t in [raw.env_file.tag, *raw.env_file.extra_tags]
     )
-    archs = compat.variant_archs.get(variant_of(raw.cuda), ())
+    archs = compat.archs_for(raw.torch, raw.cuda) if raw.cuda != CPU else ()
     cell = Cell(
         id=ident,
         cuda=raw.cuda,
@@ -186,6 +187,7 @@ def complete(raw: RawCell, compat: Compat, pins: dict[str, str] | None = None) -
         source=source_mod.checked(raw.base_dir, opts.source, ignore) if opts.source else None,
         source_default_ignore=ignore,
         min_driver=rec.cuda.min_driver if rec.cuda else None,
+        forward_branches=rec.cuda.forward_branches if rec.cuda and raw.flavor == "nvidia" else (),
         archs=archs,
         origin=str(raw.origin),
     )
@@ -235,15 +237,17 @@ def _check_cell(
 
 
 def _images(raw: RawCell, rec: Records, needs_devel: bool) -> tuple[str, str | None]:
-    """(runtime base, builder base or None when the builder shares the runtime's OS stage)."""
+    """(runtime base, builder base or None when the builder shares the runtime's OS stage).
+
+    The nvidia flavor's runtime is nvidia/cuda's `-base` image: the driver-compatibility
+    environment, labels and the forward-compatibility package, without a second copy of the
+    CUDA libraries that torch's wheels already bring (cuBLAS, cuDNN, NCCL: several GB). nvcc
+    (the `-devel` image, no cuDNN needed) is only for a builder that compiles CUDA code.
+    """
     if raw.flavor == "slim" or rec.cuda is None:
         return raw.options.base or rec.os.image, None
-    stem = f"nvidia/cuda:{rec.cuda.full}-{rec.cuda.cudnn_tag}"
-    devel = f"{stem}-devel-{rec.os.cuda_tag}"
-    if raw.options.base:
-        # A feature that compiles CUDA code (flash-attn) still needs nvcc in the builder.
-        return raw.options.base, devel if needs_devel else None
-    return f"{stem}-runtime-{rec.os.cuda_tag}", devel
+    devel = f"nvidia/cuda:{rec.cuda.full}-devel-{rec.os.cuda_tag}" if needs_devel else None
+    return raw.options.base or f"nvidia/cuda:{rec.cuda.full}-base-{rec.os.cuda_tag}", devel
 
 
 def _pin(image: str, pins: dict[str, str]) -> str:
@@ -291,6 +295,7 @@ def _with_labels(cell: Cell, repo: str) -> Cell:
         "io.imagekit.profile": cell.profile,
         "io.imagekit.archs": " ".join(cell.archs),
         "io.imagekit.min-driver": cell.min_driver or "",
+        "io.imagekit.forward-branches": " ".join(map(str, cell.forward_branches)),
         "io.imagekit.version": __version__,
     }
     return replace(cell, labels=tuple(sorted(labels.items())))

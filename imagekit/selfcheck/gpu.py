@@ -57,13 +57,20 @@ def min_driver(labels: Mapping[str, str], torch_cuda: str | None) -> str | None:
     return MAJOR_DRIVER_FLOOR.get(version_tuple(torch_cuda)[0])
 
 
-def driver_problem(driver: str | None, need: str | None, cuda: str | None) -> str | None:
-    """None when the driver is new enough (or either side is unknown), else the refusal."""
+def driver_problem(
+    driver: str | None, need: str | None, cuda: str | None, forward: str | None = None
+) -> str | None:
+    """None when the driver is new enough (or either side is unknown), else the refusal.
+    `forward`: the compat libcuda the entrypoint put first ($IMAGEKIT_FORWARD_COMPAT), which
+    runs the image's CUDA on an older driver (runtime/fwdcompat.py decided it may)."""
     if not driver or not need or version_tuple(driver) >= version_tuple(need):
+        return None
+    if forward and version_tuple(forward) >= version_tuple(need):
         return None
     return (
         f"driver {driver} is older than {need}, the minimum for CUDA {cuda or '?'}: "
-        "update the host driver, or use an image of an older CUDA variant"
+        "update the host driver, or use an image of an older CUDA variant (on a data-center "
+        "GPU, the nvidia flavor's forward-compatibility package also runs it)"
     )
 
 

@@ -119,7 +119,10 @@ def _gpu_stack(torch: Any, promise: dict[str, str], m: dict[str, Any]) -> list[s
     elif archs.jit:
         m["note"] = archs.reason
     need = gpuinfo.min_driver(promise, torch.version.cuda)
-    too_old = gpuinfo.driver_problem(m["driver"], need, torch.version.cuda)
+    forward = os.environ.get("IMAGEKIT_FORWARD_COMPAT") or None
+    if forward:
+        m["forward_compat"] = forward
+    too_old = gpuinfo.driver_problem(m["driver"], need, torch.version.cuda, forward)
     if too_old:
         problems.append(too_old)
     return problems

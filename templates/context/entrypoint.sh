@@ -54,4 +54,11 @@ if [ -z "${OMP_NUM_THREADS:-}" ] || [ "${IMAGEKIT_OMP_AUTO:-}" = 1 ]; then
       export OMP_NUM_THREADS="$threads" IMAGEKIT_OMP_AUTO=1 ;;
   esac
 fi
+# CUDA forward compatibility (nvidia flavor): on a data-center GPU whose driver is older than
+# this image's CUDA needs, put the image's newer libcuda first and say so
+# (imagekit/runtime/fwdcompat.py decides; nothing happens where the driver is new enough).
+if [ -d /usr/local/cuda/compat ] && [ -r /proc/driver/nvidia/version ] \
+    && [ -z "${IMAGEKIT_FORWARD_COMPAT:-}" ]; then
+  eval "$(/opt/venv/bin/python -m imagekit.runtime.fwdcompat)" || true
+fi
 exec "$@"

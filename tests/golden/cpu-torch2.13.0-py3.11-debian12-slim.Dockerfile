@@ -98,6 +98,7 @@ LABEL io.imagekit.archs="" \
       io.imagekit.cuda="cpu" \
       io.imagekit.features="onnx-tensorrt" \
       io.imagekit.flavor="slim" \
+      io.imagekit.forward-branches="" \
       io.imagekit.min-driver="" \
       io.imagekit.os="debian12" \
       io.imagekit.profile="single-node" \

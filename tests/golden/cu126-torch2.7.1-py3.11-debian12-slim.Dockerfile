@@ -121,6 +121,7 @@ LABEL io.imagekit.archs="5.0 6.0 7.0 7.5 8.0 8.6 9.0" \
       io.imagekit.cuda="12.6" \
       io.imagekit.features="onnx" \
       io.imagekit.flavor="slim" \
+      io.imagekit.forward-branches="" \
       io.imagekit.min-driver="525.60.13" \
       io.imagekit.os="debian12" \
       io.imagekit.profile="single-node" \

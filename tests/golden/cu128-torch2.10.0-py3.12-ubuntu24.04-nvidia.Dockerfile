@@ -8,7 +8,7 @@
 #   runtime  os-base + your apt packages + the environment + your pip packages,
 #            then env, labels, source last
 
-FROM nvidia/cuda:12.8.1-cudnn-runtime-ubuntu24.04 AS os-base
+FROM nvidia/cuda:12.8.1-base-ubuntu24.04 AS os-base
 ENV LANG=C.UTF-8 LC_ALL=C.UTF-8
 # While imagekit builds, apt keeps downloaded .debs in the cache mount instead of deleting
 # them after each install; the runtime stage puts the base image's setting back.
@@ -28,7 +28,7 @@ RUN if id -u ubuntu >/dev/null 2>&1; then userdel --remove ubuntu; fi \
     && useradd --create-home --uid 1000 --shell /bin/bash imagekit \
     && install -d -o 1000 -g 1000 /workspace
 
-FROM nvidia/cuda:12.8.1-cudnn-devel-ubuntu24.04 AS builder
+FROM nvidia/cuda:12.8.1-devel-ubuntu24.04 AS builder
 ENV DEBIAN_FRONTEND=noninteractive LANG=C.UTF-8 LC_ALL=C.UTF-8
 RUN rm -f /etc/apt/apt.conf.d/docker-clean \
     && echo 'Binary::apt::APT::Keep-Downloaded-Packages "true";' > /etc/apt/apt.conf.d/keep-cache
@@ -144,6 +144,7 @@ ENV IMAGEKIT_PROFILE="multi-node-ib" \
     NCCL_IB_DISABLE="0" \
     NCCL_SOCKET_IFNAME="^docker,lo" \
     NVIDIA_DRIVER_CAPABILITIES="compute,utility" \
+    NVIDIA_REQUIRE_CUDA="cuda>=12.0 brand=unknown,driver>=470,driver<471 brand=grid,driver>=470,driver<471 brand=tesla,driver>=470,driver<471 brand=nvidia,driver>=470,driver<471 brand=quadro,driver>=470,driver<471 brand=quadrortx,driver>=470,driver<471 brand=nvidiartx,driver>=470,driver<471 brand=vapps,driver>=470,driver<471 brand=vpc,driver>=470,driver<471 brand=vcs,driver>=470,driver<471 brand=vws,driver>=470,driver<471 brand=cloudgaming,driver>=470,driver<471 brand=unknown,driver>=535,driver<536 brand=grid,driver>=535,driver<536 brand=tesla,driver>=535,driver<536 brand=nvidia,driver>=535,driver<536 brand=quadro,driver>=535,driver<536 brand=quadrortx,driver>=535,driver<536 brand=nvidiartx,driver>=535,driver<536 brand=vapps,driver>=535,driver<536 brand=vpc,driver>=535,driver<536 brand=vcs,driver>=535,driver<536 brand=vws,driver>=535,driver<536 brand=cloudgaming,driver>=535,driver<536 brand=unknown,driver>=550,driver<551 brand=grid,driver>=550,driver<551 brand=tesla,driver>=550,driver<551 brand=nvidia,driver>=550,driver<551 brand=quadro,driver>=550,driver<551 brand=quadrortx,driver>=550,driver<551 brand=nvidiartx,driver>=550,driver<551 brand=vapps,driver>=550,driver<551 brand=vpc,driver>=550,driver<551 brand=vcs,driver>=550,driver<551 brand=vws,driver>=550,driver<551 brand=cloudgaming,driver>=550,driver<551 brand=unknown,driver>=560,driver<561 brand=grid,driver>=560,driver<561 brand=tesla,driver>=560,driver<561 brand=nvidia,driver>=560,driver<561 brand=quadro,driver>=560,driver<561 brand=quadrortx,driver>=560,driver<561 brand=nvidiartx,driver>=560,driver<561 brand=vapps,driver>=560,driver<561 brand=vpc,driver>=560,driver<561 brand=vcs,driver>=560,driver<561 brand=vws,driver>=560,driver<561 brand=cloudgaming,driver>=560,driver<561 brand=unknown,driver>=565,driver<566 brand=grid,driver>=565,driver<566 brand=tesla,driver>=565,driver<566 brand=nvidia,driver>=565,driver<566 brand=quadro,driver>=565,driver<566 brand=quadrortx,driver>=565,driver<566 brand=nvidiartx,driver>=565,driver<566 brand=vapps,driver>=565,driver<566 brand=vpc,driver>=565,driver<566 brand=vcs,driver>=565,driver<566 brand=vws,driver>=565,driver<566 brand=cloudgaming,driver>=565,driver<566" \
     NVIDIA_VISIBLE_DEVICES="all" \
     PYTORCH_CUDA_ALLOC_CONF="expandable_segments:True" \
     TORCH_ALLOW_TF32_CUBLAS_OVERRIDE="1"
@@ -153,6 +154,7 @@ LABEL io.imagekit.archs="7.0 7.5 8.0 8.6 9.0 10.0 12.0" \
       io.imagekit.cuda="12.8" \
       io.imagekit.features="flash-attn,onnx-tensorrt" \
       io.imagekit.flavor="nvidia" \
+      io.imagekit.forward-branches="470 535 550 560 565" \
       io.imagekit.min-driver="525.60.13" \
       io.imagekit.os="ubuntu24.04" \
       io.imagekit.profile="multi-node-ib" \
@@ -160,7 +162,7 @@ LABEL io.imagekit.archs="7.0 7.5 8.0 8.6 9.0 10.0 12.0" \
       io.imagekit.torch="2.10.0" \
       io.imagekit.variant="cu128" \
       io.imagekit.version="0.1.0" \
-      org.opencontainers.image.base.name="nvidia/cuda:12.8.1-cudnn-runtime-ubuntu24.04" \
+      org.opencontainers.image.base.name="nvidia/cuda:12.8.1-base-ubuntu24.04" \
       org.opencontainers.image.description="PyTorch 2.10.0 (cu128), Python 3.12, ubuntu24.04, nvidia flavor; built by imagekit" \
       org.opencontainers.image.title="pytorch-train" \
       org.opencontainers.image.version="2.10.0-cu128-py3.12-ubuntu24.04-nvidia"

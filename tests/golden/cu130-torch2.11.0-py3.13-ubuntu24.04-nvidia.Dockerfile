@@ -8,7 +8,7 @@
 #   runtime  os-base + your apt packages + the environment + your pip packages,
 #            then env, labels, source last
 
-FROM nvidia/cuda:13.0.2-cudnn-runtime-ubuntu24.04 AS os-base
+FROM nvidia/cuda:13.0.3-base-ubuntu24.04 AS os-base
 ENV LANG=C.UTF-8 LC_ALL=C.UTF-8
 # While imagekit builds, apt keeps downloaded .debs in the cache mount instead of deleting
 # them after each install; the runtime stage puts the base image's setting back.
@@ -26,7 +26,7 @@ RUN if id -u ubuntu >/dev/null 2>&1; then userdel --remove ubuntu; fi \
     && useradd --create-home --uid 1000 --shell /bin/bash imagekit \
     && install -d -o 1000 -g 1000 /workspace
 
-FROM nvidia/cuda:13.0.2-cudnn-devel-ubuntu24.04 AS builder
+FROM nvidia/cuda:13.0.3-devel-ubuntu24.04 AS builder
 ENV DEBIAN_FRONTEND=noninteractive LANG=C.UTF-8 LC_ALL=C.UTF-8
 RUN rm -f /etc/apt/apt.conf.d/docker-clean \
     && echo 'Binary::apt::APT::Keep-Downloaded-Packages "true";' > /etc/apt/apt.conf.d/keep-cache
@@ -141,6 +141,7 @@ ENV PATH=/opt/venv/bin:$PATH VIRTUAL_ENV=/opt/venv
 # Tuned defaults from the cell's profile; `docker run -e NAME=...` overrides any of them.
 ENV IMAGEKIT_PROFILE="single-node" \
     NVIDIA_DRIVER_CAPABILITIES="compute,utility" \
+    NVIDIA_REQUIRE_CUDA="cuda>=13.0 brand=unknown,driver>=535,driver<536 brand=grid,driver>=535,driver<536 brand=tesla,driver>=535,driver<536 brand=nvidia,driver>=535,driver<536 brand=quadro,driver>=535,driver<536 brand=quadrortx,driver>=535,driver<536 brand=nvidiartx,driver>=535,driver<536 brand=vapps,driver>=535,driver<536 brand=vpc,driver>=535,driver<536 brand=vcs,driver>=535,driver<536 brand=vws,driver>=535,driver<536 brand=cloudgaming,driver>=535,driver<536 brand=unknown,driver>=550,driver<551 brand=grid,driver>=550,driver<551 brand=tesla,driver>=550,driver<551 brand=nvidia,driver>=550,driver<551 brand=quadro,driver>=550,driver<551 brand=quadrortx,driver>=550,driver<551 brand=nvidiartx,driver>=550,driver<551 brand=vapps,driver>=550,driver<551 brand=vpc,driver>=550,driver<551 brand=vcs,driver>=550,driver<551 brand=vws,driver>=550,driver<551 brand=cloudgaming,driver>=550,driver<551 brand=unknown,driver>=565,driver<566 brand=grid,driver>=565,driver<566 brand=tesla,driver>=565,driver<566 brand=nvidia,driver>=565,driver<566 brand=quadro,driver>=565,driver<566 brand=quadrortx,driver>=565,driver<566 brand=nvidiartx,driver>=565,driver<566 brand=vapps,driver>=565,driver<566 brand=vpc,driver>=565,driver<566 brand=vcs,driver>=565,driver<566 brand=vws,driver>=565,driver<566 brand=cloudgaming,driver>=565,driver<566 brand=unknown,driver>=570,driver<571 brand=grid,driver>=570,driver<571 brand=tesla,driver>=570,driver<571 brand=nvidia,driver>=570,driver<571 brand=quadro,driver>=570,driver<571 brand=quadrortx,driver>=570,driver<571 brand=nvidiartx,driver>=570,driver<571 brand=vapps,driver>=570,driver<571 brand=vpc,driver>=570,driver<571 brand=vcs,driver>=570,driver<571 brand=vws,driver>=570,driver<571 brand=cloudgaming,driver>=570,driver<571 brand=unknown,driver>=575,driver<576 brand=grid,driver>=575,driver<576 brand=tesla,driver>=575,driver<576 brand=nvidia,driver>=575,driver<576 brand=quadro,driver>=575,driver<576 brand=quadrortx,driver>=575,driver<576 brand=nvidiartx,driver>=575,driver<576 brand=vapps,driver>=575,driver<576 brand=vpc,driver>=575,driver<576 brand=vcs,driver>=575,driver<576 brand=vws,driver>=575,driver<576 brand=cloudgaming,driver>=575,driver<576" \
     NVIDIA_VISIBLE_DEVICES="all" \
     PYTORCH_CUDA_ALLOC_CONF="expandable_segments:True" \
     TORCH_ALLOW_TF32_CUBLAS_OVERRIDE="1"
@@ -150,6 +151,7 @@ LABEL io.imagekit.archs="7.5 8.0 8.6 9.0 10.0 12.0" \
       io.imagekit.cuda="13.0" \
       io.imagekit.features="flash-attn,onnx-tensorrt" \
       io.imagekit.flavor="nvidia" \
+      io.imagekit.forward-branches="535 550 565 570 575" \
       io.imagekit.min-driver="580.65.06" \
       io.imagekit.os="ubuntu24.04" \
       io.imagekit.profile="single-node" \
@@ -157,7 +159,7 @@ LABEL io.imagekit.archs="7.5 8.0 8.6 9.0 10.0 12.0" \
       io.imagekit.torch="2.11.0" \
       io.imagekit.variant="cu130" \
       io.imagekit.version="0.1.0" \
-      org.opencontainers.image.base.name="nvidia/cuda:13.0.2-cudnn-runtime-ubuntu24.04" \
+      org.opencontainers.image.base.name="nvidia/cuda:13.0.3-base-ubuntu24.04" \
       org.opencontainers.image.description="PyTorch 2.11.0 (cu130), Python 3.13, ubuntu24.04, nvidia flavor; built by imagekit" \
       org.opencontainers.image.title="pytorch-train" \
       org.opencontainers.image.version="2.11.0-cu130-py3.13-ubuntu24.04-nvidia"
