@@ -19,7 +19,7 @@ from imagekit.matrix.profiles import PROFILE_ENV
         "imagekit launch --engine kubernetes --nodes 4 --gpus-per-node 8 \\",
         "    --cell 'cu128-torch2.10.0-py3.12-ubuntu24.04-nvidia' -- train.py --epochs 3",
         "imagekit launch --engine kubernetes --kind jobset --profile multi-node-ib \\",
-        "    --nodes 2 --gpus-per-node 8 --cell 'cu128-torch2.10.0-py3.12-*-nvidia' -- -m pkg.train",
+        "    --nodes 2 --gpus-per-node 8 --cell 'cu128-torch2.10.0-py3.12-*-nvidia' -- -m trainer",
         "imagekit launch --engine slurm --nodes 64 --gpus-per-node 8 --cuda 12.8 --torch 2.10 \\",
         "    --python 3.12 --flavor nvidia --out jobs/ -- train.py",
         "imagekit launch --engine slurm --kind apptainer ... -- train.py",
