@@ -255,8 +255,11 @@ def stage(**kwargs: Any) -> None:
 
 
 def register(cli: click.Group) -> None:
+    from imagekit.cli.launch import launch
+
     cli.add_command(build)
     cli.add_command(lock)
     cli.add_command(base_group)
     cli.add_command(test_image)
     cli.add_command(stage)
+    cli.add_command(launch)

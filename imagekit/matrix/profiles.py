@@ -21,6 +21,21 @@ PROFILE_ENV: dict[str, dict[str, str]] = {
     },
 }
 
+# /dev/shm for launched jobs (`imagekit launch`), as a Kubernetes quantity. DataLoader workers
+# hand batches over through it and NCCL's intra-node SHM transport puts its buffers there; a
+# container's default 64 MB fails the first large batch with a bus error. Multi-node jobs run on
+# whole 8-GPU nodes with several loader workers per rank, hence more. On Kubernetes the memory
+# counts against the pod's memory; on Slurm the job checks the node's /dev/shm has this much.
+PROFILE_SHM: dict[str, str] = {
+    "single-node": "16Gi",
+    "multi-node-ib": "64Gi",
+    "multi-node-ethernet": "64Gi",
+}
+
+# Profiles whose NCCL data path is RDMA: they need locked memory (IPC_LOCK, memlock unlimited)
+# to register buffers with the HCA, and an RDMA device in the container.
+RDMA_PROFILES = frozenset({"multi-node-ib"})
+
 CUDA_ENV = {
     # Fewer fragmentation OOMs on long training runs.
     "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True",

@@ -1,0 +1,141 @@
+"""`imagekit launch`: print or write the files that run COMMAND on N nodes with one cell's image."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from imagekit.cli.common import Selection, examples, filter_options
+from imagekit.errors import UsageError
+from imagekit.matrix.cells import Cell
+from imagekit.matrix.profiles import PROFILE_ENV
+
+
+@click.command(
+    short_help="Print a TrainJob/JobSet or sbatch script that runs COMMAND on N nodes.",
+    epilog=examples(
+        "imagekit launch --engine kubernetes --nodes 4 --gpus-per-node 8 \\",
+        "    --cell 'cu128-torch2.10.0-py3.12-ubuntu24.04-nvidia' -- train.py --epochs 3",
+        "imagekit launch --engine kubernetes --kind jobset --profile multi-node-ib \\",
+        "    --nodes 2 --gpus-per-node 8 --cell 'cu128-torch2.10.0-py3.12-*-nvidia' -- -m trainer",
+        "imagekit launch --engine slurm --nodes 64 --gpus-per-node 8 --cuda 12.8 --torch 2.10 \\",
+        "    --python 3.12 --flavor nvidia --out jobs/ -- train.py",
+        "imagekit launch --engine slurm --kind apptainer ... -- train.py",
+    ),
+)
+@filter_options
+@click.option(
+    "--engine", required=True, type=click.Choice(["kubernetes", "slurm"]), help="Where it runs."
+)
+@click.option(
+    "--kind",
+    default=None,
+    type=click.Choice(["trainjob", "jobset", "pyxis", "apptainer"]),
+    help="kubernetes: trainjob (Kubeflow Trainer, default) or jobset; "
+    "slurm: pyxis (default) or apptainer.",
+)
+@click.option("--nodes", required=True, type=int, help="Machines in the job.")
+@click.option(
+    "--gpus-per-node", required=True, type=int, help="GPUs per machine (one process each; 0: CPU)."
+)
+@click.option(
+    "--profile",
+    default=None,
+    type=click.Choice(sorted(PROFILE_ENV)),
+    help="NCCL, /dev/shm and RDMA settings (default: the cell's profile).",
+)
+@click.option("--name", default=None, help="Job name (default: train-<variant>-torch<v>-py<v>).")
+@click.option("--namespace", default=None, help="Kubernetes namespace (default: kubectl's).")
+@click.option(
+    "--image", default=None, metavar="REF", help="Run this image instead of the cell's first tag."
+)
+@click.option(
+    "--env", multiple=True, metavar="NAME=VALUE", help="Extra environment, e.g. NCCL_IB_HCA=mlx5."
+)
+@click.option(
+    "--shm-size", default=None, metavar="SIZE", help="/dev/shm, e.g. 64Gi (default: by profile)."
+)
+@click.option(
+    "--rdma-resource",
+    default=None,
+    metavar="NAME[=COUNT]",
+    help="RDMA device resource per node for multi-node-ib (default rdma/ib; none: omit).",
+)
+@click.option(
+    "--checks",
+    default=None,
+    metavar="LIST",
+    help="Self-check before training, on every node (default: stack,ddp; none: skip).",
+)
+@click.option(
+    "--out",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=None,
+    help="Write DIR/<name>.<kind>.yaml|sbatch instead of printing.",
+)
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+def launch(**kwargs: Any) -> None:
+    """Print (or write with --out) launch files that run COMMAND with torchrun on N nodes.
+
+    COMMAND is what torchrun runs, after `--`: a script and its arguments, or -m MODULE.
+    Exactly one cell must match the filters. The image is pinned by digest when images.lock
+    has one. Every node runs the self-check first, so a bad node fails before training.
+    """
+    from imagekit import launch as launch_mod
+    from imagekit import paths
+
+    selection = Selection.of(kwargs)
+    spec = launch_mod.build(one_cell(selection.cells()), pins(selection), options_from(kwargs))
+    if spec.nodes > 1 and spec.profile == "single-node":
+        click.echo(
+            "imagekit: note: profile single-node sets no NCCL transport for a multi-node job; "
+            "pass --profile multi-node-ib or multi-node-ethernet",
+            err=True,
+        )
+    text = launch_mod.render(spec)
+    if kwargs["out"] is None:
+        click.echo(text, nl=False)
+        return
+    path = kwargs["out"] / launch_mod.filename(spec)
+    paths.write_atomic(path, text)
+    click.echo(f"wrote {path}")
+
+
+def one_cell(cells: list[Cell]) -> Cell:
+    if len(cells) == 1:
+        return cells[0]
+    listed = "\n".join(f"  {cell.id}" for cell in cells)
+    raise UsageError(
+        f"{len(cells)} cells match; a launch needs exactly one (narrow with --cuda, --torch, "
+        f"--python, --os, --flavor or --cell):\n{listed}"
+    )
+
+
+def pins(selection: Selection) -> dict[str, str]:
+    from imagekit.matrix import lockfile
+    from imagekit.matrix.catalog import default_envs
+
+    path = selection.lock or lockfile.default_path(list(selection.envs) or default_envs())
+    return lockfile.read(path).pins
+
+
+def options_from(kwargs: dict[str, Any]) -> Any:
+    from imagekit.launch import LaunchOptions
+
+    return LaunchOptions(
+        engine=kwargs["engine"],
+        kind=kwargs["kind"],
+        nodes=kwargs["nodes"],
+        gpus_per_node=kwargs["gpus_per_node"],
+        command=tuple(kwargs["command"]),
+        profile=kwargs["profile"],
+        name=kwargs["name"],
+        namespace=kwargs["namespace"],
+        image=kwargs["image"],
+        env=tuple(kwargs["env"]),
+        shm_size=kwargs["shm_size"],
+        rdma_resource=kwargs["rdma_resource"],
+        checks=kwargs["checks"],
+    )

@@ -1,0 +1,23 @@
+"""`imagekit launch`: files that run a command on N nodes with a cell's image.
+
+spec.py checks the options and resolves the image (pinned by digest from images.lock);
+kubernetes.py writes a TrainJob or JobSet, slurm.py an sbatch script for Pyxis or Apptainer.
+Pure functions from a LaunchSpec to text: nothing here contacts a cluster.
+"""
+
+from __future__ import annotations
+
+from imagekit.launch import kubernetes, slurm
+from imagekit.launch.spec import LaunchOptions, LaunchSpec, build
+
+__all__ = ["LaunchOptions", "LaunchSpec", "build", "filename", "render"]
+
+
+def render(spec: LaunchSpec) -> str:
+    return kubernetes.render(spec) if spec.engine == "kubernetes" else slurm.render(spec)
+
+
+def filename(spec: LaunchSpec) -> str:
+    """e.g. train-cu128-torch2-10-0-py3-12.trainjob.yaml or ....pyxis.sbatch"""
+    suffix = "yaml" if spec.engine == "kubernetes" else "sbatch"
+    return f"{spec.name}.{spec.kind}.{suffix}"

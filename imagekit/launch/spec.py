@@ -1,0 +1,227 @@
+"""What a launch needs, checked once: the cell's image (pinned when the lock has a digest),
+nodes, GPUs, the profile's NCCL environment, /dev/shm, RDMA, the self-check and the command.
+
+Every check of the user's input lives here and raises UsageError (exit 2) naming the option,
+the value and the fix, so the writers in kubernetes.py and slurm.py only format text.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from imagekit.errors import UsageError
+from imagekit.matrix.cells import Cell
+from imagekit.matrix.profiles import PROFILE_ENV, PROFILE_SHM, RDMA_PROFILES
+from imagekit.matrix.refs import check_image_ref
+from imagekit.selfcheck.registry import ORDER
+
+KINDS = {"kubernetes": ("trainjob", "jobset"), "slurm": ("pyxis", "apptainer")}
+DEFAULT_CHECKS = ("stack", "ddp")  # a minute or two: GPUs, driver, NCCL across local GPUs
+DEFAULT_RDMA = "rdma/ib"  # the NVIDIA network operator's shared RDMA device plugin
+RDZV_PORT = 29500  # Kubeflow Trainer's trainer port; torchrun's default too
+# torchrun reads these from the environment; the Trainer injects them and rejects a TrainJob
+# that sets them, and imagekit sets them itself for JobSet and Slurm.
+RESERVED_ENV = ("PET_", "MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK")
+_DNS_LABEL = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_QUANTITY = re.compile(r"([1-9][0-9]*)(Mi|Gi|Ti)")
+_RESOURCE = re.compile(
+    r"([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?"
+)
+
+
+@dataclass(frozen=True)
+class LaunchOptions:
+    """The command line, as given (None: take the default of the cell or profile)."""
+
+    engine: str
+    nodes: int
+    gpus_per_node: int
+    command: tuple[str, ...]
+    kind: str | None = None
+    profile: str | None = None
+    name: str | None = None
+    namespace: str | None = None
+    image: str | None = None
+    env: tuple[str, ...] = ()
+    shm_size: str | None = None
+    rdma_resource: str | None = None
+    checks: str | None = None
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    """Everything the writers need, validated. `image` is name:tag or name:tag@sha256:..."""
+
+    engine: str
+    kind: str
+    name: str
+    namespace: str | None
+    cell_id: str
+    image: str
+    nodes: int
+    gpus_per_node: int
+    command: tuple[str, ...]
+    profile: str
+    env: tuple[tuple[str, str], ...]
+    shm_size: str
+    rdma: tuple[str, int] | None  # (resource name, count per node)
+    checks: tuple[str, ...]
+    port: int = RDZV_PORT
+
+    @property
+    def procs_per_node(self) -> int:
+        # A CPU job still needs one process per node.
+        return max(1, self.gpus_per_node)
+
+    @property
+    def locked_memory(self) -> bool:
+        return self.profile in RDMA_PROFILES
+
+    @property
+    def shm_kib(self) -> int:
+        number, unit = _QUANTITY.fullmatch(self.shm_size).groups()  # type: ignore[union-attr]
+        return int(number) * {"Mi": 1024, "Gi": 1024**2, "Ti": 1024**3}[unit]
+
+    def selfcheck_argv(self) -> tuple[str, ...]:
+        """The self-check each node runs before training; empty when --checks none."""
+        if not self.checks:
+            return ()
+        argv = ("python", "-m", "imagekit.selfcheck", "--checks", ",".join(self.checks))
+        # A node whose GPUs are not visible must fail here, not train on the CPU.
+        return (*argv, "--require", "gpu") if self.gpus_per_node else argv
+
+
+def build(cell: Cell, pins: Mapping[str, str], opts: LaunchOptions) -> LaunchSpec:
+    """Check the options against the cell; UsageError on the first bad one."""
+    _check_counts(opts)
+    profile = opts.profile or cell.profile
+    return LaunchSpec(
+        engine=opts.engine,
+        kind=_kind(opts.engine, opts.kind),
+        name=_name(opts.name or default_name(cell), opts.nodes),
+        namespace=_namespace(opts.engine, opts.namespace),
+        cell_id=cell.id,
+        image=image_ref(opts.image or cell.tags[0], pins),
+        nodes=opts.nodes,
+        gpus_per_node=opts.gpus_per_node,
+        command=opts.command,
+        profile=profile,
+        env=_env(profile, opts.env),
+        shm_size=_shm(opts.shm_size or PROFILE_SHM[profile]),
+        rdma=_rdma(profile, opts.rdma_resource),
+        checks=_checks(opts.checks),
+    )
+
+
+def default_name(cell: Cell) -> str:
+    """train-cu128-torch2-10-0-py3-12: a DNS label, the same for every run of a cell."""
+    return f"train-{cell.variant}-torch{cell.torch}-py{cell.python}".replace(".", "-").lower()
+
+
+def image_ref(ref: str, pins: Mapping[str, str]) -> str:
+    """`ref`, plus @digest when the lock pins it (a pinned ref is taken as it is)."""
+    try:
+        check_image_ref(ref)
+    except ValueError as exc:
+        raise UsageError(f"--image {ref}: {exc}") from None
+    digest = pins.get(ref)
+    return f"{ref}@{digest}" if digest and "@" not in ref else ref
+
+
+def _check_counts(opts: LaunchOptions) -> None:
+    if opts.nodes < 1:
+        raise UsageError(f"--nodes {opts.nodes}: must be 1 or more (machines in the job)")
+    if opts.gpus_per_node < 0:
+        raise UsageError(
+            f"--gpus-per-node {opts.gpus_per_node}: must be 0 (CPU) or more "
+            "(GPUs per machine; torchrun starts one process per GPU)"
+        )
+    if not opts.command:
+        raise UsageError(
+            "no COMMAND: put torchrun's script and its arguments after `--`, "
+            "e.g. `imagekit launch ... -- train.py --epochs 3` or `-- -m pkg.train`"
+        )
+
+
+def _kind(engine: str, kind: str | None) -> str:
+    kinds = KINDS[engine]
+    if kind is None:
+        return kinds[0]
+    if kind not in kinds:
+        raise UsageError(f"--kind {kind}: not a {engine} kind; choose one of {', '.join(kinds)}")
+    return kind
+
+
+def _name(name: str, nodes: int) -> str:
+    # The last pod's hostname, <name>-node-0-<nodes-1>, must be a DNS label of 63 characters.
+    longest = 63 - len(f"-node-0-{nodes - 1}")
+    if not _DNS_LABEL.fullmatch(name) or len(name) > longest:
+        raise UsageError(
+            f"--name {name}: must be lowercase letters, digits and '-', start with a letter, "
+            f"and have at most {longest} characters with {nodes} nodes (pod hostnames "
+            "are <name>-node-0-<index>)"
+        )
+    return name
+
+
+def _namespace(engine: str, namespace: str | None) -> str | None:
+    if namespace is None:
+        return None
+    if engine != "kubernetes":
+        raise UsageError(f"--namespace {namespace}: only for --engine kubernetes")
+    if not _DNS_LABEL.fullmatch(namespace) or len(namespace) > 63:
+        raise UsageError(f"--namespace {namespace}: not a Kubernetes namespace name")
+    return namespace
+
+
+def _env(profile: str, extra: Sequence[str]) -> tuple[tuple[str, str], ...]:
+    env = dict(PROFILE_ENV[profile])
+    for item in extra:
+        name, sep, value = item.partition("=")
+        if not sep or not _ENV_NAME.fullmatch(name):
+            raise UsageError(f"--env {item}: write NAME=VALUE, e.g. --env NCCL_IB_HCA=mlx5")
+        if name.startswith(RESERVED_ENV[0]) or name in RESERVED_ENV[1:]:
+            raise UsageError(
+                f"--env {item}: {name} is torchrun's rendezvous, which the launch file sets "
+                "from the job; leave it out"
+            )
+        env[name] = value
+    return tuple(sorted(env.items()))
+
+
+def _shm(size: str) -> str:
+    if not _QUANTITY.fullmatch(size):
+        raise UsageError(f"--shm-size {size}: write a whole number of Mi, Gi or Ti, e.g. 64Gi")
+    return size
+
+
+def _rdma(profile: str, resource: str | None) -> tuple[str, int] | None:
+    if resource == "none" or (resource is None and profile not in RDMA_PROFILES):
+        return None
+    if profile not in RDMA_PROFILES:
+        raise UsageError(
+            f"--rdma-resource {resource}: profile {profile} sends NCCL over TCP "
+            "(NCCL_IB_DISABLE=1); use --profile multi-node-ib for RDMA"
+        )
+    name, sep, count = (resource or DEFAULT_RDMA).partition("=")
+    if not _RESOURCE.fullmatch(name) or (sep and not (count.isdigit() and int(count) > 0)):
+        raise UsageError(
+            f"--rdma-resource {resource}: write a device-plugin resource, optionally with a "
+            "count per node, e.g. rdma/ib or nvidia.com/hostdev=8 (or none)"
+        )
+    return name, int(count) if sep else 1
+
+
+def _checks(text: str | None) -> tuple[str, ...]:
+    if text is None:
+        return DEFAULT_CHECKS
+    if text == "none":
+        return ()
+    names = tuple(n for n in text.split(",") if n)
+    unknown = [n for n in names if n not in ORDER]
+    if unknown or not names:
+        raise UsageError(f"--checks {text}: choose from {', '.join(ORDER)} (comma list), or none")
+    return names

