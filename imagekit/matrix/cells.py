@@ -16,7 +16,15 @@ from packaging.version import Version
 from imagekit import __version__
 from imagekit.errors import CompatError, Problem, SpecError
 from imagekit.matrix import source as source_mod
-from imagekit.matrix.compat import CPU, Compat, CudaRelease, OsRelease, TorchRelease, variant_of
+from imagekit.matrix.compat import (
+    CPU,
+    Compat,
+    CudaRelease,
+    Feature,
+    OsRelease,
+    TorchRelease,
+    variant_of,
+)
 from imagekit.matrix.profiles import image_env
 from imagekit.matrix.refs import check_tag
 from imagekit.matrix.spec import AXES, Options, RawCell, merge
@@ -32,6 +40,10 @@ class FeatureStep:
     name: str
     requirements: tuple[str, ...]
     build_isolation: bool
+    # For a CUDA extension compiled in the builder: its build environment (the arch list of
+    # this cell only, compile jobs) and the packages a wheelhouse wheel may stand in for.
+    env: tuple[tuple[str, str], ...] = ()
+    prebuilt: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -172,7 +184,7 @@ def complete(raw: RawCell, compat: Compat, pins: dict[str, str] | None = None) -
         os_family="debian" if raw.os.startswith("debian") else "ubuntu",
         torch_index=compat.torch_index(raw.cuda, torch.version),
         torch_requirements=_torch_requirements(torch.version, torch.torchvision, opts.torchvision),
-        feature_steps=_feature_steps(compat, features, raw.cuda),
+        feature_steps=_feature_steps(compat, features, raw.cuda, archs),
         needs_devel=needs_devel,
         apt=tuple(sorted(set(opts.apt or ()))),
         build_apt=tuple(sorted(set(opts.build_apt or ()))),
@@ -264,14 +276,36 @@ def _torch_requirements(
     return tuple(reqs)
 
 
-def _feature_steps(compat: Compat, features: tuple[str, ...], cuda: str) -> tuple[FeatureStep, ...]:
+def _feature_steps(
+    compat: Compat, features: tuple[str, ...], cuda: str, archs: tuple[str, ...]
+) -> tuple[FeatureStep, ...]:
     key = CPU if cuda == CPU else cuda.split(".")[0]
     steps = []
     for name in features:
         feature = compat.features[name]
-        reqs = feature.pip.get(key) or feature.pip.get("*") or ()
-        steps.append(FeatureStep(name, tuple(reqs), build_isolation=not feature.needs_devel))
+        reqs = tuple(feature.pip.get(key) or feature.pip.get("*") or ())
+        if not feature.needs_devel:
+            steps.append(FeatureStep(name, reqs, build_isolation=True))
+            continue
+        env = {"TORCH_CUDA_ARCH_LIST": ";".join(a.removesuffix("+PTX") for a in archs)}
+        if feature.cuda_archs:
+            env[f"{_env_name(name)}_CUDA_ARCHS"] = ";".join(extension_archs(archs, feature))
+        env["MAX_JOBS"] = "${MAX_JOBS:-$(imagekit_max_jobs)}"
+        prebuilt = tuple(r.split(">")[0].split("<")[0].split("=")[0] for r in reqs)
+        steps.append(FeatureStep(name, reqs, False, tuple(env.items()), prebuilt))
     return tuple(steps)
+
+
+def _env_name(feature: str) -> str:
+    """'flash-attn' -> 'FLASH_ATTN' (its setup.py reads FLASH_ATTN_CUDA_ARCHS)."""
+    return feature.upper().replace("-", "_")
+
+
+def extension_archs(archs: tuple[str, ...], feature: Feature) -> list[str]:
+    """The extension's own arch values that serve this cell's GPUs: its value for a major
+    (SASS sm_80 runs on 8.6 and 8.9) wherever the cell targets that major."""
+    majors = {a.split(".")[0] for a in archs}
+    return [v for v in feature.cuda_archs if v[:-1] in majors]
 
 
 def _with_labels(cell: Cell, repo: str) -> Cell:

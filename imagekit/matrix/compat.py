@@ -79,6 +79,7 @@ class Feature:
     name: str
     pip: Mapping[str, tuple[str, ...]]  # key: "cpu", a CUDA major, or "*"
     needs_devel: bool
+    cuda_archs: tuple[str, ...] = ()  # a CUDA extension's own arch values (flash-attn's)
 
 
 @dataclass(frozen=True)
@@ -199,7 +200,10 @@ def _feature(raw: dict[str, Any], name: str, row: dict[str, Any]) -> Feature:
     pip = row["pip"]
     by_key = {"*": tuple(pip)} if isinstance(pip, list) else {k: tuple(v) for k, v in pip.items()}
     return Feature(
-        name=name, pip=MappingProxyType(by_key), needs_devel=bool(row.get("needs_devel", False))
+        name=name,
+        pip=MappingProxyType(by_key),
+        needs_devel=bool(row.get("needs_devel", False)),
+        cuda_archs=tuple(str(a) for a in row.get("cuda_archs", ())),
     )
 
 

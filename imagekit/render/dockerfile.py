@@ -83,6 +83,8 @@ def _environment(directory: str) -> jinja2.Environment:
     env.filters["oneline"] = lambda text: str(text).encode("unicode_escape").decode("ascii")
     env.filters["dq"] = dockerfile_quote
     env.filters["kv"] = lambda pair: f"{pair[0]}={dockerfile_quote(pair[1])}"
+    # NAME="value" for a shell: double quotes, so that $(...) in imagekit's own values runs.
+    env.filters["shell_kv"] = lambda pair: f'{pair[0]}="{pair[1]}"'
     return env
 
 

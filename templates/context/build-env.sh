@@ -17,3 +17,36 @@ if [ -s /run/secrets/index ]; then
 fi
 # uv's cache is a cache mount, another filesystem than the venv: copy, don't try to link.
 export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_ROOT_USER_ACTION=ignore UV_LINK_MODE=copy
+
+# Parallel compile jobs for a CUDA extension (MAX_JOBS): the CPUs this build may use, and
+# about 9 GB of memory each (flash-attn's setup.py: a job peaks at 8-9 GB with nvcc's
+# default 4 threads); the memory is what is available, or the cgroup's limit if lower.
+imagekit_max_jobs() {
+  cpus=$(nproc 2>/dev/null || echo 1)
+  mem_kb=$(awk '/^MemAvailable:/ {print $2}' "${IMAGEKIT_MEMINFO:-/proc/meminfo}")
+  limit=$(cat "${IMAGEKIT_CGROUP_MEMORY:-/sys/fs/cgroup/memory.max}" 2>/dev/null || echo max)
+  if [ "$limit" != max ] && [ $((limit / 1024)) -lt "${mem_kb:-0}" ]; then
+    mem_kb=$((limit / 1024))
+  fi
+  jobs=$(( ${mem_kb:-0} / (9 * 1024 * 1024) ))
+  [ "$jobs" -gt "$cpus" ] && jobs=$cpus
+  [ "$jobs" -lt 1 ] && jobs=1
+  echo "$jobs"
+}
+
+# Constraints that pin PACKAGE to the version of its wheel in the wheelhouse (imagekit build
+# --wheelhouse), if there is one: a prebuilt flash-attn is then installed even where the
+# index has a newer sdist, instead of compiling for an hour. The same file works for pip and
+# uv, and is empty when the wheelhouse has none.
+imagekit_prebuilt() {
+  for package in "$@"; do
+    file=$(printf '%s' "$package" | tr '-' '_')
+    for wheel in "${IMAGEKIT_WHEELHOUSE:-/wheelhouse}/$file"-*.whl; do
+      [ -e "$wheel" ] || continue
+      version=${wheel##*/}
+      version=${version#"$file"-}
+      echo "$package==${version%%-*}"
+      break
+    done
+  done
+}

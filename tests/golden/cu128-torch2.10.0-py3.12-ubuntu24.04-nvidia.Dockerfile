@@ -44,8 +44,9 @@ RUN --mount=type=cache,id=imagekit-apt-cache-ubuntu24.04,target=/var/cache/apt,s
        python3-venv
 # Where torch comes from; `imagekit build --torch-index` overrides it (empty: wheelhouse/PyPI).
 ARG TORCH_INDEX_URL=
-# Parallel compile jobs for CUDA extensions; each can take several GB of RAM.
-ARG MAX_JOBS=4
+# Parallel compile jobs for CUDA extensions; empty: the builder's CPUs, and 9 GB of its
+# memory per job (build-env.sh, imagekit_max_jobs).
+ARG MAX_JOBS=
 ENV UV_PYTHON_INSTALL_DIR=/opt/python
 RUN --mount=type=cache,id=imagekit-pip,target=/root/.cache/pip,sharing=private \
     --mount=type=secret,id=ca \
@@ -80,14 +81,18 @@ RUN --mount=type=cache,id=imagekit-uv,target=/root/.cache/uv,sharing=shared \
        setuptools \
        wheel
 # Feature: flash-attn
+# Compiled for this cell's GPUs only; a wheel of it in --wheelhouse is used instead.
 RUN --mount=type=cache,id=imagekit-uv,target=/root/.cache/uv,sharing=shared \
     --mount=type=secret,id=ca \
     --mount=type=secret,id=index \
     --mount=type=bind,source=imagekit/build-env.sh,target=/run/imagekit/build-env.sh \
     --mount=type=bind,source=wheelhouse,target=/wheelhouse \
     . /run/imagekit/build-env.sh \
-    && /opt/uv/bin/uv pip install --python /opt/venv/bin/python --find-links /wheelhouse --compile-bytecode --no-build-isolation \
-       'flash-attn>=2.6,<3'
+    && imagekit_prebuilt flash-attn > /tmp/imagekit-prebuilt.txt \
+    && export TORCH_CUDA_ARCH_LIST="7.0;7.5;8.0;8.6;9.0;10.0;12.0" FLASH_ATTN_CUDA_ARCHS="80;90;100;120" MAX_JOBS="${MAX_JOBS:-$(imagekit_max_jobs)}" \
+    && /opt/uv/bin/uv pip install --python /opt/venv/bin/python --find-links /wheelhouse --compile-bytecode --no-build-isolation --constraint /tmp/imagekit-prebuilt.txt \
+       'flash-attn>=2.6,<3' \
+    && rm /tmp/imagekit-prebuilt.txt
 # Feature: onnx-tensorrt
 RUN --mount=type=cache,id=imagekit-uv,target=/root/.cache/uv,sharing=shared \
     --mount=type=secret,id=ca \
