@@ -15,6 +15,7 @@ whole cache (the next builds on this machine start cold) and removes what it bui
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -22,19 +23,21 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from datetime import datetime, timezone
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.realengine import REGISTRY, docker, imagekit, require_engine  # noqa: E402
+from tests.realengine import docker, imagekit, require_engine  # noqa: E402
 
 CA = "/etc/ssl/certs/ca-certificates.crt"
 REPO = "imagekit-bench-cold"
+EMPTY = "127.0.0.1:5001"  # a registry of the bench's own (empty_registry)
 CELL = "cu126-torch2.7.1-py3.11-debian12-slim"
 MATRIX = f"""
-registry: {REGISTRY}
+registry: {EMPTY}
 repository: {REPO}
 tag: "{{id}}"
 defaults: {{torchvision: true, pip: ["numpy<3", "tqdm>=4.66"], size_budget: 14GB}}
@@ -48,13 +51,35 @@ PROBE = (
 )
 
 
+@contextlib.contextmanager
+def empty_registry(folder: Path) -> Iterator[str]:
+    """A registry of its own, empty: a push must upload every layer (the shared one on
+    :5000 may already hold blobs of the same digests, which reproducible layers make likely)."""
+    config = folder / "registry.yml"
+    config.write_text(
+        "version: 0.1\nstorage:\n  filesystem:\n"
+        f"    rootdirectory: {folder / 'data'}\nhttp:\n  addr: {EMPTY}\n"
+    )
+    server = subprocess.Popen(
+        ["docker-registry", "serve", str(config)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        time.sleep(2)
+        yield EMPTY
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
 def prune() -> None:
     subprocess.run(["/usr/bin/docker", "builder", "prune", "-af"], capture_output=True, check=False)
 
 
 def cold_build(root: Path, push: bool) -> tuple[float, dict]:  # type: ignore[type-arg]
     prune()
-    docker("rmi", f"{REGISTRY}/{REPO}:{CELL}", check=False)
+    docker("rmi", f"{EMPTY}/{REPO}:{CELL}", check=False)
     args = ["build", "--envs", "envs", "--ca-bundle", CA, "--progress", "plain"]
     started = time.perf_counter()
     result = imagekit(*args, *(["--push"] if push else []), cwd=root, timeout=3600)
@@ -94,15 +119,15 @@ def main() -> None:
     parser.add_argument("--installer", choices=["pip", "uv"], default="pip")
     args = parser.parse_args()
     require_engine()
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, empty_registry(Path(tmp)):
         root = Path(tmp) / "project"
         (root / "envs").mkdir(parents=True)
         (root / "envs" / "cold.yaml").write_text(MATRIX.replace("INSTALLER", args.installer))
         build_s, report = cold_build(root, push=False)
         steps_s = sum(float(s["seconds"]) for s in report["steps"])
         push_s, _ = cold_build(root, push=True)
-        floor_s = floor(f"{REGISTRY}/{REPO}:{CELL}", Path(tmp))
-        docker("rmi", f"{REGISTRY}/{REPO}:{CELL}", check=False)
+        floor_s = floor(f"{EMPTY}/{REPO}:{CELL}", Path(tmp))
+        docker("rmi", f"{EMPTY}/{REPO}:{CELL}", check=False)
     prune()
     rows = [
         ("cold build", build_s, build_s / floor_s, 2.0),
