@@ -17,6 +17,7 @@ from imagekit.cli.common import Selection, docker_option, examples, filter_optio
         "imagekit build --cuda 12.6 --jobs 2 --keep-going",
         "imagekit build --cell 'cpu-*' --wheelhouse /opt/wheels --torch-index none",
         "imagekit build --cuda 12.8 --push --progress plain  # CI",
+        "imagekit build --cuda 12.8 --push --compression zstd  # needs buildx",
         "imagekit build --dry-run                          # print the plan only",
     )
 )
@@ -52,6 +53,21 @@ from imagekit.cli.common import Selection, docker_option, examples, filter_optio
     multiple=True,
     metavar="SPEC",
     help="Cache export, e.g. type=registry,ref=REPO:buildcache,mode=max (buildx only).",
+)
+@click.option(
+    "--compression",
+    type=click.Choice(["gzip", "zstd", "estargz"]),
+    default="gzip",
+    show_default=True,
+    help="Layer compression of --push. zstd, estargz or a level: buildx (not the docker "
+    "driver); see the README's Layer compression.",
+)
+@click.option(
+    "--compression-level",
+    type=int,
+    default=None,
+    metavar="N",
+    help="0-9 for gzip and estargz, 0-22 for zstd (buildx only).",
 )
 @click.option(
     "--tag-suffix",

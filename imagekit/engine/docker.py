@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import tempfile
@@ -18,18 +19,26 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from imagekit.engine.discover import Builder, check_engine_version, daemon_hint, find_builder
+from imagekit.engine.discover import (
+    Builder,
+    check_engine_version,
+    daemon_hint,
+    find_builder,
+    unsupported,
+)
 from imagekit.engine.interface import (
     BuildRequest,
     BuildResult,
+    Compression,
     ImageInfo,
     Layer,
     LineSink,
     RunOptions,
     RunResult,
     build_flags,
+    output_flags,
 )
-from imagekit.errors import BuildError, EngineError, PushError
+from imagekit.errors import BuildError, EngineError, PushError, UsageError
 
 
 class DockerEngine:
@@ -77,6 +86,18 @@ class DockerEngine:
             )
         prefix = [*self.builder.build_command(), "--progress=plain", "--iidfile", str(iidfile)]
         return [*prefix, *build_flags(request)]
+
+    def check_support(self, cache_to: Sequence[str], compression: Compression) -> None:
+        """Refuse, before anything builds, what this builder cannot do (exit 2)."""
+        if not cache_to and compression.default:
+            return
+        containerd_store = False
+        if self.builder.kind == "buildx" and self.builder.driver == "docker":
+            status = self.client.info().get("DriverStatus") or []
+            containerd_store = "io.containerd.snapshotter" in json.dumps(status)
+        problems = unsupported(self.builder, cache_to, compression, containerd_store)
+        if problems:
+            raise UsageError("\n".join(problems))
 
     def build(self, request: BuildRequest, on_line: LineSink) -> BuildResult:
         self.client  # noqa: B018 - fail early with the daemon hint
@@ -160,10 +181,9 @@ class DockerEngine:
         )
 
     def layers(self, ref: str) -> list[Layer]:
-        return [
-            Layer(created_by=str(h.get("CreatedBy", "")), size=int(h.get("Size", 0)))
-            for h in self.client.images.get(ref).history()
-        ]
+        image = self.client.images.get(ref)
+        diff_ids = list((image.attrs.get("RootFS") or {}).get("Layers") or [])
+        return align_layers(diff_ids, image.history())
 
     def push(self, ref: str) -> str:
         repo, tag = split_ref(ref)
@@ -180,6 +200,38 @@ class DockerEngine:
         if not digest:
             raise PushError(_push_failure(ref, "the registry returned no digest"))
         return f"{repo}@{digest}"
+
+    def push_args(
+        self,
+        request: BuildRequest,
+        tags: Sequence[str],
+        compression: Compression,
+        metadata: Path,
+    ) -> list[str]:
+        """The same build again (every step cached), exported by BuildKit's image exporter
+        with the chosen compression and pushed; the engine's own push only writes gzip."""
+        if self.builder.kind != "buildx":  # check_support refuses this before any build
+            raise EngineError(f"--compression {compression} needs docker buildx")
+        prefix = [self.builder.cli, "buildx", "build", "--progress=plain"]
+        flags = build_flags(replace(request, cache_to=()))  # the build run exported it
+        return [*prefix, "--metadata-file", str(metadata), *output_flags(tags, compression), *flags]
+
+    def push_compressed(
+        self, request: BuildRequest, tags: Sequence[str], compression: Compression
+    ) -> list[str]:
+        with tempfile.TemporaryDirectory(prefix="imagekit-push-") as tmp:
+            metadata = Path(tmp) / "metadata.json"
+            try:
+                self._stream(self.push_args(request, tags, compression, metadata), lambda _: None)
+            except BuildError as exc:
+                tail = "\n".join(str(exc).splitlines()[-5:])
+                raise PushError(_push_failure(tags[0], tail)) from None
+            digest = ""
+            if metadata.is_file():
+                digest = str(json.loads(metadata.read_text()).get("containerimage.digest", ""))
+        if not digest:
+            raise PushError(_push_failure(tags[0], "buildx reported no pushed digest"))
+        return [f"{split_ref(tag)[0]}@{digest}" for tag in tags]
 
     def registry_digest(self, ref: str) -> str:
         return str(self.client.images.get_registry_data(ref).id)
@@ -265,6 +317,36 @@ class DockerEngine:
             with contextlib.suppress(docker.errors.NotFound):
                 container.remove(force=True)
         return RunResult(exit_code=code, output=output, timed_out=timed_out, notes=notes)
+
+
+_METADATA_ONLY = re.compile(
+    r"^(/bin/sh -c #\(nop\) )?(ENV|LABEL|CMD|ENTRYPOINT|USER|EXPOSE|ARG|STOPSIGNAL|HEALTHCHECK|"
+    r"SHELL|VOLUME|ONBUILD|MAINTAINER)\b"
+)
+
+
+def align_layers(diff_ids: Sequence[str], history: Sequence[dict[str, Any]]) -> list[Layer]:
+    """The image's layers, oldest first: RootFS diff IDs joined with `docker history`.
+
+    History (newest first from the API) also has entries that made no layer (ENV, LABEL...);
+    the API does not say which, only their size 0. Entries with bytes made a layer; of the
+    empty ones, those that can change files (RUN, COPY, ADD, WORKDIR) are taken next, the
+    latest first, until there is one entry per diff ID. A layer no entry accounts for keeps
+    its diff ID with size 0 and no instruction."""
+    entries = [(str(h.get("CreatedBy") or ""), int(h.get("Size") or 0)) for h in reversed(history)]
+    chosen = {i for i, (_, size) in enumerate(entries) if size > 0}
+    for i in reversed(range(len(entries))):
+        if len(chosen) >= len(diff_ids):
+            break
+        if i not in chosen and not _METADATA_ONLY.match(entries[i][0].strip()):
+            chosen.add(i)
+    picked = [entries[i] for i in sorted(chosen)][-len(diff_ids) :] if diff_ids else []
+    missing = len(diff_ids) - len(picked)
+    picked = [("", 0)] * missing + picked
+    return [
+        Layer(created_by=created_by, size=size, diff_id=diff_id)
+        for diff_id, (created_by, size) in zip(diff_ids, picked, strict=True)
+    ]
 
 
 def start_error(image: str, exc: Exception) -> EngineError:

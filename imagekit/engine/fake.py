@@ -9,13 +9,14 @@ from pathlib import Path
 from imagekit.engine.interface import (
     BuildRequest,
     BuildResult,
+    Compression,
     ImageInfo,
     Layer,
     LineSink,
     RunOptions,
     RunResult,
 )
-from imagekit.errors import BuildError, PushError
+from imagekit.errors import BuildError, PushError, UsageError
 
 
 @dataclass
@@ -25,6 +26,9 @@ class FakeEngine:
     push_error: bool = False
     calls: list[tuple[str, str]] = field(default_factory=list)
     tags: dict[str, str] = field(default_factory=dict)
+    # image ID -> its layers; images not in it get a shared base layer plus their own
+    image_layers: dict[str, list[Layer]] = field(default_factory=dict)
+    refuse: tuple[str, ...] = ()  # what check_support refuses (UsageError), e.g. "zstd"
 
     def describe(self) -> str:
         return "fake engine"
@@ -51,10 +55,26 @@ class FakeEngine:
         return ImageInfo(ref, self.image_size, {}, {}, "1000:1000", (), ())
 
     def layers(self, ref: str) -> list[Layer]:
+        if ref in self.image_layers:
+            return list(self.image_layers[ref])
+        own = "sha256:" + ref.rsplit(":", 1)[-1].encode().hex()[:64].ljust(64, "0")
         return [
-            Layer("COPY /opt/venv /opt/venv # buildkit", self.image_size - 10**8),
-            Layer("RUN apt-get install python3", 10**8),
+            Layer("RUN apt-get install python3", 10**8, "sha256:" + "b" * 64),
+            Layer("COPY /opt/venv /opt/venv # buildkit", self.image_size - 10**8, own),
         ]
+
+    def check_support(self, cache_to: Sequence[str], compression: Compression) -> None:
+        self.calls.append(("check_support", str(compression)))
+        if compression.kind in self.refuse or (cache_to and "cache-to" in self.refuse):
+            raise UsageError(f"--compression {compression.kind}: refused by the fake engine")
+
+    def push_compressed(
+        self, request: BuildRequest, tags: Sequence[str], compression: Compression
+    ) -> list[str]:
+        self.calls.append(("push_compressed", f"{','.join(tags)} {compression}"))
+        if self.push_error:
+            raise PushError(f"push of {tags[0]} failed: refused. The local image is kept")
+        return [t.rsplit(":", 1)[0] + "@sha256:" + "2" * 64 for t in tags]
 
     def push(self, ref: str) -> str:
         self.calls.append(("push", ref))

@@ -54,8 +54,52 @@ class BuildResult:
 
 @dataclass(frozen=True)
 class Layer:
+    """One filesystem layer of an image, oldest first: `diff_id` is the digest of its
+    uncompressed tar (RootFS.Layers), the same in every image that has the same bytes."""
+
     created_by: str
     size: int
+    diff_id: str = ""
+
+
+# How layers are compressed on push. gzip at the default level is what every engine writes
+# (`docker push`); anything else is written by BuildKit's image exporter (buildx).
+COMPRESSIONS = ("gzip", "zstd", "estargz")
+MAX_LEVEL = {"gzip": 9, "estargz": 9, "zstd": 22}
+
+
+@dataclass(frozen=True)
+class Compression:
+    kind: str = "gzip"
+    level: int | None = None
+
+    @property
+    def default(self) -> bool:
+        """gzip at the engine's level: a plain `docker push` of the loaded image."""
+        return self.kind == "gzip" and self.level is None
+
+    def __str__(self) -> str:
+        return self.kind if self.level is None else f"{self.kind}:{self.level}"
+
+    def as_options(self) -> str:
+        """As it was asked for on the command line (for messages)."""
+        level = "" if self.level is None else f" --compression-level {self.level}"
+        return f"--compression {self.kind}{level}"
+
+
+def output_flags(tags: Sequence[str], compression: Compression) -> list[str]:
+    """`--output` for BuildKit's image exporter, pushing `tags` with the chosen compression
+    (https://docs.docker.com/build/exporters/image-registry/). buildx names the image after
+    the -t tags. force-compression recompresses layers BuildKit already holds as gzip;
+    zstd and estargz layers need OCI media types (Docker's media types have no zstd)."""
+    attrs = ["type=image", "push=true", f"compression={compression.kind}"]
+    if compression.level is not None:
+        attrs.append(f"compression-level={compression.level}")
+    attrs.append("force-compression=true")
+    if compression.kind != "gzip":
+        attrs.append("oci-mediatypes=true")
+    tag_flags = [flag for tag in tags for flag in ("-t", tag)]
+    return [*tag_flags, "--output", ",".join(attrs)]
 
 
 @dataclass(frozen=True)
@@ -107,6 +151,12 @@ class Engine(Protocol):
     def layers(self, ref: str) -> list[Layer]: ...
 
     def push(self, ref: str) -> str: ...
+
+    def push_compressed(
+        self, request: BuildRequest, tags: Sequence[str], compression: Compression
+    ) -> list[str]: ...
+
+    def check_support(self, cache_to: Sequence[str], compression: Compression) -> None: ...
 
     def run(self, image: str, command: Sequence[str], options: RunOptions) -> RunResult: ...
 
