@@ -20,6 +20,7 @@ from pathlib import Path
 
 from imagekit.matrix.cells import Cell
 from imagekit.matrix.source import copy_source
+from imagekit.render.dockerfile import LAYER_EPOCH
 from imagekit.resources import PACKAGE_DIR, templates_dir
 
 IGNORE = shutil.ignore_patterns(".git", "__pycache__", "*.pyc", ".venv", ".imagekit")
@@ -34,7 +35,7 @@ def stage(cell: Cell, dest: Path, wheelhouse: Path | None = None) -> Path:
     for name in ("build-env.sh", "entrypoint.sh"):
         shutil.copy2(templates_dir() / "context" / name, helpers / name)
     os.chmod(helpers / "entrypoint.sh", 0o755)
-    for name in ("pyc_cache.py", "venv_delta.py"):
+    for name in ("groups.py", "pyc_cache.py", "venv_delta.py"):
         shutil.copy2(PACKAGE_DIR / "build" / name, helpers / name)
     lib = helpers / "lib" / "imagekit"
     for package in ("selfcheck", "runtime"):
@@ -43,6 +44,12 @@ def stage(cell: Cell, dest: Path, wheelhouse: Path | None = None) -> Path:
     pth = "import imagekit.runtime.threads as _threads; _threads.at_start()\n"
     (helpers / "lib" / "imagekit-threads.pth").write_text(pth)
     shutil.copy2(PACKAGE_DIR / "__init__.py", lib / "__init__.py")
+    # Empty hosts and resolv.conf for the image's /etc (templates/stages/os-base.j2 says why);
+    # one fixed date, so that layer is the same in every build.
+    (helpers / "etc").mkdir()
+    for name in ("hosts", "resolv.conf"):
+        (helpers / "etc" / name).touch()
+        os.utime(helpers / "etc" / name, (LAYER_EPOCH, LAYER_EPOCH))
     labels = {k: v for k, v in cell.labels if k.startswith("io.imagekit.")}
     (helpers / "labels.json").write_text(json.dumps(labels, indent=2, sort_keys=True) + "\n")
     _link_wheels(wheelhouse, dest / "wheelhouse")

@@ -69,6 +69,10 @@ class Cell:
     pip: tuple[str, ...]
     features: tuple[str, ...]
     compile: bool
+    # "split": the venv in one layer per package group (CUDA libraries, torch, features);
+    # "single": one layer. Cells that compile in the builder (a CUDA extension, build_apt)
+    # keep one: their packages are built against the builder's installed torch.
+    venv_layers: str
     profile: str
     env: tuple[tuple[str, str], ...]
     labels: tuple[tuple[str, str], ...]
@@ -113,6 +117,7 @@ BUILTIN = Options(
     profile="single-node",
     tf32=True,
     compile=True,
+    venv_layers="split",
     size_budget=DEFAULT_SIZE_BUDGET,
     source_default_ignore=True,
 )
@@ -191,6 +196,7 @@ def complete(raw: RawCell, compat: Compat, pins: dict[str, str] | None = None) -
         pip=tuple(sorted(set(opts.pip or ()), key=str.lower)),
         features=features,
         compile=bool(opts.compile),
+        venv_layers=_venv_layers(str(opts.venv_layers), needs_devel, bool(opts.build_apt)),
         profile=str(opts.profile),
         env=tuple(sorted(env.items())),
         labels=(),
@@ -260,6 +266,10 @@ def _images(raw: RawCell, rec: Records, needs_devel: bool) -> tuple[str, str | N
         return raw.options.base or rec.os.image, None
     devel = f"nvidia/cuda:{rec.cuda.full}-devel-{rec.os.cuda_tag}" if needs_devel else None
     return raw.options.base or f"nvidia/cuda:{rec.cuda.full}-base-{rec.os.cuda_tag}", devel
+
+
+def _venv_layers(wanted: str, needs_devel: bool, build_apt: bool) -> str:
+    return "single" if needs_devel or build_apt else wanted
 
 
 def _pin(image: str, pins: dict[str, str]) -> str:

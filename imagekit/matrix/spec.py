@@ -206,6 +206,9 @@ class Options(_Strict):
     # A C++ compiler and the Python headers in the runtime, which torch.compile needs there
     # (inductor on CPU, Triton's launcher on GPU); false saves their size.
     compile: StrictBool | None = None
+    # The venv in layers by group (CUDA libraries, torch, features: shared across cells and
+    # reproducible), or as one layer (what imagekit did before; for comparisons).
+    venv_layers: Literal["split", "single"] | None = None
     base: ImageRef | None = None
     source: str | None = None
     # imagekit's default ignore list for source (.env*, .git, keys); false copies them too.

@@ -22,6 +22,10 @@ from imagekit.errors import StaleError, UsageError
 from imagekit.matrix.cells import USER, Cell
 from imagekit.resources import templates_dir
 
+# The one date every file of the venv's package layers gets: 1980-01-01, the earliest a
+# wheel (a zip) can hold. Fixed, not the commit's time, so a layer's digest depends on its
+# wheels alone and survives every rebuild.
+LAYER_EPOCH = 315532800
 DEVEL_REQUIREMENTS = ("ninja", "packaging", "psutil", "setuptools", "wheel")
 
 
@@ -84,6 +88,7 @@ def _environment(directory: str) -> jinja2.Environment:
     env.filters["dq"] = dockerfile_quote
     env.filters["kv"] = lambda pair: f"{pair[0]}={dockerfile_quote(pair[1])}"
     # NAME="value" for a shell: double quotes, so that $(...) in imagekit's own values runs.
+    env.filters["prefix"] = lambda text, prefix: f"{prefix}{text}"
     env.filters["shell_kv"] = lambda pair: f'{pair[0]}="{pair[1]}"'
     return env
 
@@ -114,6 +119,7 @@ def render(
         installer=INSTALLERS[cell.installer],
         user={"name": USER[0], "uid": USER[1]},
         cache_mounts=cache_mounts,
+        layer_epoch=LAYER_EPOCH,
     )
 
 

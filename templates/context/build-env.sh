@@ -50,3 +50,19 @@ imagekit_prebuilt() {
     done
   done
 }
+
+# Give every file a step changed (newer than MARKER, under the folders given) one fixed date,
+# and the folders above them too, so that the layer of the same wheels has the same digest
+# in every build (a layer records each file's mtime, and its parent folders'). Not across
+# mounts (-xdev): bind mounts under /opt are not the layer's.
+imagekit_normalize() {
+  marker=$1
+  shift
+  find "$@" -xdev -cnewer "$marker" -exec touch -h -d "@${SOURCE_DATE_EPOCH:-315532800}" {} +
+  for folder in "$@"; do
+    while [ "$folder" != / ] && [ "$folder" != . ]; do
+      touch -h -d "@${SOURCE_DATE_EPOCH:-315532800}" "$folder"
+      folder=$(dirname "$folder")
+    done
+  done
+}

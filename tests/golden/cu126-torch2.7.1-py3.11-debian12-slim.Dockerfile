@@ -10,6 +10,10 @@
 
 FROM debian:bookworm-slim AS os-base
 ENV LANG=C.UTF-8 LC_ALL=C.UTF-8
+# Real (empty) files where every RUN gets the build's hosts and resolv.conf: created as mount
+# points and removed again, they would stamp /etc with each step's time (`docker run` and
+# Kubernetes mount their own over them).
+COPY imagekit/etc/ /etc/
 # While imagekit builds, apt keeps downloaded .debs in the cache mount instead of deleting
 # them after each install; the runtime stage puts the base image's setting back.
 RUN if [ -f /etc/apt/apt.conf.d/docker-clean ]; then \
@@ -17,12 +21,19 @@ RUN if [ -f /etc/apt/apt.conf.d/docker-clean ]; then \
     && echo 'Binary::apt::APT::Keep-Downloaded-Packages "true";' > /etc/apt/apt.conf.d/imagekit-keep-cache
 RUN --mount=type=cache,id=imagekit-apt-cache-debian12,target=/var/cache/apt,sharing=locked \
     --mount=type=cache,id=imagekit-apt-lists-debian12,target=/var/lib/apt/lists,sharing=locked \
-    apt-get update \
+    --mount=type=tmpfs,target=/tmp \
+    touch /tmp/imagekit-started \
+    && apt-get update \
     && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
        ca-certificates \
        g++ \
        libpython3.11-dev \
-       python3
+       python3 \
+    && for log in /var/log/apt/history.log /var/log/apt/term.log /var/log/dpkg.log \
+         /var/log/alternatives.log /var/cache/ldconfig/aux-cache /var/cache/debconf/*-old; do \
+         if [ -f "$log" ]; then : > "$log"; fi; \
+       done \
+    && find / -xdev -cnewer /tmp/imagekit-started -exec touch -h -d @315532800 {} +
 # The non-root runtime user (Ubuntu 24.04 images already use uid 1000 for "ubuntu").
 RUN if id -u ubuntu >/dev/null 2>&1; then userdel --remove ubuntu; fi \
     && useradd --create-home --uid 1000 --shell /bin/bash imagekit \
@@ -31,11 +42,18 @@ RUN if id -u ubuntu >/dev/null 2>&1; then userdel --remove ubuntu; fi \
 FROM os-base AS builder
 RUN --mount=type=cache,id=imagekit-apt-cache-debian12,target=/var/cache/apt,sharing=locked \
     --mount=type=cache,id=imagekit-apt-lists-debian12,target=/var/lib/apt/lists,sharing=locked \
-    apt-get update \
+    --mount=type=tmpfs,target=/tmp \
+    touch /tmp/imagekit-started \
+    && apt-get update \
     && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
        ca-certificates \
        python3 \
-       python3-venv
+       python3-venv \
+    && for log in /var/log/apt/history.log /var/log/apt/term.log /var/log/dpkg.log \
+         /var/log/alternatives.log /var/cache/ldconfig/aux-cache /var/cache/debconf/*-old; do \
+         if [ -f "$log" ]; then : > "$log"; fi; \
+       done \
+    && find / -xdev -cnewer /tmp/imagekit-started -exec touch -h -d @315532800 {} +
 # Where torch comes from; `imagekit build --torch-index` overrides it (empty: wheelhouse/PyPI).
 ARG TORCH_INDEX_URL=
 ENV UV_PYTHON_INSTALL_DIR=/opt/python
@@ -48,27 +66,21 @@ RUN --mount=type=cache,id=imagekit-pip,target=/root/.cache/pip,sharing=private \
     && python3 -m venv /opt/uv \
     && /opt/uv/bin/pip install --find-links /wheelhouse 'uv>=0.4' \
     && /opt/uv/bin/uv venv --python /usr/bin/python3.11 /opt/venv
-# torch (the heaviest layer; it changes only with the cell)
+# Resolve torch and the features once (groups.py); the runtime installs the pinned groups
+# as layers, so the environment is written once, straight into the runtime.
 RUN --mount=type=cache,id=imagekit-uv,target=/root/.cache/uv,sharing=shared \
+--mount=type=bind,source=imagekit/groups.py,target=/run/imagekit/groups.py \
     --mount=type=secret,id=ca \
     --mount=type=secret,id=index \
     --mount=type=bind,source=imagekit/build-env.sh,target=/run/imagekit/build-env.sh \
     --mount=type=bind,source=wheelhouse,target=/wheelhouse \
     . /run/imagekit/build-env.sh \
-    && /opt/uv/bin/uv pip install --python /opt/venv/bin/python --find-links /wheelhouse --compile-bytecode ${TORCH_INDEX_URL:+--extra-index-url "$TORCH_INDEX_URL"} \
-       torch==2.7.1 \
-       torchvision==0.22.1
-# Feature: onnx
-RUN --mount=type=cache,id=imagekit-uv,target=/root/.cache/uv,sharing=shared \
-    --mount=type=secret,id=ca \
-    --mount=type=secret,id=index \
-    --mount=type=bind,source=imagekit/build-env.sh,target=/run/imagekit/build-env.sh \
-    --mount=type=bind,source=wheelhouse,target=/wheelhouse \
-    . /run/imagekit/build-env.sh \
-    && /opt/uv/bin/uv pip install --python /opt/venv/bin/python --find-links /wheelhouse --compile-bytecode \
-       'onnx>=1.16' \
-       'onnxscript>=0.1' \
-       'onnxruntime-gpu>=1.19,<1.27'
+    && /opt/venv/bin/python /run/imagekit/groups.py --installer uv \
+       --out /opt/imagekit/groups ${TORCH_INDEX_URL:+--index "$TORCH_INDEX_URL"} \
+       --torch torch==2.7.1 --torch torchvision==0.22.1 \
+       --feature 'onnx>=1.16' --feature 'onnxscript>=0.1' --feature 'onnxruntime-gpu>=1.19,<1.27' \
+    && find /opt/venv -exec touch -h -d @315532800 {} +
+
 
 FROM os-base AS runtime
 # apt as in the base image again, for images built FROM this one: downloaded .debs are
@@ -83,7 +95,71 @@ RUN rm /etc/apt/apt.conf.d/imagekit-keep-cache \
            'Dir::Cache::pkgcache ""; Dir::Cache::srcpkgcache "";' \
            > /etc/apt/apt.conf.d/docker-clean; \
        fi
+# The venv, without packages yet: the builder only resolved them (groups.py). They arrive
+# below in layers, least-changing and most widely shared first; every file gets one fixed
+# date and hash-checked bytecode, so the same wheels make the same layer in every cell and
+# on every rebuild, and a registry or node stores it once.
+# The folders of what follows and the mount points of its steps, made here with one fixed
+# date: created by a COPY or a mount, they would carry this build's time into those layers.
+RUN --mount=type=tmpfs,target=/tmp \
+    touch /tmp/imagekit-started \
+    && mkdir -p /opt/venv /opt/imagekit/cuda /opt/uv /run/imagekit/groups /run/secrets \
+        /wheelhouse /root/.cache/uv \
+    && touch /run/imagekit/build-env.sh /run/secrets/ca /run/secrets/index \
+    && find / -xdev -cnewer /tmp/imagekit-started -exec touch -h -d @315532800 {} +
 COPY --from=builder /opt/venv /opt/venv
+ARG TORCH_INDEX_URL=
+# Layer: the NVIDIA CUDA libraries, at a Python-independent path: one layer for every cell that pins the same versions.
+RUN --mount=type=cache,id=imagekit-uv,target=/root/.cache/uv,sharing=shared \
+    --mount=type=bind,from=builder,source=/opt/uv,target=/opt/uv \
+    --mount=type=tmpfs,target=/tmp \
+    --mount=type=bind,from=builder,source=/opt/imagekit/groups,target=/run/imagekit/groups \
+    --mount=type=secret,id=ca \
+    --mount=type=secret,id=index \
+    --mount=type=bind,source=imagekit/build-env.sh,target=/run/imagekit/build-env.sh \
+    --mount=type=bind,source=wheelhouse,target=/wheelhouse \
+    . /run/imagekit/build-env.sh \
+    && touch /tmp/imagekit-started && export SOURCE_DATE_EPOCH=315532800 PYTHONDONTWRITEBYTECODE=1 \
+    && /opt/uv/bin/uv pip install --python /opt/venv/bin/python --find-links /wheelhouse --no-deps --target /opt/imagekit/cuda ${TORCH_INDEX_URL:+--extra-index-url "$TORCH_INDEX_URL"} \
+       -r \
+       /run/imagekit/groups/cuda.txt \
+    && imagekit_normalize /tmp/imagekit-started /opt/imagekit/cuda
+# The venv finds them where torch's RPATH looks ($ORIGIN/../../nvidia/...).
+RUN for entry in /opt/imagekit/cuda/*; do \
+      ln -s "$entry" /opt/venv/lib/python3.11/site-packages/; \
+    done \
+    && touch -h -d @315532800 /opt/venv/lib/python3.11/site-packages \
+       /opt/venv/lib/python3.11/site-packages/*
+# Layer: torch and everything it needs.
+RUN --mount=type=cache,id=imagekit-uv,target=/root/.cache/uv,sharing=shared \
+    --mount=type=bind,from=builder,source=/opt/uv,target=/opt/uv \
+    --mount=type=tmpfs,target=/tmp \
+    --mount=type=bind,from=builder,source=/opt/imagekit/groups,target=/run/imagekit/groups \
+    --mount=type=secret,id=ca \
+    --mount=type=secret,id=index \
+    --mount=type=bind,source=imagekit/build-env.sh,target=/run/imagekit/build-env.sh \
+    --mount=type=bind,source=wheelhouse,target=/wheelhouse \
+    . /run/imagekit/build-env.sh \
+    && touch /tmp/imagekit-started && export SOURCE_DATE_EPOCH=315532800 PYTHONDONTWRITEBYTECODE=1 \
+    && /opt/uv/bin/uv pip install --python /opt/venv/bin/python --find-links /wheelhouse --compile-bytecode --no-deps ${TORCH_INDEX_URL:+--extra-index-url "$TORCH_INDEX_URL"} \
+       -r \
+       /run/imagekit/groups/torch.txt \
+    && imagekit_normalize /tmp/imagekit-started /opt/venv
+# Layer: the features (onnx).
+RUN --mount=type=cache,id=imagekit-uv,target=/root/.cache/uv,sharing=shared \
+    --mount=type=bind,from=builder,source=/opt/uv,target=/opt/uv \
+    --mount=type=tmpfs,target=/tmp \
+    --mount=type=bind,from=builder,source=/opt/imagekit/groups,target=/run/imagekit/groups \
+    --mount=type=secret,id=ca \
+    --mount=type=secret,id=index \
+    --mount=type=bind,source=imagekit/build-env.sh,target=/run/imagekit/build-env.sh \
+    --mount=type=bind,source=wheelhouse,target=/wheelhouse \
+    . /run/imagekit/build-env.sh \
+    && touch /tmp/imagekit-started && export SOURCE_DATE_EPOCH=315532800 PYTHONDONTWRITEBYTECODE=1 \
+    && /opt/uv/bin/uv pip install --python /opt/venv/bin/python --find-links /wheelhouse --compile-bytecode --no-deps ${TORCH_INDEX_URL:+--extra-index-url "$TORCH_INDEX_URL"} \
+       -r \
+       /run/imagekit/groups/features.txt \
+    && imagekit_normalize /tmp/imagekit-started /opt/venv
 COPY imagekit/entrypoint.sh /usr/local/bin/imagekit-entrypoint
 COPY imagekit/lib/imagekit /opt/venv/lib/python3.11/site-packages/imagekit
 # OMP_NUM_THREADS at every start of this venv's Python, also where the entrypoint is replaced.

@@ -10,6 +10,10 @@
 
 FROM nvidia/cuda:12.8.1-base-ubuntu24.04 AS os-base
 ENV LANG=C.UTF-8 LC_ALL=C.UTF-8
+# Real (empty) files where every RUN gets the build's hosts and resolv.conf: created as mount
+# points and removed again, they would stamp /etc with each step's time (`docker run` and
+# Kubernetes mount their own over them).
+COPY imagekit/etc/ /etc/
 # While imagekit builds, apt keeps downloaded .debs in the cache mount instead of deleting
 # them after each install; the runtime stage puts the base image's setting back.
 RUN if [ -f /etc/apt/apt.conf.d/docker-clean ]; then \
@@ -17,12 +21,19 @@ RUN if [ -f /etc/apt/apt.conf.d/docker-clean ]; then \
     && echo 'Binary::apt::APT::Keep-Downloaded-Packages "true";' > /etc/apt/apt.conf.d/imagekit-keep-cache
 RUN --mount=type=cache,id=imagekit-apt-cache-ubuntu24.04,target=/var/cache/apt,sharing=locked \
     --mount=type=cache,id=imagekit-apt-lists-ubuntu24.04,target=/var/lib/apt/lists,sharing=locked \
-    apt-get update \
+    --mount=type=tmpfs,target=/tmp \
+    touch /tmp/imagekit-started \
+    && apt-get update \
     && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
        ca-certificates \
        g++ \
        libpython3.12-dev \
-       python3
+       python3 \
+    && for log in /var/log/apt/history.log /var/log/apt/term.log /var/log/dpkg.log \
+         /var/log/alternatives.log /var/cache/ldconfig/aux-cache /var/cache/debconf/*-old; do \
+         if [ -f "$log" ]; then : > "$log"; fi; \
+       done \
+    && find / -xdev -cnewer /tmp/imagekit-started -exec touch -h -d @315532800 {} +
 # The non-root runtime user (Ubuntu 24.04 images already use uid 1000 for "ubuntu").
 RUN if id -u ubuntu >/dev/null 2>&1; then userdel --remove ubuntu; fi \
     && useradd --create-home --uid 1000 --shell /bin/bash imagekit \
@@ -34,14 +45,21 @@ RUN rm -f /etc/apt/apt.conf.d/docker-clean \
     && echo 'Binary::apt::APT::Keep-Downloaded-Packages "true";' > /etc/apt/apt.conf.d/keep-cache
 RUN --mount=type=cache,id=imagekit-apt-cache-ubuntu24.04,target=/var/cache/apt,sharing=locked \
     --mount=type=cache,id=imagekit-apt-lists-ubuntu24.04,target=/var/lib/apt/lists,sharing=locked \
-    apt-get update \
+    --mount=type=tmpfs,target=/tmp \
+    touch /tmp/imagekit-started \
+    && apt-get update \
     && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
        build-essential \
        ca-certificates \
        git \
        python3 \
        python3-dev \
-       python3-venv
+       python3-venv \
+    && for log in /var/log/apt/history.log /var/log/apt/term.log /var/log/dpkg.log \
+         /var/log/alternatives.log /var/cache/ldconfig/aux-cache /var/cache/debconf/*-old; do \
+         if [ -f "$log" ]; then : > "$log"; fi; \
+       done \
+    && find / -xdev -cnewer /tmp/imagekit-started -exec touch -h -d @315532800 {} +
 # Where torch comes from; `imagekit build --torch-index` overrides it (empty: wheelhouse/PyPI).
 ARG TORCH_INDEX_URL=
 # Parallel compile jobs for CUDA extensions; empty: the builder's CPUs, and 9 GB of its

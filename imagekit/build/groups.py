@@ -1,0 +1,132 @@
+"""Resolve a cell's packages once, then install them as layers (runs in the builder stage).
+
+The runtime's venv arrives in layers ordered by how rarely they change and how widely they
+are shared: the NVIDIA CUDA libraries (the same nvidia-* wheels for every Python and for every
+torch that pins the same versions), torch with everything it needs, then the features. To
+install each group in its own RUN, the versions must be known first: this script resolves
+torch's requirements, then the features' against those pins, with the cell's installer
+(`uv pip compile`, or pip's `install --dry-run --report`), and writes one pinned
+requirements file per group: cuda.txt, torch.txt, features.txt.
+
+Usage: python groups.py --installer uv|pip --out DIR [--index URL] --torch REQ... [--feature REQ...]
+Standard library only: it runs with the venv's Python before anything is installed in it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import json
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+UV = "/opt/uv/bin/uv"
+PYTHON = "/opt/venv/bin/python"
+WHEELHOUSE = "/wheelhouse"
+
+
+def normalize(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def is_cuda_library(pin: str) -> bool:
+    """The nvidia-* wheels: py3-none, so one copy serves every Python."""
+    return normalize(pin.split("==")[0]).startswith("nvidia-")
+
+
+def resolve(installer: str, requirements: list[str], index: str, constraints: Path | None) -> list[str]:
+    """Exact `name==version` pins for `requirements` (and their dependencies)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        wanted = Path(tmp) / "requirements.in"
+        wanted.write_text("\n".join(requirements) + "\n")
+        extra = ["--extra-index-url", index] if index else []
+        extra += ["--constraint", str(constraints)] if constraints else []
+        if installer == "uv":
+            out = Path(tmp) / "pins.txt"
+            _run([UV, "pip", "compile", "--python", PYTHON, "--find-links", WHEELHOUSE,
+                  "--no-header", "--no-annotate", "--quiet", *extra, "-o", str(out), str(wanted)])
+            return _pins_from_requirements(out.read_text())
+        report = Path(tmp) / "report.json"
+        _run([PYTHON, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--quiet",
+              "--find-links", WHEELHOUSE, *extra, "--report", str(report), "-r", str(wanted)])
+        return _pins_from_report(json.loads(report.read_text()))
+
+
+def _run(command: list[str]) -> None:
+    result = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if result.returncode:
+        sys.exit(f"imagekit: resolving the packages failed: {' '.join(command)}\n{result.stdout}")
+
+
+def _pins_from_requirements(text: str) -> list[str]:
+    pins = []
+    for line in text.splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line and not line.startswith("-") and "==" in line:
+            pins.append(line.split(";", 1)[0].strip())
+    return pins
+
+
+def _pins_from_report(report: dict[str, object]) -> list[str]:
+    items = report.get("install", [])
+    assert isinstance(items, list)
+    return [f"{i['metadata']['name']}=={i['metadata']['version']}" for i in items]
+
+
+def split(torch_pins: list[str], feature_pins: list[str]) -> dict[str, list[str]]:
+    """The groups, in layer order: each pin in exactly one, the earliest that needs it."""
+    torch_names = {normalize(p.split("==")[0]) for p in torch_pins}
+    features = [p for p in feature_pins if normalize(p.split("==")[0]) not in torch_names]
+    everything = torch_pins + features
+    return {
+        "cuda": sorted(p for p in everything if is_cuda_library(p)),
+        "torch": sorted(p for p in torch_pins if not is_cuda_library(p)),
+        "features": sorted(p for p in features if not is_cuda_library(p)),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--installer", choices=["uv", "pip"], required=True)
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--index", default="")
+    parser.add_argument("--torch", action="append", default=[], required=True)
+    parser.add_argument("--feature", action="append", default=[])
+    args = parser.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    torch_pins = resolve(args.installer, args.torch, args.index, None)
+    (args.out / "torch-resolved.txt").write_text("\n".join(torch_pins) + "\n")
+    feature_pins = []
+    if args.feature:
+        constraints = args.out / "torch-resolved.txt"
+        feature_pins = resolve(args.installer, args.feature, args.index, constraints)
+    groups = split(torch_pins, feature_pins)
+    for name, pins in groups.items():
+        (args.out / f"{name}.txt").write_text("".join(f"{p}\n" for p in pins))
+    (args.out / "torch-resolved.txt").unlink()
+    make_room(args.installer, [p for pins in groups.values() for p in pins])
+    return 0
+
+
+def make_room(installer: str, pins: list[str]) -> None:
+    """Remove from the bare venv what a group brings in another version (setuptools, from
+    ensurepip): a layer that deletes files records whiteouts stamped with the build's time."""
+    wanted = {normalize(p.split("==")[0]): p.split("==")[1] for p in pins}
+    stale = [
+        d.metadata["Name"]
+        for d in importlib.metadata.distributions()
+        if wanted.get(normalize(d.metadata["Name"]), d.version) != d.version
+    ]
+    if not stale:
+        return
+    if installer == "uv":
+        _run([UV, "pip", "uninstall", "--python", PYTHON, *stale])
+    else:
+        _run([PYTHON, "-m", "pip", "uninstall", "--yes", *stale])
+
+
+if __name__ == "__main__":
+    sys.exit(main())
