@@ -4,6 +4,7 @@ rendezvous between them, gloo on the CPU. Every test ends with nothing of its ru
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 import time
@@ -28,20 +29,23 @@ def leftovers(run_id: str) -> list[str]:
     return containers + networks
 
 
-def test_two_containers_one_process_each_pass(project: Path, tmp_path: Path) -> None:
+# 2 x 2 too: with two ranks a node, torch's exit once aborted a rank after a passing check.
+@pytest.mark.parametrize("procs", [1, 2], ids=["2x1", "2x2"])
+def test_two_containers_pass(project: Path, tmp_path: Path, procs: int) -> None:
     out = tmp_path / "nodes.json"
-    result = imagekit("test", TAG, "--nodes", "2", "--json", str(out), cwd=project, timeout=400)
+    args = ["test", TAG, "--nodes", "2", "--procs-per-node", str(procs), "--json", str(out)]
+    result = imagekit(*args, cwd=project, timeout=400)
     assert result.returncode == 0, result.stdout + result.stderr
     report = json.loads(out.read_text())
-    assert report["status"] == "passed" and report["world_size"] == 2
+    assert report["status"] == "passed" and report["world_size"] == 2 * procs
     assert report["hosts"] == ["node0", "node1"]  # two distinct hosts took part
     assert report["backend"] == "gloo" and report["grads_identical"] is True
     assert report["max_grad_difference"] == 0
     assert report["allreduce"]["busbw_GBps"] > 0
-    assert "hosts             node0 (rank " in result.stdout
+    assert "hosts             node0 (rank" in result.stdout
     assert leftovers(report["run_id"]) == []
     print(
-        f"2x1 CPU: joined in {report['join_s']}s, whole run {report['seconds']}s, "
+        f"2x{procs} CPU: joined in {report['join_s']}s, whole run {report['seconds']}s, "
         f"all-reduce 64 MB algbw {report['allreduce']['algbw_GBps']} GB/s "
         f"busbw {report['allreduce']['busbw_GBps']} GB/s"
     )
@@ -85,6 +89,7 @@ def test_a_node_killed_after_joining_fails_fast_and_leaves_nothing(
     finally:
         if proc.poll() is None:
             proc.kill()
+            proc.communicate()  # closes the pipes
     took = time.monotonic() - killed_at
     assert proc.returncode == 8, stdout + stderr
     report = json.loads(out.read_text())
@@ -124,3 +129,27 @@ def test_a_node_that_never_arrives_fails_at_the_join_timeout(project: Path, tmp_
     ), report["reason"]
     assert took < 20 + 60  # the join timeout plus start-up, not the whole run's limit
     assert leftovers(run.run_id) == []
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_ctrl_c_or_sigterm_mid_run_removes_everything(project: Path, sig: int) -> None:
+    args = ["test", TAG, "--nodes", "2", "--env", "IMAGEKIT_SELFCHECK_FAULT=multinode-stall"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "imagekit", *args],
+        cwd=project,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert wait_for(lambda: "joined" in logs_of("node1"), 120), "node1 never joined"
+        proc.send_signal(sig)
+        _, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()  # closes the pipes
+    assert proc.returncode == 130, stderr
+    assert "imagekit: interrupted" in stderr
+    run_id = stderr.split("run ", 1)[1].split(":", 1)[0]
+    assert leftovers(run_id) == []
