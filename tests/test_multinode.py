@@ -276,3 +276,26 @@ def test_in_image_figures_and_verdict() -> None:
         "rank": 3, "world_size": 4, "local_rank": 1, "local_world_size": 0, "group_rank": 1,
     }  # fmt: skip
     assert inside.main([]) == 2  # not under torchrun: refuses, joins no process group
+
+
+def test_docker_run_kwargs_for_a_node_and_dockers_times() -> None:
+    from imagekit.engine.docker import epoch, run_kwargs
+
+    options = RunOptions(
+        name="imagekit-mn-1-node1",
+        hostname="node1",
+        network="imagekit-mn-1",
+        aliases=("node1",),
+        labels={multinode.RUN_LABEL: "1"},
+        gpus=True,
+        gpu_ids=("2", "3"),
+    )
+    kwargs = run_kwargs(options, "1.41")
+    assert (kwargs["name"], kwargs["hostname"], kwargs["network"]) == (
+        "imagekit-mn-1-node1", "node1", "imagekit-mn-1",
+    )  # fmt: skip
+    assert kwargs["networking_config"]["imagekit-mn-1"]["Aliases"] == ["node1"]
+    assert kwargs["device_requests"][0]["DeviceIDs"] == ["2", "3"]
+    assert kwargs["labels"] == {multinode.RUN_LABEL: "1"}
+    assert epoch("2026-11-23T11:22:13.500000000Z") == 1795432933.5
+    assert epoch("0001-01-01T00:00:00Z") is None
