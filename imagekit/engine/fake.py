@@ -10,11 +10,14 @@ from imagekit.engine.interface import (
     BuildRequest,
     BuildResult,
     Compression,
+    ContainerState,
     ImageInfo,
+    Labelled,
     Layer,
     LineSink,
     RunOptions,
     RunResult,
+    Started,
 )
 from imagekit.errors import BuildError, PushError, UsageError
 
@@ -29,6 +32,9 @@ class FakeEngine:
     # image ID -> its layers; images not in it get a shared base layer plus their own
     image_layers: dict[str, list[Layer]] = field(default_factory=dict)
     refuse: tuple[str, ...] = ()  # what check_support refuses (UsageError), e.g. "zstd"
+    # Detached containers and networks, by name: what a leak test looks at.
+    containers: dict[str, RunOptions] = field(default_factory=dict)
+    networks: dict[str, dict[str, str]] = field(default_factory=dict)
 
     def describe(self) -> str:
         return "fake engine"
@@ -103,3 +109,37 @@ class FakeEngine:
 
     def stop_all(self) -> None:
         self.calls.append(("stop_all", ""))
+
+    def create_network(self, name: str, subnet: str, labels: dict[str, str]) -> None:
+        self.calls.append(("create_network", f"{name} {subnet}"))
+        self.networks[name] = dict(labels)
+
+    def remove_network(self, name: str) -> None:
+        self.calls.append(("remove_network", name))
+        self.networks.pop(name, None)
+
+    def start(self, image: str, command: Sequence[str], options: RunOptions) -> Started:
+        name = options.name or f"fake-{len(self.containers)}"
+        self.calls.append(("start", name))
+        self.containers[name] = options
+        return Started(id=name)
+
+    def state(self, container: str) -> ContainerState | None:
+        """Every container exits 0 at once; subclasses script other outcomes."""
+        return ContainerState(running=False, exit_code=0) if container in self.containers else None
+
+    def logs(self, container: str) -> str:
+        return ""
+
+    def remove(self, container: str) -> None:
+        self.calls.append(("remove", container))
+        self.containers.pop(container, None)
+
+    def labelled(self, key: str) -> list[Labelled]:
+        found = [
+            Labelled("container", name, dict(o.labels))
+            for name, o in self.containers.items()
+            if key in o.labels
+        ]
+        found += [Labelled("network", n, dict(lb)) for n, lb in self.networks.items() if key in lb]
+        return found

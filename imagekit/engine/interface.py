@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+from imagekit.errors import EngineError
+
 
 @dataclass(frozen=True)
 class BuildRequest:
@@ -132,6 +134,41 @@ class RunOptions:
     timeout: float = 600.0
     user: str | None = None
     entrypoint: Sequence[str] | None = None
+    # Detached containers (`start`): found by name and label, reached by hostname and alias.
+    name: str | None = None
+    hostname: str | None = None
+    network: str | None = None
+    aliases: tuple[str, ...] = ()
+    labels: dict[str, str] = field(default_factory=dict)
+    gpu_ids: tuple[str, ...] = ()  # with gpus: only these GPUs (one node's share of a host)
+
+
+@dataclass(frozen=True)
+class Started:
+    id: str
+    notes: tuple[str, ...] = ()  # what the engine could not give, as in RunResult
+
+
+@dataclass(frozen=True)
+class ContainerState:
+    running: bool
+    exit_code: int | None = None
+    oom_killed: bool = False
+    finished_at: float | None = None  # epoch seconds; orders which node failed first
+    error: str = ""
+
+
+@dataclass(frozen=True)
+class Labelled:
+    """A container or network found by label (leftovers of a run)."""
+
+    kind: str  # "container" | "network"
+    name: str
+    labels: dict[str, str]
+
+
+class SubnetTaken(EngineError):
+    """The subnet asked for overlaps a network the engine has: try another one."""
 
 
 LineSink = Callable[[str], None]
@@ -169,3 +206,17 @@ class Engine(Protocol):
     def stamp(self, image: str, ref: str, labels: dict[str, str]) -> None: ...
 
     def stop_all(self) -> None: ...
+
+    def create_network(self, name: str, subnet: str, labels: dict[str, str]) -> None: ...
+
+    def remove_network(self, name: str) -> None: ...
+
+    def start(self, image: str, command: Sequence[str], options: RunOptions) -> Started: ...
+
+    def state(self, container: str) -> ContainerState | None: ...
+
+    def logs(self, container: str) -> str: ...
+
+    def remove(self, container: str) -> None: ...
+
+    def labelled(self, key: str) -> list[Labelled]: ...
