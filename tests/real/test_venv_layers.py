@@ -1,0 +1,113 @@
+"""The venv in layers, for real: each layer one group, reproducible across a no-cache rebuild
+(the digests the registry stores), and together the same venv as one layer.
+
+The CPU test cell has no NVIDIA libraries (its torch wheel has none), so its CUDA layer is
+empty here; the CUDA layer's sharing across Pythons is measured by bench/bench_layers.py
+on the README cell and its Python 3.13 / Debian 13 twin (docs/benchmarks.md)."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import tarfile
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from ..realengine import REGISTRY, build_args, docker, imagekit, make_project, marked_ca_bundle
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
+
+TAG = "2.13.0-cpu-py3.11-debian12-slim"
+BIG = 50_000_000  # bytes, compressed: the base, apt, torch and features layers
+MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
+# Every file under /opt/venv (through the links into /opt/imagekit/cuda) with its sha256.
+# .pyc files are left out: their bytes depend on how they were compiled (hash-checked in
+# the layered venv, for reproducibility); the .py files they come from are compared.
+FILES = r"""
+import hashlib, json, os
+found = {}
+for top, dirs, files in os.walk("/opt/venv", followlinks=True):
+    for name in files:
+        path = os.path.join(top, name)
+        if name.endswith(".pyc") or not os.path.isfile(path):
+            continue
+        with open(path, "rb") as fh:
+            found[os.path.relpath(path, "/opt/venv")] = hashlib.sha256(fh.read()).hexdigest()
+print(json.dumps(found))
+"""
+
+
+def registry(path: str, accept: str = MANIFEST) -> bytes:
+    request = urllib.request.Request(f"http://{REGISTRY}/v2/{path}", headers={"Accept": accept})
+    with urllib.request.urlopen(request, timeout=120) as response:
+        return bytes(response.read())
+
+
+def layers(repo: str) -> list[dict[str, object]]:
+    return list(json.loads(registry(f"{repo}/manifests/{TAG}"))["layers"])
+
+
+def members(repo: str, digest: str) -> list[str]:
+    blob = registry(f"{repo}/blobs/{digest}", accept="*/*")
+    with tarfile.open(fileobj=io.BytesIO(gzip.decompress(blob))) as tar:
+        return tar.getnames()
+
+
+def build(root: Path, *more: str) -> None:
+    result = imagekit(*build_args(marked_ca_bundle(root), "--push", *more), cwd=root, timeout=1500)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+
+
+@pytest.fixture(scope="module")
+def split_project(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = make_project(tmp_path_factory.mktemp("split") / "p", repository="imagekit-split")
+    build(root)
+    return root
+
+
+def test_a_no_cache_rebuild_reproduces_every_big_layer_in_the_registry(
+    split_project: Path,
+) -> None:
+    before = layers("imagekit-split")
+    build(split_project, "--no-cache")
+    after = layers("imagekit-split")
+    big = [layer["digest"] for layer in before if int(str(layer["size"])) > BIG]
+    assert len(big) >= 4, before  # base, apt, torch, features
+    assert set(big) <= {layer["digest"] for layer in after}
+
+
+def test_each_package_layer_holds_one_group(split_project: Path) -> None:
+    by_size = sorted(layers("imagekit-split"), key=lambda layer: -int(str(layer["size"])))
+    contents = {
+        str(layer["digest"]): members("imagekit-split", str(layer["digest"]))
+        for layer in by_size[:4]
+    }
+    site = "opt/venv/lib/python3.11/site-packages/"
+    torch = next(names for names in contents.values() if f"{site}torch/__init__.py" in names)
+    assert all(n.startswith("opt") for n in torch)
+    assert not any(n.startswith(f"{site}onnx") for n in torch)
+    features = next(names for names in contents.values() if f"{site}onnx/__init__.py" in names)
+    assert not any(n.startswith(f"{site}torch/") for n in features)
+    assert all(n.startswith("opt") for n in features)
+
+
+def test_the_layered_venv_is_the_single_layer_venv(split_project: Path, tmp_path: Path) -> None:
+    single = make_project(tmp_path / "single", repository="imagekit-single", extra="  # single\n")
+    matrix = single / "envs" / "cpu.yaml"
+    matrix.write_text(
+        matrix.read_text().replace("defaults:\n", "defaults:\n  venv_layers: single\n")
+    )
+    build(single)
+    found = {}
+    for repo in ("imagekit-split", "imagekit-single"):
+        out = docker("run", "--rm", "--entrypoint", "/opt/venv/bin/python",
+                     f"{REGISTRY}/{repo}:{TAG}", "-c", FILES).stdout  # fmt: skip
+        found[repo] = json.loads(out)
+    split, one = found["imagekit-split"], found["imagekit-single"]
+    # REQUESTED marks what the user asked for: the layered install pins every package
+    differ = {p for p in set(split) | set(one) if split.get(p) != one.get(p)}
+    assert {p.rsplit("/", 1)[-1] for p in differ} <= {"REQUESTED"}, sorted(differ)[:20]
+    assert len(split) > 1000
