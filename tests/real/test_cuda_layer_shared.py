@@ -1,0 +1,73 @@
+"""Two cells that differ only in Python (and their Debian: 12 has 3.11, 13 has 3.13) share
+the CUDA-libraries layer in the registry, and torch finds those libraries in both.
+
+Real and heavy: the README cell and its twin, CUDA 12.6 wheels from PyPI (2.8 GB of nvidia-*
+wheels, fetched once into the uv cache), Debian 13 bootstrapped from the mirror. The images
+and BuildKit's cache beyond 12 GB are removed afterwards (the disk fills otherwise)."""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from ..realengine import REGISTRY, docker, imagekit
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
+
+REPO = "imagekit-share"
+CELLS = ("cu126-torch2.7.1-py3.11-debian12-slim", "cu126-torch2.7.1-py3.13-debian13-slim")
+MATRIX = f"""
+registry: {REGISTRY}
+repository: {REPO}
+tag: "{{id}}"
+defaults: {{size_budget: 14GB}}
+matrix:
+  - {{cuda: "12.6", torch: "2.7.1", python: ["3.11"], os: debian12, flavor: slim}}
+  - {{cuda: "12.6", torch: "2.7.1", python: ["3.13"], os: debian13, flavor: slim}}
+"""
+CA = "/etc/ssl/certs/ca-certificates.crt"
+PROBE = (
+    "import torch, torch.backends.cudnn as c; "
+    "print(torch.__version__, torch.version.cuda, c.version())"
+)
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    root = tmp_path_factory.mktemp("share")
+    (root / "envs").mkdir()
+    (root / "envs" / "m.yaml").write_text(MATRIX)
+    args = ["build", "--envs", "envs", "--ca-bundle", CA, "--push", "--bootstrap-base"]
+    result = imagekit(*args, cwd=root, timeout=3000)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+    yield root
+    docker("rmi", "-f", *[f"{REGISTRY}/{REPO}:{cell}" for cell in CELLS], check=False)
+    docker("builder", "prune", "-f", "--keep-storage", "12GB", check=False, timeout=600)
+
+
+def layers(tag: str) -> dict[str, int]:
+    request = urllib.request.Request(
+        f"http://{REGISTRY}/v2/{REPO}/manifests/{tag}",
+        headers={"Accept": "application/vnd.docker.distribution.manifest.v2+json"},
+    )
+    with urllib.request.urlopen(request, timeout=60) as response:
+        return {x["digest"]: int(x["size"]) for x in json.loads(response.read())["layers"]}
+
+
+def test_the_cuda_libraries_layer_is_one_blob_for_both_pythons(built: Path) -> None:
+    first, second = (layers(cell) for cell in CELLS)
+    shared = {digest: size for digest, size in first.items() if digest in second}
+    assert max(shared.values()) > 1_500_000_000  # the nvidia-* wheels, compressed
+    # everything else of the 3.6 GB is each cell's own (torch is built per Python)
+    assert sum(first.values()) - sum(shared.values()) > 500_000_000
+
+
+@pytest.mark.parametrize("cell", CELLS)
+def test_torch_loads_its_cuda_libraries_through_the_links(built: Path, cell: str) -> None:
+    out = docker("run", "--rm", f"{REGISTRY}/{REPO}:{cell}", "python", "-c", PROBE).stdout
+    version, cuda, cudnn = out.split()
+    assert version.startswith("2.7.1") and cuda == "12.6" and int(cudnn) >= 90000
