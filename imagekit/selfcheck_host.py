@@ -11,7 +11,7 @@ import json
 import os
 import shutil
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -33,6 +33,7 @@ class SelfCheckOptions:
     json_path: Path | None = None
     junit_path: Path | None = None
     stamp: bool = False
+    env: dict[str, str] = field(default_factory=dict)  # --env NAME=VALUE, over the image's
 
 
 def selfcheck_command(options: SelfCheckOptions) -> list[str]:
@@ -70,7 +71,11 @@ def run_selfcheck(engine: Engine, image: str, options: SelfCheckOptions) -> tupl
             ipc_host=options.ipc_host,
             gpus=gpus,
             # IMAGEKIT_EXPECT_GPU: GPUs were given, so a torch that sees none must fail.
-            env={"IMAGEKIT_LABELS": json.dumps(info.labels), "IMAGEKIT_EXPECT_GPU": str(int(gpus))},
+            env={
+                "IMAGEKIT_LABELS": json.dumps(info.labels),
+                "IMAGEKIT_EXPECT_GPU": str(int(gpus)),
+                **options.env,
+            },
             volumes={tmp: "/imagekit-reports"},
             timeout=registry.total_limit(_names(options.checks), options.timeout),
         )

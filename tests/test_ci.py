@@ -190,3 +190,21 @@ def test_github_matrix_at_its_256_job_limit() -> None:
     assert len(github_matrix(many[:GITHUB_MATRIX_LIMIT])["include"]) == 256
     with pytest.raises(UsageError, match="257 cells: GitHub Actions refuses a matrix of more"):
         github_matrix(many)
+
+
+def test_image_builds_free_disk_first_and_cache_in_the_registry() -> None:
+    steps = load_workflow("images.yml")["jobs"]["build"]["steps"]
+    names = [s.get("name", s.get("uses", "")) for s in steps]
+    free = steps[names.index("Free runner disk")]["run"]
+    assert names.index("Free runner disk") < names.index("Build (and push a candidate on main)")
+    assert free.count("df -h") >= 2  # before and after
+    assert '"${RUNNER_ENVIRONMENT:-}" = github-hosted' in free  # self-hosted runners untouched
+    for path in ("/usr/share/dotnet", "/usr/local/lib/android", "/opt/ghc"):
+        assert f" {path}" in free
+    assert "docker image prune --all --force" in free
+    buildx = steps[names.index("docker/setup-buildx-action@v3")]
+    assert buildx["with"]["driver"] == "docker-container"  # the docker driver cannot export
+    build = steps[names.index("Build (and push a candidate on main)")]["run"]
+    assert '--cache-from "type=registry,ref=$CACHE"' in build
+    assert '--cache-to "type=registry,ref=$CACHE,mode=max"' in build
+    assert "type=gha" not in (ROOT / ".github" / "workflows" / "images.yml").read_text()

@@ -37,7 +37,9 @@ def is_cuda_library(pin: str) -> bool:
     return normalize(pin.split("==")[0]).startswith("nvidia-")
 
 
-def resolve(installer: str, requirements: list[str], index: str, constraints: Path | None) -> list[str]:
+def resolve(
+    installer: str, requirements: list[str], index: str, constraints: Path | None
+) -> list[str]:
     """Exact `name==version` pins for `requirements` (and their dependencies)."""
     with tempfile.TemporaryDirectory() as tmp:
         wanted = Path(tmp) / "requirements.in"
@@ -46,12 +48,44 @@ def resolve(installer: str, requirements: list[str], index: str, constraints: Pa
         extra += ["--constraint", str(constraints)] if constraints else []
         if installer == "uv":
             out = Path(tmp) / "pins.txt"
-            _run([UV, "pip", "compile", "--python", PYTHON, "--find-links", WHEELHOUSE,
-                  "--no-header", "--no-annotate", "--quiet", *extra, "-o", str(out), str(wanted)])
+            _run(
+                [
+                    UV,
+                    "pip",
+                    "compile",
+                    "--python",
+                    PYTHON,
+                    "--find-links",
+                    WHEELHOUSE,
+                    "--no-header",
+                    "--no-annotate",
+                    "--quiet",
+                    *extra,
+                    "-o",
+                    str(out),
+                    str(wanted),
+                ]
+            )
             return _pins_from_requirements(out.read_text())
         report = Path(tmp) / "report.json"
-        _run([PYTHON, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--quiet",
-              "--find-links", WHEELHOUSE, *extra, "--report", str(report), "-r", str(wanted)])
+        _run(
+            [
+                PYTHON,
+                "-m",
+                "pip",
+                "install",
+                "--dry-run",
+                "--ignore-installed",
+                "--quiet",
+                "--find-links",
+                WHEELHOUSE,
+                *extra,
+                "--report",
+                str(report),
+                "-r",
+                str(wanted),
+            ]
+        )
         return _pins_from_report(json.loads(report.read_text()))
 
 

@@ -18,7 +18,7 @@ import urllib.parse
 from collections.abc import Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -27,7 +27,7 @@ from imagekit.build import context as context_mod
 from imagekit.build.display import Display
 from imagekit.build.inputs import Inputs
 from imagekit.build.log import StepLog
-from imagekit.engine.interface import BuildRequest, Engine, build_flags
+from imagekit.engine.interface import BuildRequest, Compression, Engine, build_flags, output_flags
 from imagekit.errors import BuildError, ImagekitError, Interrupted
 from imagekit.matrix.cells import Cell
 from imagekit.paths import write_atomic
@@ -50,6 +50,8 @@ class BuildOptions:
     work_dir: Path = paths.WORK
     report_dir: Path = paths.REPORTS
     labels: tuple[tuple[str, str], ...] = ()  # build-time labels, see build_labels()
+    # of pushed layers; anything but gzip at the engine's level needs buildx
+    compression: Compression = field(default_factory=Compression)
 
 
 @dataclass(frozen=True)
@@ -61,6 +63,16 @@ class PlannedBuild:
     def command(self, docker: Sequence[str] = ("docker", "build")) -> str:
         flags = build_flags(self.request)
         return shlex.join([*docker, *flags]) + f"   # then tag {', '.join(self.tags)}"
+
+    def push_command(self, compression: Compression) -> str:
+        """How the tags are pushed: the engine's push (gzip), or BuildKit's exporter."""
+        if compression.default:
+            return "; ".join(shlex.join(["docker", "push", tag]) for tag in self.tags)
+        # the same request again, fully cached, as DockerEngine.push_args runs it
+        flags = build_flags(replace(self.request, cache_to=()))
+        return shlex.join(
+            ["docker", "buildx", "build", *output_flags(self.tags, compression), *flags]
+        )
 
 
 @dataclass
@@ -75,7 +87,15 @@ class CellReport:
     size_bytes: int = 0
     size_budget: int = 0
     largest_layers: list[dict[str, object]] = field(default_factory=list)
+    # every layer, oldest first: diff_id, size_bytes, created_by, shared_with (the other
+    # cells of this run that have the same layer)
+    layers: list[dict[str, object]] = field(default_factory=list)
+    # of the layers' bytes: new in this run (not in an earlier cell), and already there
+    unique_bytes: int = 0
+    shared_bytes: int = 0
     pushed: list[str] = field(default_factory=list)
+    push_seconds: float = 0.0  # all of the cell's tags
+    push_compression: str = ""  # gzip (the engine's push), or what buildx pushed
     error: str = ""
 
     @property
@@ -194,7 +214,12 @@ class Runner:
         secret = self.options.work_dir / "secrets" / "index"
         with index_secret(secret, self.inputs.index_url), self.display:
             self._run_pool(builds)
-        return [self.reports[b.cell.id] for b in builds]
+        reports = [self.reports[b.cell.id] for b in builds]
+        share_layers(reports)
+        for report in reports:
+            if report.layers:
+                self._write_report(report)
+        return reports
 
     def _run_pool(self, builds: Sequence[PlannedBuild]) -> None:
         pool = ThreadPoolExecutor(max_workers=max(1, self.options.jobs))
@@ -282,7 +307,12 @@ class Runner:
     def _measure(self, build: PlannedBuild, report: CellReport) -> None:
         info = self.engine.inspect(report.image_id)
         report.size_bytes = info.size if info else 0
-        layers = sorted(self.engine.layers(report.image_id), key=lambda layer: -layer.size)
+        in_order = self.engine.layers(report.image_id)
+        report.layers = [
+            {"diff_id": x.diff_id, "size_bytes": x.size, "created_by": x.created_by[:300]}
+            for x in in_order
+        ]
+        layers = sorted(in_order, key=lambda layer: -layer.size)
         report.largest_layers = [
             {"size_bytes": x.size, "created_by": x.created_by[:160]} for x in layers[:5]
         ]
@@ -295,12 +325,20 @@ class Runner:
             )
 
     def _push(self, build: PlannedBuild, report: CellReport) -> None:
+        compression = self.options.compression
+        report.push_compression = str(compression)
+        started = time.monotonic()
         try:
-            for ref in build.tags:
-                report.pushed.append(self.engine.push(ref))
+            if compression.default:
+                for ref in build.tags:
+                    report.pushed.append(self.engine.push(ref))
+            else:
+                report.pushed += self.engine.push_compressed(build.request, build.tags, compression)
         except ImagekitError:
             report.status = "push-failed"
             raise
+        finally:
+            report.push_seconds = round(time.monotonic() - started, 2)
 
     def _write_report(self, report: CellReport) -> None:
         path = paths.report_file(self.options.report_dir, report.cell)
@@ -311,18 +349,62 @@ def gb(size: int) -> str:
     return f"{size / 1e9:.2f} GB"
 
 
+def share_layers(reports: Sequence[CellReport]) -> None:
+    """Which layers the cells of one run have in common, by diff ID. A layer's bytes count
+    as unique in the first cell (in run order) that has it and as shared in every later
+    one, so the unique sizes add up to what a registry or a node stores for the run."""
+    holders: dict[str, list[str]] = {}
+    for r in reports:
+        for layer in r.layers:
+            cells = holders.setdefault(str(layer["diff_id"]), [])
+            if r.cell not in cells:
+                cells.append(r.cell)
+    seen: set[str] = set()
+    for r in reports:
+        r.unique_bytes = r.shared_bytes = 0
+        for layer in r.layers:
+            diff_id, size = str(layer["diff_id"]), int(layer["size_bytes"])  # type: ignore[call-overload]
+            layer["shared_with"] = [c for c in holders.get(diff_id, []) if c != r.cell]
+            if diff_id and diff_id in seen:
+                r.shared_bytes += size
+            else:
+                r.unique_bytes += size
+                seen.add(diff_id)
+
+
+def cost_line(reports: Sequence[CellReport]) -> str:
+    """What the run's images weigh, and what is stored once their shared layers are."""
+    measured = [r for r in reports if r.layers]
+    if not measured:
+        return ""
+    total = sum(r.unique_bytes + r.shared_bytes for r in measured)
+    unique = sum(r.unique_bytes for r in measured)
+    return (
+        f"matrix cost: {len(measured)} image{'s' if len(measured) != 1 else ''}, "
+        f"{gb(total)} of layers; {gb(unique)} to store and push, each shared layer once "
+        f"({gb(total - unique)} shared)"
+    )
+
+
 def summary(reports: Sequence[CellReport]) -> str:
-    lines = [f"{'CELL':<48} {'STATUS':<12} {'TIME':>7} {'SIZE':>9} {'CACHED':>7}"]
+    lines = [
+        f"{'CELL':<48} {'STATUS':<12} {'TIME':>7} {'SIZE':>9} {'UNIQUE':>9} {'SHARED':>9} "
+        f"{'PUSH':>6} {'CACHED':>7}"
+    ]
     for r in reports:
         cached = sum(1 for s in r.steps if s["cached"])
+        push = f"{r.push_seconds:>5.0f}s" if r.push_compression else f"{'-':>6}"
         lines.append(
             f"{r.cell:<48} {r.status:<12} {r.seconds:>6.0f}s {gb(r.size_bytes):>9} "
+            f"{gb(r.unique_bytes):>9} {gb(r.shared_bytes):>9} {push} "
             f"{cached:>3}/{len(r.steps):<3}"
         )
     for r in reports:
         if not r.ok and r.error:
             tail = "\n".join("    " + line for line in r.error.splitlines()[-15:])
             lines.append(f"\n{r.cell} {r.status}:\n{tail}")
+    if cost := cost_line(reports):
+        lines.append(f"\n{cost}")
     built = sum(r.ok for r in reports)
     skipped = sum(r.status == "not-attempted" for r in reports)
     lines.append(

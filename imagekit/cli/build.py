@@ -22,10 +22,20 @@ from imagekit.build.runner import (
     summary,
 )
 from imagekit.engine.docker import DockerEngine
-from imagekit.engine.interface import Engine
+from imagekit.engine.interface import MAX_LEVEL, Compression, Engine
 from imagekit.errors import BuildError, UsageError
 from imagekit.matrix.cells import Cell
 from imagekit.urls import refuse_credentials
+
+
+def compression_from(kind: str, level: int | None) -> Compression:
+    """--compression and --compression-level, checked against BuildKit's ranges."""
+    if level is not None and not 0 <= level <= MAX_LEVEL[kind]:
+        raise UsageError(
+            f"--compression-level {level}: {kind} takes 0-{MAX_LEVEL[kind]} "
+            "(zstd 0-22, gzip and estargz 0-9); pick a level in range or leave it out"
+        )
+    return Compression(kind, level)
 
 
 def options_from(kwargs: dict[str, Any]) -> BuildOptions:
@@ -33,6 +43,12 @@ def options_from(kwargs: dict[str, Any]) -> BuildOptions:
         kwargs["torch_index"], "--torch-index", "a build argument (build history, provenance)"
     )
     refuse_credentials(kwargs["mirror"], "--mirror", "the base image's apt sources")
+    compression = compression_from(kwargs["compression"], kwargs["compression_level"])
+    if not compression.default and not kwargs["push"]:
+        raise UsageError(
+            f"{compression.as_options()}: layers are compressed when they are pushed; "
+            "add --push (the local image store keeps layers uncompressed)"
+        )
     return BuildOptions(
         target=kwargs["target"],
         push=kwargs["push"],
@@ -45,6 +61,7 @@ def options_from(kwargs: dict[str, Any]) -> BuildOptions:
         tag_suffix=kwargs["tag_suffix"],
         torch_index="" if torch_index == "none" else torch_index,
         report_dir=kwargs["report_dir"],
+        compression=compression,
     )
 
 
@@ -90,9 +107,13 @@ def run_build(
         click.echo(f"CA bundle: {resolved.ca_bundle or 'none'} (from {resolved.ca_source})")
         for b in plan(cells, options, resolved):
             click.echo(f"{b.cell.id}:\n  {b.command()}")
+            if options.push:
+                click.echo(f"  push: {b.push_command(options.compression)}")
         return
-    builds = plan(cells, replace(options, labels=build_labels()), resolved)
     engine = DockerEngine(run.docker_cli)
+    # what this builder cannot do is refused before anything runs (exit 2)
+    engine.check_support(options.cache_to, options.compression)
+    builds = plan(cells, replace(options, labels=build_labels()), resolved)
     unbuildable = preflight(engine, cells, run.bootstrap_base, options.keep_going)
     builds = [b for b in builds if b.cell.id not in unbuildable]
     if run.bootstrap_base:

@@ -17,6 +17,7 @@ from imagekit.cli.common import Selection, docker_option, examples, filter_optio
         "imagekit build --cuda 12.6 --jobs 2 --keep-going",
         "imagekit build --cell 'cpu-*' --wheelhouse /opt/wheels --torch-index none",
         "imagekit build --cuda 12.8 --push --progress plain  # CI",
+        "imagekit build --cuda 12.8 --push --compression zstd  # needs buildx",
         "imagekit build --dry-run                          # print the plan only",
     )
 )
@@ -52,6 +53,21 @@ from imagekit.cli.common import Selection, docker_option, examples, filter_optio
     multiple=True,
     metavar="SPEC",
     help="Cache export, e.g. type=registry,ref=REPO:buildcache,mode=max (buildx only).",
+)
+@click.option(
+    "--compression",
+    type=click.Choice(["gzip", "zstd", "estargz"]),
+    default="gzip",
+    show_default=True,
+    help="Layer compression of --push. zstd, estargz or a level: buildx (not the docker "
+    "driver); see the README's Layer compression.",
+)
+@click.option(
+    "--compression-level",
+    type=int,
+    default=None,
+    metavar="N",
+    help="0-9 for gzip and estargz, 0-22 for zstd (buildx only).",
 )
 @click.option(
     "--tag-suffix",
@@ -189,6 +205,8 @@ def report_option(flag: str, dest: str, text: str) -> Callable[[Any], Any]:
         "imagekit test ghcr.io/acme/train:2.7.1-cu126-py3.11-debian12-slim",
         "imagekit test IMAGE --require gpu,flash,tensorrt --junit reports/selfcheck.xml",
         "imagekit test IMAGE --stamp          # tag IMAGE-validated when it passes",
+        "imagekit test IMAGE --nodes 2        # 2 containers, torchrun c10d, DDP across them",
+        "imagekit test IMAGE --nodes 4 --procs-per-node 2 --env NCCL_DEBUG=INFO",
     ),
 )
 @click.argument("image")
@@ -211,7 +229,8 @@ def report_option(flag: str, dest: str, text: str) -> Callable[[Any], Any]:
     "--timeout",
     type=float,
     default=None,
-    help="Seconds per check before it is killed (default: each check's own limit).",
+    help="Seconds per check before it is killed (default: each check's own limit); "
+    "with --nodes, for the check once every node has joined (default: 120).",
 )
 @report_option(
     "--json", "json_path", "Write every check's status, reason and measurements as JSON."
@@ -220,16 +239,105 @@ def report_option(flag: str, dest: str, text: str) -> Callable[[Any], Any]:
 @click.option(
     "--stamp", is_flag=True, help="On success, tag IMAGE-validated with the results as labels."
 )
+@click.option(
+    "--env",
+    "env",
+    multiple=True,
+    metavar="NAME=VALUE",
+    help="Set in the container(s), over the image's ENV (repeatable), e.g. NCCL_DEBUG=INFO.",
+)
+@click.option(
+    "--nodes",
+    type=int,
+    default=None,
+    help="Run the distributed check across this many containers (torchrun, c10d rendezvous).",
+)
+@click.option(
+    "--procs-per-node",
+    type=int,
+    default=1,
+    show_default=True,
+    help="With --nodes: ranks per container (on GPUs, one per GPU).",
+)
+@click.option(
+    "--join-timeout",
+    type=float,
+    default=120,
+    show_default=True,
+    help="With --nodes: seconds every node has to reach the rendezvous.",
+)
+@click.option(
+    "--subnet",
+    default=None,
+    metavar="CIDR",
+    help="With --nodes: the run's network (default: a free /24 in 10.200.0.0/13).",
+)
 @docker_option
 def test_image(image: str, docker_cli: str | None, **kwargs: Any) -> None:
-    """Run the self-check inside IMAGE on this host and report."""
+    """Run the self-check inside IMAGE on this host and report.
+
+    With --nodes N: start N containers on a network of their own, one per node, and run
+    the distributed check across them under torchrun; report the hosts, the join time,
+    whether gradients agree after a DDP step and the all-reduce bandwidth."""
     from imagekit.engine.docker import DockerEngine
     from imagekit.selfcheck_host import SelfCheckOptions, check_image
 
+    kwargs["env"] = env_pairs(kwargs["env"])
+    multi = {k: kwargs.pop(k) for k in ("nodes", "procs_per_node", "join_timeout", "subnet")}
+    if multi["nodes"] is not None:
+        text = test_nodes(DockerEngine(docker_cli), image, multi, kwargs)
+        click.echo(text)
+        return
     output, validated = check_image(DockerEngine(docker_cli), image, SelfCheckOptions(**kwargs))
     click.echo(output.rstrip())
     if validated:
         click.echo(f"stamped: {validated}")
+
+
+def env_pairs(values: tuple[str, ...]) -> dict[str, str]:
+    from imagekit.errors import UsageError
+
+    pairs = {}
+    for item in values:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise UsageError(f"--env {item!r}: give NAME=VALUE, e.g. --env NCCL_DEBUG=INFO")
+        pairs[name] = value
+    return pairs
+
+
+# Single-node options that mean nothing across nodes: refused rather than ignored.
+NOT_WITH_NODES = {
+    "ipc_host": "--ipc-host",
+    "require": "--require",
+    "checks": "--checks",
+    "junit_path": "--junit",
+    "stamp": "--stamp",
+}
+
+
+def test_nodes(engine: Any, image: str, multi: dict[str, Any], kwargs: dict[str, Any]) -> str:
+    from imagekit.errors import UsageError
+    from imagekit.multinode import NodesOptions, check_nodes
+
+    for key, flag in NOT_WITH_NODES.items():
+        if kwargs[key]:
+            raise UsageError(
+                f"{flag} with --nodes: the multi-node run checks DDP across containers only; "
+                f"run `imagekit test IMAGE {flag} ...` without --nodes for that"
+            )
+    options = NodesOptions(
+        nodes=multi["nodes"],
+        procs_per_node=multi["procs_per_node"],
+        gpus=kwargs["gpus"],
+        shm_size=kwargs["shm_size"],
+        join_timeout=multi["join_timeout"],
+        timeout=kwargs["timeout"] or 120.0,
+        subnet=multi["subnet"],
+        env=kwargs["env"],
+        json_path=kwargs["json_path"],
+    )
+    return check_nodes(engine, image, options, say=lambda line: click.echo(line, err=True))
 
 
 @click.command(

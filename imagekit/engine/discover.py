@@ -10,11 +10,13 @@ import os
 import re
 import shutil
 import subprocess
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
+from imagekit.engine.interface import Compression
 from imagekit.errors import EngineError
 
 MIN_ENGINE = Version("20.10")
@@ -31,6 +33,8 @@ class Builder:
     cli: str
     kind: str  # "buildx" or "buildkit" (pre-23 CLI with DOCKER_BUILDKIT=1)
     cli_version: str
+    # buildx only: the selected builder's driver ("docker", "docker-container", ...)
+    driver: str = ""
 
     def build_command(self) -> list[str]:
         if self.kind == "buildx":
@@ -61,6 +65,12 @@ def has_buildx(cli: str) -> bool:
     return _run([cli, "buildx", "version"]).returncode == 0
 
 
+def buildx_driver(cli: str) -> str:
+    """The selected buildx builder's driver, from `docker buildx inspect` ("" if unknown)."""
+    match = re.search(r"^Driver:\s*(\S+)", _run([cli, "buildx", "inspect"]).stdout, re.M)
+    return match.group(1) if match else ""
+
+
 def candidates(chosen: str | None) -> list[str]:
     if chosen:
         return [chosen]
@@ -84,7 +94,7 @@ def find_builder(chosen: str | None = None) -> Builder:
             continue
         version = cli_version(cli)
         if has_buildx(cli):
-            return Builder(cli, "buildx", str(version))
+            return Builder(cli, "buildx", str(version), buildx_driver(cli))
         if version is not None and version < Version("23"):
             return Builder(cli, "buildkit", str(version))
         tried.append(
@@ -114,3 +124,45 @@ def check_engine_version(version: str) -> None:
             f"Docker engine {version} is too old: imagekit needs {MIN_ENGINE} or newer for "
             "BuildKit cache and secret mounts; upgrade the engine"
         )
+
+
+CONTAINER_BUILDER = "docker buildx create --use --driver docker-container"
+
+
+def unsupported(
+    builder: Builder, cache_to: Sequence[str], compression: Compression, containerd_store: bool
+) -> list[str]:
+    """What this builder cannot do of what was asked, each with the option, the value and
+    the fix. Docker 20.10's built-in BuildKit exports gzip layers into the engine and inline
+    cache only; buildx's `docker` driver writes into the engine's image store too (unless
+    that store is containerd's), so layer compression and cache export need another driver."""
+    problems = []
+    if builder.kind == "buildkit":
+        what = (
+            f"{builder.cli} {builder.cli_version} builds with Docker's built-in BuildKit "
+            "(DOCKER_BUILDKIT=1, no buildx)"
+        )
+        fix = (
+            "install the buildx plugin (https://docs.docker.com/go/buildx/) and "
+            f"`{CONTAINER_BUILDER}`"
+        )
+    elif builder.driver == "docker" and not containerd_store:
+        what = "the selected buildx builder uses the docker driver (the engine's own image store)"
+        fix = f"`{CONTAINER_BUILDER}`, or turn on the engine's containerd image store"
+    else:
+        return []
+    for spec in cache_to:
+        # `docker build` of a pre-23 CLI has no --cache-to at all; buildx's docker driver
+        # takes type=inline only
+        if builder.kind == "buildkit" or not spec.replace(" ", "").startswith("type=inline"):
+            problems.append(
+                f"--cache-to {spec}: {what}, which exports inline cache only. Fix: {fix}; "
+                "or leave --cache-to out (inline cache is always written: --cache-from IMAGE)"
+            )
+    if not compression.default:
+        problems.append(
+            f"{compression.as_options()}: {what}, which pushes gzip layers at the engine's "
+            f"level only. Fix: {fix}; "
+            "or use --compression gzip without a level (the default)"
+        )
+    return problems

@@ -9,27 +9,41 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import tempfile
 import threading
 from collections.abc import Sequence
 from dataclasses import replace
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from imagekit.engine.discover import Builder, check_engine_version, daemon_hint, find_builder
+from imagekit.engine.discover import (
+    Builder,
+    check_engine_version,
+    daemon_hint,
+    find_builder,
+    unsupported,
+)
 from imagekit.engine.interface import (
     BuildRequest,
     BuildResult,
+    Compression,
+    ContainerState,
     ImageInfo,
+    Labelled,
     Layer,
     LineSink,
     RunOptions,
     RunResult,
+    Started,
+    SubnetTaken,
     build_flags,
+    output_flags,
 )
-from imagekit.errors import BuildError, EngineError, PushError
+from imagekit.errors import BuildError, EngineError, PushError, UsageError
 
 
 class DockerEngine:
@@ -77,6 +91,18 @@ class DockerEngine:
             )
         prefix = [*self.builder.build_command(), "--progress=plain", "--iidfile", str(iidfile)]
         return [*prefix, *build_flags(request)]
+
+    def check_support(self, cache_to: Sequence[str], compression: Compression) -> None:
+        """Refuse, before anything builds, what this builder cannot do (exit 2)."""
+        if not cache_to and compression.default:
+            return
+        containerd_store = False
+        if self.builder.kind == "buildx" and self.builder.driver == "docker":
+            status = self.client.info().get("DriverStatus") or []
+            containerd_store = "io.containerd.snapshotter" in json.dumps(status)
+        problems = unsupported(self.builder, cache_to, compression, containerd_store)
+        if problems:
+            raise UsageError("\n".join(problems))
 
     def build(self, request: BuildRequest, on_line: LineSink) -> BuildResult:
         self.client  # noqa: B018 - fail early with the daemon hint
@@ -160,10 +186,9 @@ class DockerEngine:
         )
 
     def layers(self, ref: str) -> list[Layer]:
-        return [
-            Layer(created_by=str(h.get("CreatedBy", "")), size=int(h.get("Size", 0)))
-            for h in self.client.images.get(ref).history()
-        ]
+        image = self.client.images.get(ref)
+        diff_ids = list((image.attrs.get("RootFS") or {}).get("Layers") or [])
+        return align_layers(diff_ids, image.history())
 
     def push(self, ref: str) -> str:
         repo, tag = split_ref(ref)
@@ -180,6 +205,38 @@ class DockerEngine:
         if not digest:
             raise PushError(_push_failure(ref, "the registry returned no digest"))
         return f"{repo}@{digest}"
+
+    def push_args(
+        self,
+        request: BuildRequest,
+        tags: Sequence[str],
+        compression: Compression,
+        metadata: Path,
+    ) -> list[str]:
+        """The same build again (every step cached), exported by BuildKit's image exporter
+        with the chosen compression and pushed; the engine's own push only writes gzip."""
+        if self.builder.kind != "buildx":  # check_support refuses this before any build
+            raise EngineError(f"--compression {compression} needs docker buildx")
+        prefix = [self.builder.cli, "buildx", "build", "--progress=plain"]
+        flags = build_flags(replace(request, cache_to=()))  # the build run exported it
+        return [*prefix, "--metadata-file", str(metadata), *output_flags(tags, compression), *flags]
+
+    def push_compressed(
+        self, request: BuildRequest, tags: Sequence[str], compression: Compression
+    ) -> list[str]:
+        with tempfile.TemporaryDirectory(prefix="imagekit-push-") as tmp:
+            metadata = Path(tmp) / "metadata.json"
+            try:
+                self._stream(self.push_args(request, tags, compression, metadata), lambda _: None)
+            except BuildError as exc:
+                tail = "\n".join(str(exc).splitlines()[-5:])
+                raise PushError(_push_failure(tags[0], tail)) from None
+            digest = ""
+            if metadata.is_file():
+                digest = str(json.loads(metadata.read_text()).get("containerimage.digest", ""))
+        if not digest:
+            raise PushError(_push_failure(tags[0], "buildx reported no pushed digest"))
+        return [f"{split_ref(tag)[0]}@{digest}" for tag in tags]
 
     def registry_digest(self, ref: str) -> str:
         return str(self.client.images.get_registry_data(ref).id)
@@ -220,28 +277,37 @@ class DockerEngine:
 
     # -- containers -----------------------------------------------------------------------
     def run(self, image: str, command: Sequence[str], options: RunOptions) -> RunResult:
+        container, notes = self._start_with_fallback(image, command, options)
+        return self._wait(container, options, notes)
+
+    def start(self, image: str, command: Sequence[str], options: RunOptions) -> Started:
+        """Start a container and return at once; the caller watches and removes it."""
+        container, notes = self._start_with_fallback(image, command, options)
+        return Started(id=str(container.id), notes=notes)
+
+    def _start_with_fallback(
+        self, image: str, command: Sequence[str], options: RunOptions
+    ) -> tuple[Any, tuple[str, ...]]:
         import docker.errors
 
-        notes: tuple[str, ...] = ()
         try:
-            container = self._start(image, command, options)
+            return self._start(image, command, options), ()
         except docker.errors.APIError as exc:
             if not (options.memlock_unlimited and "rlimit" in str(exc)):
                 raise start_error(image, exc) from None
-            # Unprivileged engines (rootless, nested) may not raise RLIMIT_MEMLOCK.
-            notes = (
-                "this engine refused --ulimit memlock=-1; ran with its default memlock "
-                "(NCCL over RDMA needs it unlimited on real training hosts)",
-            )
-            options = replace(options, memlock_unlimited=False)
-            try:
-                container = self._start(image, command, options)
-            except docker.errors.APIError as again:
-                raise start_error(image, again) from None
-        return self._wait(container, options, notes)
+        # Unprivileged engines (rootless, nested) may not raise RLIMIT_MEMLOCK.
+        notes = (
+            "this engine refused --ulimit memlock=-1; ran with its default memlock "
+            "(NCCL over RDMA needs it unlimited on real training hosts)",
+        )
+        try:
+            return self._start(image, command, replace(options, memlock_unlimited=False)), notes
+        except docker.errors.APIError as again:
+            raise start_error(image, again) from None
 
     def _start(self, image: str, command: Sequence[str], options: RunOptions) -> Any:
-        container = self.client.containers.create(image, list(command), **run_kwargs(options))
+        kwargs = run_kwargs(options, self.client.api.api_version)
+        container = self.client.containers.create(image, list(command), **kwargs)
         try:
             container.start()
         except BaseException:
@@ -266,6 +332,116 @@ class DockerEngine:
                 container.remove(force=True)
         return RunResult(exit_code=code, output=output, timed_out=timed_out, notes=notes)
 
+    def state(self, container: str) -> ContainerState | None:
+        import docker.errors
+
+        try:
+            attrs = self.client.containers.get(container).attrs.get("State") or {}
+        except docker.errors.NotFound:
+            return None
+        running = bool(attrs.get("Running")) or attrs.get("Status") in ("created", "restarting")
+        return ContainerState(
+            running=running,
+            exit_code=None if running else int(attrs.get("ExitCode", 0)),
+            oom_killed=bool(attrs.get("OOMKilled")),
+            finished_at=None if running else epoch(str(attrs.get("FinishedAt", ""))),
+            error=str(attrs.get("Error") or ""),
+        )
+
+    def logs(self, container: str) -> str:
+        import docker.errors
+
+        try:
+            raw = self.client.containers.get(container).logs(stdout=True, stderr=True)
+        except docker.errors.NotFound:
+            return ""
+        return bytes(raw).decode("utf-8", "replace")
+
+    def remove(self, container: str) -> None:
+        """Kill and remove; a container already gone (or going) is fine."""
+        import docker.errors
+
+        try:
+            self.client.containers.get(container).remove(force=True)
+        except docker.errors.NotFound:
+            pass
+        except docker.errors.APIError as exc:
+            if "already in progress" not in str(exc):
+                raise
+
+    # -- networks -------------------------------------------------------------------------
+    def create_network(self, name: str, subnet: str, labels: dict[str, str]) -> None:
+        import docker.errors
+        from docker.types import IPAMConfig, IPAMPool
+
+        ipam = IPAMConfig(pool_configs=[IPAMPool(subnet=subnet)])
+        try:
+            self.client.networks.create(
+                name, driver="bridge", ipam=ipam, labels=labels, check_duplicate=True
+            )
+        except docker.errors.APIError as exc:
+            said = str(getattr(exc, "explanation", None) or exc)
+            if "overlap" in said:
+                raise SubnetTaken(f"subnet {subnet}: {said}") from None
+            raise EngineError(f"could not create network {name} ({subnet}): {said}") from None
+
+    def remove_network(self, name: str) -> None:
+        import docker.errors
+
+        with contextlib.suppress(docker.errors.NotFound):
+            self.client.networks.get(name).remove()
+
+    def labelled(self, key: str) -> list[Labelled]:
+        found = [
+            Labelled("container", c.name, dict(c.labels))
+            for c in self.client.containers.list(all=True, filters={"label": key})
+        ]
+        for net in self.client.networks.list(filters={"label": key}):
+            found.append(Labelled("network", net.name, dict(net.attrs.get("Labels") or {})))
+        return found
+
+
+def epoch(stamp: str) -> float | None:
+    """Docker's RFC 3339 time with nanoseconds -> epoch seconds (None for the zero time)."""
+    if not stamp or stamp.startswith("0001-"):
+        return None
+    head, _, frac = stamp.rstrip("Z").partition(".")
+    try:
+        whole = datetime.fromisoformat(head + "+00:00").timestamp()
+    except ValueError:
+        return None
+    return whole + float(f"0.{frac or 0}")
+
+
+_METADATA_ONLY = re.compile(
+    r"^(/bin/sh -c #\(nop\) )?(ENV|LABEL|CMD|ENTRYPOINT|USER|EXPOSE|ARG|STOPSIGNAL|HEALTHCHECK|"
+    r"SHELL|VOLUME|ONBUILD|MAINTAINER)\b"
+)
+
+
+def align_layers(diff_ids: Sequence[str], history: Sequence[dict[str, Any]]) -> list[Layer]:
+    """The image's layers, oldest first: RootFS diff IDs joined with `docker history`.
+
+    History (newest first from the API) also has entries that made no layer (ENV, LABEL...);
+    the API does not say which, only their size 0. Entries with bytes made a layer; of the
+    empty ones, those that can change files (RUN, COPY, ADD, WORKDIR) are taken next, the
+    latest first, until there is one entry per diff ID. A layer no entry accounts for keeps
+    its diff ID with size 0 and no instruction."""
+    entries = [(str(h.get("CreatedBy") or ""), int(h.get("Size") or 0)) for h in reversed(history)]
+    chosen = {i for i, (_, size) in enumerate(entries) if size > 0}
+    for i in reversed(range(len(entries))):
+        if len(chosen) >= len(diff_ids):
+            break
+        if i not in chosen and not _METADATA_ONLY.match(entries[i][0].strip()):
+            chosen.add(i)
+    picked = [entries[i] for i in sorted(chosen)][-len(diff_ids) :] if diff_ids else []
+    missing = len(diff_ids) - len(picked)
+    picked = [("", 0)] * missing + picked
+    return [
+        Layer(created_by=created_by, size=size, diff_id=diff_id)
+        for diff_id, (created_by, size) in zip(diff_ids, picked, strict=True)
+    ]
+
 
 def start_error(image: str, exc: Exception) -> EngineError:
     said = str(getattr(exc, "explanation", None) or exc)
@@ -274,10 +450,19 @@ def start_error(image: str, exc: Exception) -> EngineError:
     return EngineError(f"could not start {image}: {said}")
 
 
-def run_kwargs(options: RunOptions) -> dict[str, Any]:
-    from docker.types import DeviceRequest, Ulimit
+def run_kwargs(options: RunOptions, api_version: str = "1.41") -> dict[str, Any]:
+    from docker.types import DeviceRequest, EndpointConfig, Ulimit
 
     kwargs: dict[str, Any] = {"environment": dict(options.env)}
+    for key in ("name", "hostname"):
+        if getattr(options, key):
+            kwargs[key] = getattr(options, key)
+    if options.labels:
+        kwargs["labels"] = dict(options.labels)
+    if options.network:
+        kwargs["network"] = options.network
+        aliases = list(options.aliases) or None
+        kwargs["networking_config"] = {options.network: EndpointConfig(api_version, aliases)}
     if options.ipc_host:
         kwargs["ipc_mode"] = "host"
     elif options.shm_size:
@@ -285,7 +470,10 @@ def run_kwargs(options: RunOptions) -> dict[str, Any]:
     if options.memlock_unlimited:
         kwargs["ulimits"] = [Ulimit(name="memlock", soft=-1, hard=-1)]
     if options.gpus:
-        kwargs["device_requests"] = [DeviceRequest(count=-1, capabilities=[["gpu"]])]
+        ids = list(options.gpu_ids) or None
+        count = None if ids else -1  # -1: every GPU; else the listed ones
+        request = DeviceRequest(count=count, device_ids=ids, capabilities=[["gpu"]])
+        kwargs["device_requests"] = [request]
     if options.volumes:
         kwargs["volumes"] = {h: {"bind": c, "mode": "rw"} for h, c in options.volumes.items()}
     if options.user:

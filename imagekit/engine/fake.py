@@ -9,13 +9,17 @@ from pathlib import Path
 from imagekit.engine.interface import (
     BuildRequest,
     BuildResult,
+    Compression,
+    ContainerState,
     ImageInfo,
+    Labelled,
     Layer,
     LineSink,
     RunOptions,
     RunResult,
+    Started,
 )
-from imagekit.errors import BuildError, PushError
+from imagekit.errors import BuildError, PushError, UsageError
 
 
 @dataclass
@@ -25,6 +29,12 @@ class FakeEngine:
     push_error: bool = False
     calls: list[tuple[str, str]] = field(default_factory=list)
     tags: dict[str, str] = field(default_factory=dict)
+    # image ID -> its layers; images not in it get a shared base layer plus their own
+    image_layers: dict[str, list[Layer]] = field(default_factory=dict)
+    refuse: tuple[str, ...] = ()  # what check_support refuses (UsageError), e.g. "zstd"
+    # Detached containers and networks, by name: what a leak test looks at.
+    containers: dict[str, RunOptions] = field(default_factory=dict)
+    networks: dict[str, dict[str, str]] = field(default_factory=dict)
 
     def describe(self) -> str:
         return "fake engine"
@@ -51,10 +61,26 @@ class FakeEngine:
         return ImageInfo(ref, self.image_size, {}, {}, "1000:1000", (), ())
 
     def layers(self, ref: str) -> list[Layer]:
+        if ref in self.image_layers:
+            return list(self.image_layers[ref])
+        own = "sha256:" + ref.rsplit(":", 1)[-1].encode().hex()[:64].ljust(64, "0")
         return [
-            Layer("COPY /opt/venv /opt/venv # buildkit", self.image_size - 10**8),
-            Layer("RUN apt-get install python3", 10**8),
+            Layer("RUN apt-get install python3", 10**8, "sha256:" + "b" * 64),
+            Layer("COPY /opt/venv /opt/venv # buildkit", self.image_size - 10**8, own),
         ]
+
+    def check_support(self, cache_to: Sequence[str], compression: Compression) -> None:
+        self.calls.append(("check_support", str(compression)))
+        if compression.kind in self.refuse or (cache_to and "cache-to" in self.refuse):
+            raise UsageError(f"--compression {compression.kind}: refused by the fake engine")
+
+    def push_compressed(
+        self, request: BuildRequest, tags: Sequence[str], compression: Compression
+    ) -> list[str]:
+        self.calls.append(("push_compressed", f"{','.join(tags)} {compression}"))
+        if self.push_error:
+            raise PushError(f"push of {tags[0]} failed: refused. The local image is kept")
+        return [t.rsplit(":", 1)[0] + "@sha256:" + "2" * 64 for t in tags]
 
     def push(self, ref: str) -> str:
         self.calls.append(("push", ref))
@@ -83,3 +109,37 @@ class FakeEngine:
 
     def stop_all(self) -> None:
         self.calls.append(("stop_all", ""))
+
+    def create_network(self, name: str, subnet: str, labels: dict[str, str]) -> None:
+        self.calls.append(("create_network", f"{name} {subnet}"))
+        self.networks[name] = dict(labels)
+
+    def remove_network(self, name: str) -> None:
+        self.calls.append(("remove_network", name))
+        self.networks.pop(name, None)
+
+    def start(self, image: str, command: Sequence[str], options: RunOptions) -> Started:
+        name = options.name or f"fake-{len(self.containers)}"
+        self.calls.append(("start", name))
+        self.containers[name] = options
+        return Started(id=name)
+
+    def state(self, container: str) -> ContainerState | None:
+        """Every container exits 0 at once; subclasses script other outcomes."""
+        return ContainerState(running=False, exit_code=0) if container in self.containers else None
+
+    def logs(self, container: str) -> str:
+        return ""
+
+    def remove(self, container: str) -> None:
+        self.calls.append(("remove", container))
+        self.containers.pop(container, None)
+
+    def labelled(self, key: str) -> list[Labelled]:
+        found = [
+            Labelled("container", name, dict(o.labels))
+            for name, o in self.containers.items()
+            if key in o.labels
+        ]
+        found += [Labelled("network", n, dict(lb)) for n, lb in self.networks.items() if key in lb]
+        return found

@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+from imagekit.errors import EngineError
+
 
 @dataclass(frozen=True)
 class BuildRequest:
@@ -54,8 +56,52 @@ class BuildResult:
 
 @dataclass(frozen=True)
 class Layer:
+    """One filesystem layer of an image, oldest first: `diff_id` is the digest of its
+    uncompressed tar (RootFS.Layers), the same in every image that has the same bytes."""
+
     created_by: str
     size: int
+    diff_id: str = ""
+
+
+# How layers are compressed on push. gzip at the default level is what every engine writes
+# (`docker push`); anything else is written by BuildKit's image exporter (buildx).
+COMPRESSIONS = ("gzip", "zstd", "estargz")
+MAX_LEVEL = {"gzip": 9, "estargz": 9, "zstd": 22}
+
+
+@dataclass(frozen=True)
+class Compression:
+    kind: str = "gzip"
+    level: int | None = None
+
+    @property
+    def default(self) -> bool:
+        """gzip at the engine's level: a plain `docker push` of the loaded image."""
+        return self.kind == "gzip" and self.level is None
+
+    def __str__(self) -> str:
+        return self.kind if self.level is None else f"{self.kind}:{self.level}"
+
+    def as_options(self) -> str:
+        """As it was asked for on the command line (for messages)."""
+        level = "" if self.level is None else f" --compression-level {self.level}"
+        return f"--compression {self.kind}{level}"
+
+
+def output_flags(tags: Sequence[str], compression: Compression) -> list[str]:
+    """`--output` for BuildKit's image exporter, pushing `tags` with the chosen compression
+    (https://docs.docker.com/build/exporters/image-registry/). buildx names the image after
+    the -t tags. force-compression recompresses layers BuildKit already holds as gzip;
+    zstd and estargz layers need OCI media types (Docker's media types have no zstd)."""
+    attrs = ["type=image", "push=true", f"compression={compression.kind}"]
+    if compression.level is not None:
+        attrs.append(f"compression-level={compression.level}")
+    attrs.append("force-compression=true")
+    if compression.kind != "gzip":
+        attrs.append("oci-mediatypes=true")
+    tag_flags = [flag for tag in tags for flag in ("-t", tag)]
+    return [*tag_flags, "--output", ",".join(attrs)]
 
 
 @dataclass(frozen=True)
@@ -88,6 +134,41 @@ class RunOptions:
     timeout: float = 600.0
     user: str | None = None
     entrypoint: Sequence[str] | None = None
+    # Detached containers (`start`): found by name and label, reached by hostname and alias.
+    name: str | None = None
+    hostname: str | None = None
+    network: str | None = None
+    aliases: tuple[str, ...] = ()
+    labels: dict[str, str] = field(default_factory=dict)
+    gpu_ids: tuple[str, ...] = ()  # with gpus: only these GPUs (one node's share of a host)
+
+
+@dataclass(frozen=True)
+class Started:
+    id: str
+    notes: tuple[str, ...] = ()  # what the engine could not give, as in RunResult
+
+
+@dataclass(frozen=True)
+class ContainerState:
+    running: bool
+    exit_code: int | None = None
+    oom_killed: bool = False
+    finished_at: float | None = None  # epoch seconds; orders which node failed first
+    error: str = ""
+
+
+@dataclass(frozen=True)
+class Labelled:
+    """A container or network found by label (leftovers of a run)."""
+
+    kind: str  # "container" | "network"
+    name: str
+    labels: dict[str, str]
+
+
+class SubnetTaken(EngineError):
+    """The subnet asked for overlaps a network the engine has: try another one."""
 
 
 LineSink = Callable[[str], None]
@@ -108,6 +189,12 @@ class Engine(Protocol):
 
     def push(self, ref: str) -> str: ...
 
+    def push_compressed(
+        self, request: BuildRequest, tags: Sequence[str], compression: Compression
+    ) -> list[str]: ...
+
+    def check_support(self, cache_to: Sequence[str], compression: Compression) -> None: ...
+
     def run(self, image: str, command: Sequence[str], options: RunOptions) -> RunResult: ...
 
     def registry_digest(self, ref: str) -> str: ...
@@ -119,3 +206,17 @@ class Engine(Protocol):
     def stamp(self, image: str, ref: str, labels: dict[str, str]) -> None: ...
 
     def stop_all(self) -> None: ...
+
+    def create_network(self, name: str, subnet: str, labels: dict[str, str]) -> None: ...
+
+    def remove_network(self, name: str) -> None: ...
+
+    def start(self, image: str, command: Sequence[str], options: RunOptions) -> Started: ...
+
+    def state(self, container: str) -> ContainerState | None: ...
+
+    def logs(self, container: str) -> str: ...
+
+    def remove(self, container: str) -> None: ...
+
+    def labelled(self, key: str) -> list[Labelled]: ...

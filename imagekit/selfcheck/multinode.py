@@ -1,0 +1,209 @@
+"""The self-check's distributed part across nodes, one process per rank under torchrun:
+`imagekit test IMAGE --nodes N` starts it in N containers.
+
+Every rank records its host, then one DDP step runs and the gradients and parameters must
+be the same on every rank, then an all-reduce is timed for bus bandwidth. Each rank writes
+rank-R.json when it has joined (so the host can tell a node that never arrived from one that
+died later); rank 0 writes the report. Standard library and torch only.
+
+    torchrun --nnodes 2 --nproc-per-node 1 --rdzv-backend c10d --rdzv-endpoint node0:29400 \\
+        -m imagekit.selfcheck.multinode --report-dir /imagekit-reports
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import sys
+import time
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from imagekit.selfcheck.results import fault, timed
+from imagekit.selfcheck.verdicts import launched_by_torchrun
+
+REPORT = "multinode.json"
+GRAD_TOLERANCE = 1e-6  # DDP's all-reduce gives every rank the same sum; allow fp noise only
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m imagekit.selfcheck.multinode")
+    parser.add_argument("--report-dir", type=Path, default=Path("/imagekit-reports"))
+    parser.add_argument(
+        "--timeout", type=float, default=120, help="seconds any one collective may wait"
+    )
+    parser.add_argument("--megabytes", type=int, default=64, help="all-reduce buffer size")
+    parser.add_argument("--iterations", type=int, default=5, help="timed all-reduces")
+    return parser.parse_args(argv)
+
+
+def rank_env(env: dict[str, str]) -> dict[str, int]:
+    """torchrun's numbers for this process; GROUP_RANK is the node's rank in the job."""
+    names = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK")
+    return {name.lower(): int(env.get(name, "0")) for name in names}
+
+
+def bandwidth(nbytes: int, seconds: float, world: int) -> dict[str, float]:
+    """nccl-tests' figures: algbw is data per second, busbw what each link carried
+    (2(n-1)/n of it for a ring all-reduce), comparable across world sizes."""
+    algbw = nbytes / seconds / 1e9
+    return {
+        "seconds": round(seconds, 4),
+        "algbw_GBps": round(algbw, 3),
+        "busbw_GBps": round(algbw * 2 * (world - 1) / world, 3),
+    }
+
+
+def max_difference(vectors: list[Any]) -> float:
+    return max(float((v - vectors[0]).abs().max()) for v in vectors)
+
+
+def verdict(grad_diff: float, param_diff: float) -> tuple[str, str]:
+    if grad_diff > GRAD_TOLERANCE:
+        return "failed", f"gradients differ across ranks by {grad_diff:g} after a DDP step"
+    if param_diff > GRAD_TOLERANCE:
+        return "failed", f"parameters differ across ranks by {param_diff:g} after a DDP step"
+    return "passed", ""
+
+
+def ddp_step(torch: Any, device: str, rank: int) -> tuple[Any, Any]:
+    """One training step; returns (gradients, parameters after the step), flattened."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    torch.manual_seed(0)  # the same start everywhere (DDP also broadcasts rank 0's)
+    net = torch.nn.Sequential(
+        torch.nn.Linear(256, 256), torch.nn.ReLU(), torch.nn.Linear(256, 16)
+    ).to(device)
+    model = DistributedDataParallel(net, device_ids=[device] if device != "cpu" else None)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    torch.manual_seed(rank + 1)  # each rank its own data: only the all-reduce makes them agree
+    model(torch.randn(32, 256, device=device)).square().mean().backward()
+    grads = torch.cat([p.grad.flatten() for p in model.parameters()]).detach().clone()
+    optimizer.step()
+    params = torch.cat([p.detach().flatten() for p in model.parameters()])
+    return grads, params
+
+
+def gather(torch: Any, dist: Any, tensor: Any, world: int) -> list[Any]:
+    out = [torch.zeros_like(tensor) for _ in range(world)]
+    dist.all_gather(out, tensor)
+    return out
+
+
+def time_allreduce(torch: Any, dist: Any, device: str, args: argparse.Namespace) -> dict:  # type: ignore[type-arg]
+    world = dist.get_world_size()
+    numel = args.megabytes * 2**20 // 4
+    if world < 2:
+        return {"megabytes": args.megabytes, "note": "1 rank: an all-reduce moves no data"}
+    buffer = torch.ones(numel, device=device)
+    sync = torch.cuda.synchronize if device != "cpu" else (lambda: None)
+    seconds = timed(lambda: dist.all_reduce(buffer), args.iterations, sync)
+    figures = bandwidth(numel * 4, seconds, world)
+    return {"megabytes": args.megabytes, "iterations": args.iterations, **figures}
+
+
+def identity(ids: dict[str, int]) -> dict[str, Any]:
+    host = socket.gethostname()
+    try:
+        address = socket.gethostbyname(host)
+    except OSError:
+        address = ""
+    return {
+        "rank": ids["rank"],
+        "node_rank": ids["group_rank"],
+        "local_rank": ids["local_rank"],
+        "host": host,
+        "address": address,
+        "pid": os.getpid(),
+    }
+
+
+def run_rank(args: argparse.Namespace, ids: dict[str, int]) -> dict[str, Any]:
+    import torch
+    import torch.distributed as dist
+
+    backend = "nccl" if torch.cuda.is_available() else "gloo"
+    device = f"cuda:{ids['local_rank']}" if backend == "nccl" else "cpu"
+    if backend == "nccl":
+        torch.cuda.set_device(device)
+    started = time.time()
+    # The timeout bounds every collective: a peer that hangs or vanishes (its container
+    # killed: no TCP reset ever comes) fails the others instead of blocking them for 30 min.
+    dist.init_process_group(backend, timeout=timedelta(seconds=args.timeout))
+    try:
+        dist.barrier()
+        joined_at = time.time()
+        me = identity(ids)
+        write(args.report_dir / f"rank-{ids['rank']}.json", {**me, "joined_at": joined_at})
+        print(f"rank {ids['rank']} on {me['host']}: joined ({ids['world_size']} ranks)", flush=True)
+        ranks: list[Any] = [None] * ids["world_size"]
+        dist.all_gather_object(ranks, me)
+        inject_faults(ids)
+        grads, params = ddp_step(torch, device, ids["rank"])
+        grad_diff = max_difference(gather(torch, dist, grads, ids["world_size"]))
+        param_diff = max_difference(gather(torch, dist, params, ids["world_size"]))
+        allreduce = time_allreduce(torch, dist, device, args)
+        status, reason = verdict(grad_diff, param_diff)
+        dist.barrier()  # every rank done before any tears its group down
+        return {
+            "status": status,
+            "reason": reason,
+            "backend": backend,
+            "device": device.split(":")[0],
+            "world_size": ids["world_size"],
+            "procs_per_node": ids["local_world_size"],
+            "ranks": ranks,
+            "hosts": sorted({r["host"] for r in ranks}),
+            "init_s": round(joined_at - started, 3),
+            "joined_at": joined_at,
+            "max_grad_difference": grad_diff,
+            "max_param_difference": param_diff,
+            "grads_identical": grad_diff <= GRAD_TOLERANCE and param_diff <= GRAD_TOLERANCE,
+            "allreduce": allreduce,
+            "torch": torch.__version__,
+        }
+    finally:
+        dist.destroy_process_group()
+
+
+def inject_faults(ids: dict[str, int]) -> None:
+    """For imagekit's own tests (IMAGEKIT_SELFCHECK_FAULT): the last rank stalls after
+    joining (the test kills its container) or dies."""
+    if ids["rank"] != ids["world_size"] - 1:
+        return
+    if fault("multinode-stall"):
+        time.sleep(3600)
+    if fault("multinode-die"):
+        os._exit(3)
+
+
+def write(path: Path, data: dict[str, Any]) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, indent=2, default=str) + "\n")
+    tmp.replace(path)  # the host never reads half a file
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
+    if not launched_by_torchrun(os.environ):
+        print("imagekit.selfcheck.multinode runs under torchrun (one process a rank)")
+        return 2
+    ids = rank_env(dict(os.environ))
+    report = run_rank(args, ids)
+    if ids["rank"] == 0:
+        write(args.report_dir / REPORT, report)
+        print(json.dumps({k: report[k] for k in ("status", "reason", "hosts", "allreduce")}))
+    return 0 if report["status"] == "passed" else 1
+
+
+if __name__ == "__main__":
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # No interpreter teardown: with 2+ ranks a node, torch's C++ threads sometimes abort the
+    # exiting process (SIGABRT, "terminate called without an active exception") after the
+    # check passed and the report was written, failing a good run. The work is done here.
+    os._exit(code)

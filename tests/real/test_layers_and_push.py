@@ -1,0 +1,110 @@
+"""The real engine: layers read from it, layers two images share, push time in the report,
+and layer compression refused where Docker's built-in BuildKit cannot write it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from ..realengine import (
+    DOCKER,
+    REGISTRY,
+    build_args,
+    docker,
+    imagekit,
+    make_project,
+    marked_ca_bundle,
+    require_engine,
+)
+from .conftest import CELL
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
+
+EXTRA = 3_000_000  # bytes of the one layer the derived image adds
+REPOSITORY = "imagekit-layers"  # its own: the session image's tags stay as they are
+TAG = f"{REGISTRY}/{REPOSITORY}:2.13.0-cpu-py3.11-debian12-slim"
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The test cell built (BuildKit's cache makes it quick after the session build) and
+    pushed to the local registry under a repository of its own."""
+    require_engine()
+    root = make_project(tmp_path_factory.mktemp("layers") / "p", repository=REPOSITORY)
+    result = imagekit(*build_args(marked_ca_bundle(root), "--push"), cwd=root)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return root
+
+
+def report(root: Path) -> dict:  # type: ignore[type-arg]
+    return json.loads((root / "reports" / CELL / "build.json").read_text())
+
+
+def test_layers_and_the_ones_two_images_share(tmp_path: Path, project: Path) -> None:
+    from imagekit.build.runner import CellReport, share_layers
+    from imagekit.engine.docker import DockerEngine
+
+    engine = DockerEngine()
+    base = engine.layers(TAG)
+    info = json.loads(docker("image", "inspect", TAG).stdout)[0]
+    assert [x.diff_id for x in base] == info["RootFS"]["Layers"]
+    assert sum(x.size for x in base) == info["Size"]
+    assert any("/opt/venv" in x.created_by for x in base)
+
+    # a second image on top of the first: every layer shared but the one it adds
+    (tmp_path / "Dockerfile").write_text(
+        f"FROM {TAG}\nUSER root\nRUN head -c {EXTRA} /dev/urandom > /extra.bin\n"
+    )
+    derived = "imagekit-test/derived:layers"
+    subprocess.run(
+        [DOCKER, "build", "-q", "-t", derived, str(tmp_path)],
+        env={**os.environ, "DOCKER_BUILDKIT": "1"},
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    try:
+        on_top = engine.layers(derived)
+    finally:
+        docker("rmi", derived, check=False)
+    assert [x.diff_id for x in on_top[: len(base)]] == [x.diff_id for x in base]
+    assert len(on_top) == len(base) + 1
+    assert on_top[-1].size == EXTRA and "urandom" in on_top[-1].created_by
+
+    reports = [CellReport(cell="first"), CellReport(cell="second")]
+    for r, layers in zip(reports, (base, on_top), strict=True):
+        r.layers = [{"diff_id": x.diff_id, "size_bytes": x.size} for x in layers]
+    share_layers(reports)
+    assert reports[1].unique_bytes == EXTRA and reports[1].shared_bytes == info["Size"]
+    assert reports[0].layers[-1]["shared_with"] == ["second"]
+    assert reports[1].layers[-1]["shared_with"] == []
+
+
+def test_the_session_build_reported_its_layers_and_push_time(project: Path) -> None:
+    built = report(project)
+    diff_ids = json.loads(docker("image", "inspect", built["image_id"]).stdout)[0]["RootFS"]
+    assert [x["diff_id"] for x in built["layers"]] == diff_ids["Layers"]
+    assert built["unique_bytes"] == sum(x["size_bytes"] for x in built["layers"])
+    assert built["shared_bytes"] == 0  # one cell: nothing to share with
+    assert built["push_compression"] == "gzip" and built["push_seconds"] > 0
+
+
+def test_zstd_and_cache_export_refused_on_builtin_buildkit(project: Path) -> None:
+    from imagekit.engine.discover import find_builder
+
+    if find_builder().kind != "buildkit":
+        pytest.skip("this engine builds with buildx: nothing to refuse")
+    bundle = project / "ca-marked.pem"
+    result = imagekit(*build_args(bundle, "--push", "--compression", "zstd"), cwd=project)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "--compression zstd: " in result.stderr and "built-in BuildKit" in result.stderr
+    assert "install the buildx plugin" in result.stderr
+    assert f"[{CELL}] build started" not in result.stdout  # refused before any build
+    result = imagekit(
+        *build_args(bundle, "--cache-to", "type=registry,ref=127.0.0.1:5000/c:c"), cwd=project
+    )
+    assert result.returncode == 2 and "--cache-to type=registry," in result.stderr

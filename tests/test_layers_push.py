@@ -1,0 +1,339 @@
+"""What a run costs and how it pushes: layers shared between cells, push time, layer
+compression (command lines for both builders, and the refusals), against the fake engine
+and DockerEngine's pure parts (no daemon, no process)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from imagekit.build.display import QuietDisplay
+from imagekit.build.inputs import Inputs
+from imagekit.build.runner import BuildOptions, CellReport, Runner, plan, share_layers, summary
+from imagekit.engine.discover import Builder, buildx_driver, unsupported
+from imagekit.engine.docker import DockerEngine, align_layers
+from imagekit.engine.fake import FakeEngine
+from imagekit.engine.interface import BuildRequest, Compression, Layer, output_flags
+from imagekit.errors import UsageError
+from imagekit.matrix.catalog import load_cells
+
+from .conftest import ROOT
+
+THREE_CELLS = """
+defaults: {installer: uv, size_budget: 20GB}
+matrix:
+  - {cuda: "12.6", torch: "2.7.1", python: "3.11", os: debian12, flavor: slim}
+  - {cuda: "12.6", torch: "2.7.1", python: "3.12", os: debian12, flavor: slim}
+  - {cuda: "12.8", torch: "2.7.1", python: "3.12", os: debian12, flavor: slim}
+"""
+GB = 10**9
+BASE, CUDA126, CUDA128 = ("sha256:" + c * 64 for c in "abc")
+
+
+@pytest.fixture
+def cells(write_env):  # type: ignore[no-untyped-def]
+    return load_cells([write_env(THREE_CELLS)])
+
+
+def run(cells, tmp_path: Path, engine: FakeEngine, **opts: Any) -> list[CellReport]:  # type: ignore[no-untyped-def]
+    options = BuildOptions(work_dir=tmp_path / ".imagekit", report_dir=tmp_path / "reports", **opts)
+    inputs = Inputs(ca_bundle=None, ca_source="none", index_url=None, wheelhouse=None)
+    return Runner(engine, options, inputs, QuietDisplay()).run(plan(cells, options, inputs))
+
+
+def saved(tmp_path: Path, cell_id: str) -> dict[str, Any]:
+    return json.loads((tmp_path / "reports" / cell_id / "build.json").read_text())
+
+
+def matrix_engine(cells) -> FakeEngine:  # type: ignore[no-untyped-def]
+    """OS base shared by all; the CUDA 12.6 libraries shared by the two 12.6 cells; a venv
+    layer of each cell's own."""
+    own = ["sha256:" + str(i) * 64 for i in range(3)]
+    layers = {
+        f"sha256:{cells[0].id}": [
+            Layer("debootstrap", GB // 10, BASE),
+            Layer("COPY /opt/imagekit/cuda", 3 * GB, CUDA126),
+            Layer("COPY /opt/venv", 2 * GB, own[0]),
+        ],
+        f"sha256:{cells[1].id}": [
+            Layer("debootstrap", GB // 10, BASE),
+            Layer("COPY /opt/imagekit/cuda", 3 * GB, CUDA126),
+            Layer("COPY /opt/venv", 2 * GB, own[1]),
+        ],
+        f"sha256:{cells[2].id}": [
+            Layer("debootstrap", GB // 10, BASE),
+            Layer("COPY /opt/imagekit/cuda", 4 * GB, CUDA128),
+            Layer("COPY /opt/venv", 2 * GB, own[2]),
+        ],
+    }
+    return FakeEngine(image_layers=layers)
+
+
+def test_layers_shared_between_cells_reach_build_json_and_the_summary(  # type: ignore[no-untyped-def]
+    cells, tmp_path: Path
+) -> None:
+    reports = run(cells, tmp_path, matrix_engine(cells))
+    assert [r.status for r in reports] == ["built"] * 3
+    first, second, third = (saved(tmp_path, c.id) for c in cells)
+    assert [x["diff_id"] for x in first["layers"]] == [BASE, CUDA126, "sha256:" + "0" * 64]
+    assert first["layers"][0]["shared_with"] == [cells[1].id, cells[2].id]
+    assert first["layers"][1]["shared_with"] == [cells[1].id]
+    assert first["layers"][2]["shared_with"] == []
+    assert first["layers"][1]["created_by"] == "COPY /opt/imagekit/cuda"
+    # the first cell holding a layer pays for it; later ones share it
+    assert (first["unique_bytes"], first["shared_bytes"]) == (51 * GB // 10, 0)
+    assert (second["unique_bytes"], second["shared_bytes"]) == (2 * GB, 31 * GB // 10)
+    assert (third["unique_bytes"], third["shared_bytes"]) == (6 * GB, GB // 10)
+    text = summary(reports)
+    header = text.splitlines()[0].split()
+    assert header == ["CELL", "STATUS", "TIME", "SIZE", "UNIQUE", "SHARED", "PUSH", "CACHED"]
+    row = next(line for line in text.splitlines() if line.startswith(cells[1].id)).split()
+    assert row[5:9] == ["2.00", "GB", "3.10", "GB"]  # unique, shared (size: 5.10 GB)
+    # the matrix cost: 16.3 GB of layers, 13.1 GB stored (the unique sizes' sum)
+    assert "matrix cost: 3 images, 16.30 GB of layers; 13.10 GB to store and push" in text
+    assert "(3.20 GB shared)" in text
+
+
+def test_failed_cells_share_nothing_and_are_left_out_of_the_cost(  # type: ignore[no-untyped-def]
+    cells, tmp_path: Path
+) -> None:
+    engine = matrix_engine(cells)
+    engine.fail_builds = {cells[0].id}
+    reports = run(cells, tmp_path, engine, keep_going=True)
+    assert reports[0].layers == [] and reports[0].unique_bytes == 0
+    # the first built cell now pays for the CUDA 12.6 layer
+    assert (reports[1].unique_bytes, reports[1].shared_bytes) == (51 * GB // 10, 0)
+    assert reports[1].layers[1]["shared_with"] == []
+    assert "matrix cost: 2 images" in summary(reports)
+
+
+def test_share_layers_counts_a_layer_once_within_an_image() -> None:
+    twice = CellReport(cell="a")
+    twice.layers = [
+        {"diff_id": BASE, "size_bytes": 5, "created_by": "x"},
+        {"diff_id": BASE, "size_bytes": 5, "created_by": "y"},
+        {"diff_id": "", "size_bytes": 0, "created_by": "unknown"},
+    ]
+    share_layers([twice])
+    assert (twice.unique_bytes, twice.shared_bytes) == (5, 5)
+    assert twice.layers[0]["shared_with"] == []
+
+
+def test_push_time_and_compression_are_reported(cells, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    engine = FakeEngine()
+    reports = run(cells[:1], tmp_path, engine, push=True)
+    report = saved(tmp_path, cells[0].id)
+    assert report["push_compression"] == "gzip" and report["push_seconds"] >= 0
+    assert [c for c in engine.calls if c[0] == "push"] == [("push", t) for t in cells[0].tags]
+    assert "PUSH" in summary(reports) and " 0s " in summary(reports).splitlines()[1]
+    not_pushed = run(cells[:1], tmp_path, FakeEngine())
+    assert not_pushed[0].push_compression == "" and "  - " in summary(not_pushed)
+
+
+def test_zstd_push_goes_through_buildkit_not_the_engine_push(  # type: ignore[no-untyped-def]
+    cells, tmp_path: Path
+) -> None:
+    engine = FakeEngine()
+    zstd = Compression("zstd", 19)
+    reports = run(cells[:1], tmp_path, engine, push=True, compression=zstd)
+    assert not any(c[0] == "push" for c in engine.calls)
+    assert ("push_compressed", f"{','.join(cells[0].tags)} zstd:19") in engine.calls
+    assert reports[0].push_compression == "zstd:19"
+    assert len(reports[0].pushed) == len(cells[0].tags)
+    failing = run(cells[:1], tmp_path, FakeEngine(push_error=True), push=True, compression=zstd)
+    assert failing[0].status == "push-failed" and "local image is kept" in failing[0].error
+
+
+# -- the command lines ---------------------------------------------------------------------
+
+
+def engine_with(kind: str, driver: str = "") -> DockerEngine:
+    engine = DockerEngine()
+    engine._builder = Builder("/usr/bin/docker", kind, "27.0.0", driver)
+    return engine
+
+
+@pytest.mark.parametrize(
+    ("compression", "output"),
+    [
+        (
+            Compression("zstd", 19),
+            "type=image,push=true,compression=zstd,compression-level=19,"
+            "force-compression=true,oci-mediatypes=true",
+        ),
+        (
+            Compression("estargz"),
+            "type=image,push=true,compression=estargz,force-compression=true,oci-mediatypes=true",
+        ),
+        (
+            Compression("gzip", 9),
+            "type=image,push=true,compression=gzip,compression-level=9,force-compression=true",
+        ),
+    ],
+)
+def test_buildx_push_command_line(tmp_path: Path, compression: Compression, output: str) -> None:
+    request = BuildRequest(
+        context=tmp_path,
+        dockerfile=tmp_path / "Dockerfile",
+        cache_from=("type=registry,ref=r:c",),
+        cache_to=("type=registry,ref=r:c,mode=max",),
+    )
+    tags = ["r/a:1", "r/a:1-latest"]
+    args = engine_with("buildx", "docker-container").push_args(
+        request, tags, compression, tmp_path / "m.json"
+    )
+    assert args[:4] == ["/usr/bin/docker", "buildx", "build", "--progress=plain"]
+    assert args[args.index("--output") + 1] == output
+    assert args[args.index("--metadata-file") + 1] == str(tmp_path / "m.json")
+    assert [args[i + 1] for i, a in enumerate(args) if a == "-t"] == tags
+    assert "--load" not in args and "--cache-to" not in args  # the build exported the cache
+    assert "--cache-from" in args and args[-1] == str(tmp_path)
+    assert output_flags(tags, compression)[-1] == output
+
+
+def test_builtin_buildkit_refuses_compression_and_cache_export_with_the_fix() -> None:
+    engine = engine_with("buildkit")  # this machine's Docker 20.10 without buildx
+    with pytest.raises(UsageError) as caught:
+        engine.check_support(("type=registry,ref=r:c,mode=max",), Compression("zstd", 3))
+    text = str(caught.value)
+    assert "--compression zstd --compression-level 3: /usr/bin/docker 27.0.0 builds with " in text
+    assert "--cache-to type=registry,ref=r:c,mode=max:" in text
+    assert "install the buildx plugin" in text and "--compression gzip without a level" in text
+    with pytest.raises(UsageError, match="--compression gzip --compression-level 6: "):
+        engine.check_support((), Compression("gzip", 6))
+    engine.check_support((), Compression())  # the default needs nothing
+
+
+def test_buildx_drivers_and_what_they_can_export() -> None:
+    container = Builder("docker", "buildx", "0.17.1", "docker-container")
+    assert unsupported(container, ("type=registry,ref=r",), Compression("estargz"), False) == []
+    docker_driver = Builder("docker", "buildx", "0.17.1", "docker")
+    problems = unsupported(docker_driver, ("type=inline", "type=gha"), Compression("zstd"), False)
+    assert len(problems) == 2 and "docker driver" in problems[0]
+    assert problems[0].startswith("--cache-to type=gha: ")
+    assert "docker buildx create --use --driver docker-container" in problems[1]
+    assert unsupported(docker_driver, (), Compression("zstd"), containerd_store=True) == []
+
+
+def test_the_docker_drivers_containerd_store_is_read_from_the_engine() -> None:
+    class Client:
+        def info(self) -> dict[str, Any]:
+            return {"DriverStatus": [["driver-type", "io.containerd.snapshotter.v1"]]}
+
+    engine = engine_with("buildx", "docker")
+    engine._client = Client()
+    engine.check_support((), Compression("zstd"))
+
+
+def test_buildx_driver_is_read_from_buildx_inspect(monkeypatch: pytest.MonkeyPatch) -> None:
+    import subprocess
+
+    from imagekit.engine import discover
+
+    out = "Name:          builder\nDriver:        docker-container\nLast Activity: x\n"
+    monkeypatch.setattr(
+        discover, "_run", lambda args: subprocess.CompletedProcess(args, 0, out, "")
+    )
+    assert buildx_driver("docker") == "docker-container"
+
+
+# -- the CLI -------------------------------------------------------------------------------
+
+
+def cli(*args: str, capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    from imagekit.cli import main
+
+    with pytest.raises(SystemExit) as info:
+        main(list(args))
+    captured = capsys.readouterr()
+    return int(info.value.code or 0), captured.out, captured.err
+
+
+CELL = "cu126-torch2.7.1-py3.11-debian12-slim"
+
+
+@pytest.mark.usefixtures("in_repo")
+def test_compression_options_checked_before_anything(capsys: pytest.CaptureFixture[str]) -> None:
+    base = ["build", "--cell", CELL, "--dry-run", "--ca-bundle", __file__]
+    code, _, err = cli(*base, "--compression", "zstd", capsys=capsys)
+    assert code == 2 and "--compression zstd: layers are compressed when they are pushed" in err
+    assert "add --push" in err
+    code, _, err = cli(*base, "--push", "--compression-level", "12", capsys=capsys)
+    assert code == 2 and "--compression-level 12: gzip takes 0-9" in err
+    code, _, err = cli(*base, "--push", "--compression", "lz4", capsys=capsys)
+    assert code == 2 and "'lz4' is not one of 'gzip', 'zstd', 'estargz'" in err
+    code, out, _ = cli(
+        *base, "--push", "--compression", "zstd", "--compression-level", "22", capsys=capsys
+    )
+    assert code == 0
+    push = next(line for line in out.splitlines() if line.strip().startswith("push:"))
+    assert "docker buildx build -t " in push and "compression=zstd,compression-level=22" in push
+    code, out, _ = cli(*base, "--push", capsys=capsys)
+    assert code == 0 and "push: docker push " in out
+
+
+@pytest.mark.usefixtures("in_repo")
+def test_build_refuses_zstd_on_the_builtin_buildkit_before_building(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import imagekit.cli.build as build_cli
+
+    built: list[str] = []
+
+    class Engine(DockerEngine):
+        def build(self, request, on_line):  # type: ignore[no-untyped-def]
+            built.append(str(request.context))
+            raise AssertionError("must not build")
+
+    def make(docker_cli: str | None) -> DockerEngine:
+        engine = Engine(docker_cli)
+        engine._builder = Builder("/usr/bin/docker", "buildkit", "20.10.24")
+        return engine
+
+    monkeypatch.setattr(build_cli, "DockerEngine", make)
+    args = ["build", "--cell", CELL, "--ca-bundle", __file__, "--push"]
+    code, _, err = cli(*args, "--compression", "estargz", capsys=capsys)
+    assert code == 2 and not built
+    assert "--compression estargz: /usr/bin/docker 20.10.24 builds with Docker's built-in" in err
+    assert "Fix: install the buildx plugin" in err
+    code, _, err = cli(*args, "--cache-to", "type=registry,ref=r:c", capsys=capsys)
+    assert code == 2 and "--cache-to type=registry,ref=r:c: " in err and not built
+
+
+@pytest.fixture
+def in_repo(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(ROOT)
+
+
+# -- layers from the engine's own answers ----------------------------------------------------
+
+
+def test_align_layers_joins_diff_ids_and_history() -> None:
+    """`docker history` of a BuildKit image, newest first: instructions that made no layer
+    have size 0, and so does a RUN that only made a directory (it still made a layer)."""
+    history = [
+        {"CreatedBy": 'ENTRYPOINT ["/entrypoint.sh"]', "Size": 0},
+        {"CreatedBy": "LABEL io.imagekit.cell=x", "Size": 0},
+        {"CreatedBy": "COPY /opt/venv /opt/venv # buildkit", "Size": 2000},
+        {"CreatedBy": "RUN /bin/sh -c mkdir /workspace # buildkit", "Size": 0},
+        {"CreatedBy": "ENV PATH=/opt/venv/bin:/usr/bin", "Size": 0},
+        {"CreatedBy": "RUN /bin/sh -c apt-get install -y python3 # buildkit", "Size": 300},
+        {"CreatedBy": '/bin/sh -c #(nop)  CMD ["bash"]', "Size": 0},
+        {"CreatedBy": "", "Size": 100},  # docker import of the base
+    ]
+    ids = ["sha256:1", "sha256:2", "sha256:3", "sha256:4"]
+    layers = align_layers(ids, history)
+    assert [(x.diff_id, x.size) for x in layers] == [
+        ("sha256:1", 100),
+        ("sha256:2", 300),
+        ("sha256:3", 0),
+        ("sha256:4", 2000),
+    ]
+    assert layers[2].created_by.startswith("RUN /bin/sh -c mkdir")
+    # an image whose history says less than its RootFS keeps every diff ID
+    short = align_layers(["sha256:0", *ids], history)
+    assert short[0].diff_id == "sha256:0" and short[0].created_by == ""
+    assert align_layers([], history) == []

@@ -1,0 +1,301 @@
+"""`imagekit test --nodes` planning, watching, reporting and cleanup, with the fake engine."""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import signal
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from imagekit import multinode
+from imagekit.cli import main
+from imagekit.engine.fake import FakeEngine
+from imagekit.engine.interface import (
+    ContainerState,
+    ImageInfo,
+    Labelled,
+    RunOptions,
+    Started,
+    SubnetTaken,
+)
+from imagekit.errors import SelfCheckFailed, UsageError
+from imagekit.multinode import NodesOptions
+
+IMAGE = "reg/train:1"
+LABELS = {"io.imagekit.version": "0.1.0"}
+RDZV_TIMEOUT = "torch.distributed.elastic.rendezvous.api.RendezvousTimeoutError: timed out"
+
+
+class NodesEngine(FakeEngine):
+    """Containers 'run' the in-image check: each writes its rank file and rank 0 the report,
+    unless told that a node dies, never arrives, or that starting it fails."""
+
+    def __init__(self, outcome: str = "pass", taken: int = 0) -> None:
+        super().__init__()
+        self.outcome, self.taken = outcome, taken
+        self.commands: dict[str, Sequence[str]] = {}
+
+    def inspect(self, ref: str) -> ImageInfo | None:
+        env = {"IMAGEKIT_PROFILE": "multi-node-ethernet"}
+        return ImageInfo(ref, 1, LABELS, env, "1000", (), ())
+
+    def create_network(self, name: str, subnet: str, labels: dict[str, str]) -> None:
+        if self.taken:
+            self.taken -= 1
+            self.calls.append(("taken", subnet))
+            raise SubnetTaken(subnet)
+        super().create_network(name, subnet, labels)
+
+    def start(self, image: str, command: Sequence[str], options: RunOptions) -> Started:
+        if self.outcome == "start-fails" and options.hostname == "node1":
+            self.containers[str(options.name)] = options  # made, then failed to start
+            raise multinode.EngineError("could not start node1: no such device")
+        started = super().start(image, command, options)
+        self.commands[str(options.hostname)] = command
+        if self.outcome in ("pass", "dies"):  # the ranks joined
+            rank = int(str(options.hostname)[4:])
+            report = Path(next(iter(options.volumes)))
+            joined = {"rank": rank, "host": options.hostname, "joined_at": 1.0}
+            (report / f"rank-{rank}.json").write_text(json.dumps(joined))
+            if rank == 0 and self.outcome == "pass":
+                (report / "multinode.json").write_text(json.dumps(PASSED))
+        return started
+
+    def state(self, container: str) -> ContainerState | None:
+        if container not in self.containers:
+            return None
+        if self.outcome == "interrupt":
+            raise KeyboardInterrupt
+        if self.outcome == "dies" and container.endswith("node1"):
+            return ContainerState(False, 137, finished_at=10.0)
+        if self.outcome == "dies":
+            return ContainerState(False, 1, finished_at=12.0)
+        if self.outcome == "never":
+            node0 = container.endswith("node0")
+            return ContainerState(False, 1) if node0 else ContainerState(True)
+        return ContainerState(False, 0)
+
+    def logs(self, container: str) -> str:
+        return RDZV_TIMEOUT if self.outcome == "never" and container.endswith("node0") else ""
+
+
+PASSED = {
+    "status": "passed",
+    "reason": "",
+    "backend": "gloo",
+    "device": "cpu",
+    "world_size": 2,
+    "procs_per_node": 1,
+    "ranks": [{"rank": 0, "host": "node0"}, {"rank": 1, "host": "node1"}],
+    "hosts": ["node0", "node1"],
+    "grads_identical": True,
+    "max_grad_difference": 0.0,
+    "allreduce": {"megabytes": 64, "iterations": 5, "algbw_GBps": 0.9, "busbw_GBps": 0.9},
+}
+
+
+@pytest.fixture(autouse=True)
+def fast(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(multinode, "GRACE_S", 0)
+    monkeypatch.setattr(multinode.time, "sleep", lambda s: None)
+
+
+def nothing_left(engine: FakeEngine) -> bool:
+    return not engine.containers and not engine.networks
+
+
+def test_plan_commands_names_and_labels(tmp_path: Path) -> None:
+    options = NodesOptions(nodes=3, procs_per_node=2, join_timeout=90, env={"NCCL_DEBUG": "INFO"})
+    run = multinode.plan(LABELS, options, True, "0abc1234", tmp_path)
+    assert run.network == "imagekit-mn-0abc1234" and run.endpoint == "node0:29400"
+    node = run.nodes[2]
+    assert node.container == "imagekit-mn-0abc1234-node2" and node.host == "node2"
+    assert " ".join(node.command) == (
+        "torchrun --nnodes 3 --nproc-per-node 2 --rdzv-backend c10d --rdzv-endpoint "
+        "node0:29400 --rdzv-id imagekit-0abc1234 --rdzv-conf join_timeout=90 --max-restarts 0 "
+        "-m imagekit.selfcheck.multinode --report-dir /imagekit-reports --timeout 120 "
+        "--megabytes 64"
+    )
+    o = node.options
+    assert (o.hostname, o.network, o.aliases) == ("node2", run.network, ("node2",))
+    assert o.gpus and o.gpu_ids == ("4", "5")  # each node its own GPUs: NCCL sees no twins
+    assert o.memlock_unlimited and o.shm_size == "8g"
+    assert o.env["NCCL_DEBUG"] == "INFO" and json.loads(o.env["IMAGEKIT_LABELS"]) == LABELS
+    assert o.labels[multinode.RUN_LABEL] == "0abc1234" and o.labels[multinode.NODE_LABEL] == "node2"
+    assert o.volumes == {str(tmp_path / "node2"): "/imagekit-reports"}
+    assert run.limit_s == multinode.STARTUP_S + 90 + 120
+
+
+def test_subnets_are_private_distinct_and_sized_for_the_nodes() -> None:
+    nets = [ipaddress.ip_network(s) for s in multinode.subnets("ffffffff", 2)]
+    assert len(set(nets)) == multinode.SUBNET_TRIES
+    assert all(n.subnet_of(ipaddress.ip_network("10.200.0.0/13")) for n in nets)
+    big = ipaddress.ip_network(next(multinode.subnets("0abc1234", 300)))
+    assert big.num_addresses >= 300 + 2
+
+
+def test_a_passing_run_reports_hosts_and_removes_everything(tmp_path: Path) -> None:
+    engine = NodesEngine()
+    text = multinode.check_nodes(
+        engine, IMAGE, NodesOptions(nodes=2, json_path=tmp_path / "r.json"), say=lambda s: None
+    )
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["status"] == "passed" and report["hosts"] == ["node0", "node1"]
+    assert report["profile"] == "multi-node-ethernet"
+    assert "hosts             node0 (rank 0), node1 (rank 1)" in text
+    assert "grads identical   yes (max difference 0)" in text
+    assert "busbw 0.9 GB/s" in text
+    assert nothing_left(engine)
+    kinds = [kind for kind, _ in engine.calls]
+    assert kinds.index("remove_network") > max(i for i, k in enumerate(kinds) if k == "remove")
+
+
+def test_a_taken_subnet_is_retried(tmp_path: Path) -> None:
+    engine = NodesEngine(taken=2)
+    multinode.run_nodes(engine, IMAGE, NodesOptions(nodes=2), say=lambda s: None)
+    assert [kind for kind, _ in engine.calls[:3]] == ["taken", "taken", "create_network"]
+    with pytest.raises(UsageError, match="--subnet 10.9.0.0/24: overlaps"):
+        options = NodesOptions(nodes=2, subnet="10.9.0.0/24")
+        multinode.run_nodes(NodesEngine(taken=1), IMAGE, options, say=lambda s: None)
+
+
+def test_a_node_that_dies_is_named_and_everything_is_removed() -> None:
+    engine = NodesEngine("dies")
+    with pytest.raises(SelfCheckFailed) as err:
+        multinode.check_nodes(engine, IMAGE, NodesOptions(nodes=2), say=lambda s: None)
+    assert "node1 (imagekit-mn-" in str(err.value)
+    assert "was killed by SIGKILL (exit 137) after its ranks joined" in str(err.value)
+    assert nothing_left(engine)
+
+
+def test_a_node_that_never_arrives_is_named() -> None:
+    engine = NodesEngine("never")
+    report = multinode.run_nodes(engine, IMAGE, NodesOptions(nodes=2, join_timeout=30), print)
+    assert report["reason"] == (
+        "the rendezvous at node0:29400 did not complete within 30s (--join-timeout): "
+        "node1 never arrived"
+    )
+    assert nothing_left(engine)
+
+
+@pytest.mark.parametrize("outcome", ["start-fails", "interrupt"])
+def test_a_failed_start_or_ctrl_c_still_removes_everything(outcome: str) -> None:
+    engine = NodesEngine(outcome)
+    error = KeyboardInterrupt if outcome == "interrupt" else multinode.EngineError
+    with pytest.raises(error):
+        multinode.run_nodes(engine, IMAGE, NodesOptions(nodes=3), say=lambda s: None)
+    assert nothing_left(engine)
+
+
+def test_sigterm_unwinds_like_ctrl_c_and_handlers_are_restored() -> None:
+    before = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(multinode.Terminated), multinode.signals_raise():
+        os.kill(os.getpid(), signal.SIGTERM)
+    assert signal.getsignal(signal.SIGTERM) == before
+
+
+def test_the_time_limit_ends_the_watch() -> None:
+    engine = NodesEngine()
+    engine.containers["c0"] = RunOptions()
+    running = ContainerState(True)
+    engine.state = lambda c: running  # type: ignore[method-assign]
+    ticks = iter(range(1000))
+    clock = lambda: float(next(ticks))  # noqa: E731
+    watched = multinode.watch(engine, {"node0": "c0"}, 5, clock, sleep=lambda s: None)
+    assert watched.timed_out and watched.seconds == 5
+
+
+def test_leftovers_of_a_dead_imagekit_process_are_removed() -> None:
+    engine = FakeEngine()
+    here = multinode.socket.gethostname()
+    dead = {multinode.OWNER_LABEL: f"{here}:{2**22 + 7}", multinode.RUN_LABEL: "dead"}
+    alive = {multinode.OWNER_LABEL: f"{here}:{os.getpid()}"}
+    elsewhere = {multinode.OWNER_LABEL: "other-host:1"}
+    engine.containers = {
+        n: RunOptions(labels=lb) for n, lb in (("a", dead), ("b", alive), ("c", elsewhere))
+    }
+    engine.networks = {"net-dead": dead, "net-alive": alive}
+    said: list[str] = []
+    multinode.remove_stale(engine, said.append)
+    assert set(engine.containers) == {"b", "c"} and set(engine.networks) == {"net-alive"}
+    assert said[0] == "removing container a, left by run dead"
+    assert isinstance(engine.labelled(multinode.OWNER_LABEL)[0], Labelled)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--nodes", "0"], "--nodes 0: give 1 or more nodes"),
+        (["--nodes", "2", "--procs-per-node", "0"], "--procs-per-node 0: give 1 or more"),
+        (["--nodes", "2", "--join-timeout", "0"], "--join-timeout 0: give a number of seconds"),
+        (["--nodes", "2", "--stamp"], "--stamp with --nodes"),
+        (["--nodes", "2", "--env", "NOEQUALS"], "--env 'NOEQUALS': give NAME=VALUE"),
+    ],
+)
+def test_bad_input_exits_2_naming_the_option(
+    args: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["test", IMAGE, *args])
+    assert exc.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_torchruns_root_cause_and_the_telling_line() -> None:
+    log = "\n".join(
+        [
+            "Root Cause (first observed failure):",
+            "[0]:",
+            "  host      : node1",
+            "  rank      : 1 (local_rank: 0)",
+            "  exitcode  : 3 (pid: 15)",
+            "=" * 20,
+        ]
+    )
+    assert multinode.root_cause(log) == " (its rank 1 exited with 3)"
+    assert multinode.telling_line(log) == "log ends: exitcode  : 3 (pid: 15)"
+    assert multinode.telling_line("x\nRuntimeError: Connection reset\n----") == (
+        "last error: RuntimeError: Connection reset"
+    )
+
+
+def test_in_image_figures_and_verdict() -> None:
+    from imagekit.selfcheck import multinode as inside
+
+    figures = inside.bandwidth(64 * 2**20, 0.1, 4)
+    assert figures["algbw_GBps"] == round(64 * 2**20 / 0.1 / 1e9, 3)
+    assert figures["busbw_GBps"] == round(64 * 2**20 / 0.1 / 1e9 * 1.5, 3)  # 2(n-1)/n, n=4
+    assert inside.verdict(0.0, 0.0) == ("passed", "")
+    assert inside.verdict(1e-3, 0.0)[1] == "gradients differ across ranks by 0.001 after a DDP step"
+    env = {"RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1", "GROUP_RANK": "1"}
+    assert inside.rank_env(env) == {
+        "rank": 3, "world_size": 4, "local_rank": 1, "local_world_size": 0, "group_rank": 1,
+    }  # fmt: skip
+    assert inside.main([]) == 2  # not under torchrun: refuses, joins no process group
+
+
+def test_docker_run_kwargs_for_a_node_and_dockers_times() -> None:
+    from imagekit.engine.docker import epoch, run_kwargs
+
+    options = RunOptions(
+        name="imagekit-mn-1-node1",
+        hostname="node1",
+        network="imagekit-mn-1",
+        aliases=("node1",),
+        labels={multinode.RUN_LABEL: "1"},
+        gpus=True,
+        gpu_ids=("2", "3"),
+    )
+    kwargs = run_kwargs(options, "1.41")
+    assert (kwargs["name"], kwargs["hostname"], kwargs["network"]) == (
+        "imagekit-mn-1-node1", "node1", "imagekit-mn-1",
+    )  # fmt: skip
+    assert kwargs["networking_config"]["imagekit-mn-1"]["Aliases"] == ["node1"]
+    assert kwargs["device_requests"][0]["DeviceIDs"] == ["2", "3"]
+    assert kwargs["labels"] == {multinode.RUN_LABEL: "1"}
+    assert epoch("2026-11-23T11:22:13.500000000Z") == 1795432933.5
+    assert epoch("0001-01-01T00:00:00Z") is None
