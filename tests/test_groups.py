@@ -58,3 +58,14 @@ def test_cells_that_compile_in_the_builder_keep_one_venv_layer() -> None:
     assert "--target /opt/imagekit/cuda" in text and "groups.py --installer uv" in text
     assert "COPY --from=builder /opt/venv /opt/venv" in text  # the bare venv only
     assert text.count("imagekit_normalize /tmp/imagekit-started") == 3
+
+
+def test_reports_name_a_package_layer_by_its_group() -> None:
+    from imagekit.build.runner import describe
+
+    run = (
+        "RUN |1 TORCH_INDEX_URL= /bin/sh -c . /run/imagekit/build-env.sh && touch /tmp/x "
+        "&& /opt/uv/bin/uv pip install --no-deps -r /run/imagekit/groups/cuda.txt"
+    )
+    assert describe(run) == "the venv's cuda layer"
+    assert describe("/bin/sh -c apt-get update") == "apt-get update"

@@ -318,7 +318,7 @@ class Runner:
         ]
         if report.size_bytes > build.cell.size_budget:
             report.status = "over-budget"
-            top = "; ".join(f"{gb(x.size)} {x.created_by[:80]}" for x in layers[:3])
+            top = "; ".join(f"{gb(x.size)} {describe(x.created_by)}" for x in layers[:3])
             report.error = (
                 f"image is {gb(report.size_bytes)}, over the cell's size_budget of "
                 f"{gb(build.cell.size_budget)}; largest layers: {top}"
@@ -425,3 +425,14 @@ def raise_for_failures(reports: Sequence[CellReport]) -> None:
     if skipped:
         parts.append(f"{len(skipped)} not attempted: {', '.join(skipped)}")
     raise BuildError(f"of {len(reports)} cells, " + "; ".join(parts))
+
+
+_GROUP = re.compile(r"/run/imagekit/groups/(\w+)\.txt")
+_SHELL = re.compile(r"^(RUN )?(\|\d+ \S*=\S* )*(/bin/sh -c )?(\. /run/imagekit/build-env\.sh && )?")
+
+
+def describe(created_by: str) -> str:
+    """A layer as a user knows it: the venv's torch layer, or its instruction, shortened."""
+    if group := _GROUP.search(created_by):
+        return f"the venv's {group[1]} layer"
+    return _SHELL.sub("", created_by.strip())[:80]
