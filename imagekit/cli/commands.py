@@ -165,7 +165,8 @@ def lock(**kwargs: Any) -> None:
     if kwargs["check"]:
         cells = selection.cells()
         packagelock.raise_if_stale(cells, folder, whole_matrix=selection.filters.empty)
-        click.echo(f"{folder}: the package locks match the matrix ({len(cells)} cells)")
+        count = sum(packagelock.lock_path(folder, c.id).is_file() for c in cells)
+        click.echo(f"{folder}: {count} package locks of {len(cells)} cells, all current")
         return
     if not kwargs["no_bases"]:
         lock_bases(selection, kwargs["docker_cli"])
