@@ -7,6 +7,8 @@ imagekit/venv_delta.py     lists what the pip packages step changed in the venv 
 imagekit/lib/imagekit/     the self-check and runtime packages (stdlib-only), copied into the image
 imagekit/lib/imagekit-threads.pth  sets OMP_NUM_THREADS when the venv's Python starts
 imagekit/labels.json       the io.imagekit.* labels of the cell, read by the self-check
+imagekit/groups.py         resolves the venv's package groups in the builder (bind-mounted)
+imagekit/locked/           the cell's package lock as group files, or empty (bind-mounted)
 wheelhouse/                hard links to --wheelhouse wheels (bind-mounted, never a layer)
 source/                    the cell's `source` folder, copied last into /workspace
 """
@@ -18,6 +20,7 @@ import os
 import shutil
 from pathlib import Path
 
+from imagekit.build import packagelock
 from imagekit.matrix.cells import Cell
 from imagekit.matrix.source import copy_source
 from imagekit.render.dockerfile import LAYER_EPOCH
@@ -26,8 +29,11 @@ from imagekit.resources import PACKAGE_DIR, templates_dir
 IGNORE = shutil.ignore_patterns(".git", "__pycache__", "*.pyc", ".venv", ".imagekit")
 
 
-def stage(cell: Cell, dest: Path, wheelhouse: Path | None = None) -> Path:
-    """(Re)create the context for one cell under `dest` and return it."""
+def stage(
+    cell: Cell, dest: Path, wheelhouse: Path | None = None, locks: Path | None = None
+) -> Path:
+    """(Re)create the context for one cell under `dest` and return it. `locks`: the folder
+    of package locks (`imagekit lock --packages`); the cell's, if there, is staged."""
     if dest.exists():
         shutil.rmtree(dest)
     helpers = dest / "imagekit"
@@ -52,12 +58,25 @@ def stage(cell: Cell, dest: Path, wheelhouse: Path | None = None) -> Path:
         os.utime(helpers / "etc" / name, (LAYER_EPOCH, LAYER_EPOCH))
     labels = {k: v for k, v in cell.labels if k.startswith("io.imagekit.")}
     (helpers / "labels.json").write_text(json.dumps(labels, indent=2, sort_keys=True) + "\n")
+    _stage_lock(cell, locks, helpers / "locked")
     _link_wheels(wheelhouse, dest / "wheelhouse")
     if cell.source:  # links as links, .dockerignore and the default ignore list applied
         copy_source(cell.source, dest / "source", cell.source_default_ignore)
     else:
         (dest / "source").mkdir()
     return dest
+
+
+def _stage_lock(cell: Cell, locks: Path | None, dest: Path) -> None:
+    """Always the folder (the Dockerfile mounts it); the group files only for a locked cell.
+    One fixed date, so the context's bytes alone decide the builder's cache."""
+    dest.mkdir()
+    lock = packagelock.read(locks, cell.id) if locks and packagelock.lockable(cell) else None
+    if lock is None:
+        return
+    for group, text in packagelock.group_files(lock).items():
+        (dest / f"{group}.txt").write_text(text)
+        os.utime(dest / f"{group}.txt", (LAYER_EPOCH, LAYER_EPOCH))
 
 
 def _link_wheels(wheelhouse: Path | None, dest: Path) -> None:

@@ -8,7 +8,11 @@ torch's requirements, then the features' against those pins, with the cell's ins
 (`uv pip compile`, or pip's `install --dry-run --report`), and writes one pinned
 requirements file per group: cuda.txt, torch.txt, features.txt.
 
-Usage: python groups.py --installer uv|pip --out DIR [--index URL] --torch REQ... [--feature REQ...]
+With `--locked DIR` holding a package lock's group files (`imagekit lock --packages`,
+staged into the build context), it resolves nothing: it copies them, hashes and all.
+
+Usage: python groups.py --installer uv|pip --out DIR [--index URL] [--locked DIR]
+                        --torch REQ... [--feature REQ...]
 Standard library only: it runs with the venv's Python before anything is installed in it.
 """
 
@@ -26,6 +30,7 @@ from pathlib import Path
 UV = "/opt/uv/bin/uv"
 PYTHON = "/opt/venv/bin/python"
 WHEELHOUSE = "/wheelhouse"
+GROUPS = ("cuda", "torch", "features")
 
 
 def normalize(name: str) -> str:
@@ -97,10 +102,10 @@ def _run(command: list[str]) -> None:
 
 def _pins_from_requirements(text: str) -> list[str]:
     pins = []
-    for line in text.splitlines():
+    for line in text.replace("\\\n", " ").splitlines():  # a pin's --hash lines continue it
         line = line.split("#", 1)[0].strip()
         if line and not line.startswith("-") and "==" in line:
-            pins.append(line.split(";", 1)[0].strip())
+            pins.append(line.split(";", 1)[0].split()[0])
     return pins
 
 
@@ -129,8 +134,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--index", default="")
     parser.add_argument("--torch", action="append", default=[], required=True)
     parser.add_argument("--feature", action="append", default=[])
+    parser.add_argument("--locked", type=Path, default=None)
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.locked and (args.locked / "torch.txt").is_file():
+        return copy_locked(args.installer, args.locked, args.out)
     torch_pins = resolve(args.installer, args.torch, args.index, None)
     (args.out / "torch-resolved.txt").write_text("\n".join(torch_pins) + "\n")
     feature_pins = []
@@ -142,6 +150,18 @@ def main(argv: list[str] | None = None) -> int:
         (args.out / f"{name}.txt").write_text("".join(f"{p}\n" for p in pins))
     (args.out / "torch-resolved.txt").unlink()
     make_room(args.installer, [p for pins in groups.values() for p in pins])
+    return 0
+
+
+def copy_locked(installer: str, locked: Path, out: Path) -> int:
+    """The lock's group files, as they are: the runtime checks every wheel's hash."""
+    pins = []
+    for name in GROUPS:
+        text = (locked / f"{name}.txt").read_text()
+        (out / f"{name}.txt").write_text(text)
+        pins += _pins_from_requirements(text)
+    print(f"imagekit: installing the locked packages ({len(pins)} pins), resolving nothing")
+    make_room(installer, pins)
     return 0
 
 

@@ -48,6 +48,7 @@ class BuildOptions:
     tag_suffix: str = ""
     torch_index: str | None = None  # None: as rendered; "": none (wheelhouse/PyPI only)
     work_dir: Path = paths.WORK
+    package_locks: Path | None = None  # packages.lock/ (`imagekit lock --packages`)
     report_dir: Path = paths.REPORTS
     labels: tuple[tuple[str, str], ...] = ()  # build-time labels, see build_labels()
     # of pushed layers; anything but gzip at the engine's level needs buildx
@@ -286,7 +287,9 @@ class Runner:
         self.display.line(build.cell.id, line, steps)
 
     def _prepare(self, build: PlannedBuild) -> None:
-        context_mod.stage(build.cell, build.request.context, self.inputs.wheelhouse)
+        context_mod.stage(
+            build.cell, build.request.context, self.inputs.wheelhouse, self.options.package_locks
+        )
         write_atomic(build.request.dockerfile, render(build.cell))
 
     def _tag(self, build: PlannedBuild, report: CellReport) -> None:

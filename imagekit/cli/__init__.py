@@ -16,7 +16,7 @@ import click
 
 from imagekit import __version__
 from imagekit.cli.common import Selection, examples, filter_options
-from imagekit.errors import ImagekitError
+from imagekit.errors import ImagekitError, StaleError
 
 EPILOG_RENDER = """\b
 Examples:
@@ -49,7 +49,11 @@ def cli() -> None:
     show_default=True,
     help="Folder for dockerfiles/<cell>/Dockerfile.",
 )
-@click.option("--check", is_flag=True, help="Write nothing; exit 4 with a diff if stale.")
+@click.option(
+    "--check",
+    is_flag=True,
+    help="Write nothing; exit 4 with a diff if stale (package locks too).",
+)
 @click.option(
     "--syntax",
     default=None,
@@ -62,10 +66,21 @@ def render(**kwargs: Any) -> None:
 
     out, check, syntax = kwargs["out"], kwargs["check"], kwargs["syntax"]
     selection = Selection.of(kwargs)
-    rendered = render_mod.render_all(selection.cells(), syntax)
+    cells = selection.cells()
+    rendered = render_mod.render_all(cells, syntax)
     whole_matrix = selection.filters.empty  # only then can it tell a cell left the matrix
     if check:
-        render_mod.check(rendered, out, prune=whole_matrix)
+        from imagekit.build import packagelock
+
+        locks = packagelock.stale(cells, selection.package_locks(), whole_matrix)
+        try:
+            render_mod.check(rendered, out, prune=whole_matrix)
+        except StaleError as exc:
+            if locks:
+                raise StaleError(f"{exc}\n{packagelock.stale_message(locks)}") from None
+            raise
+        if locks:
+            raise StaleError(packagelock.stale_message(locks))
         click.echo(f"{len(rendered)} Dockerfiles are current.")
         return
     changed = render_mod.write_all(rendered, out, prune=whole_matrix)

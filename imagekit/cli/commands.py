@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -125,34 +126,90 @@ from imagekit.cli.common import Selection, docker_option, examples, filter_optio
 )
 def build(**kwargs: Any) -> None:
     """Build the selected cells with BuildKit and report on each."""
-    from imagekit.build import inputs
+    from imagekit.build import inputs, packagelock
     from imagekit.cli.build import BuildRun, options_from, run_build
 
-    cells = Selection.of(kwargs).cells()
-    options = options_from(kwargs)
-    # Every path is checked before anything is built or contacted.
+    selection = Selection.of(kwargs)
+    cells = selection.cells()
+    options = replace(options_from(kwargs), package_locks=selection.package_locks())
+    # Every path is checked before anything is built or contacted; a stale package lock
+    # would install what the matrix no longer asks for.
     resolved = inputs.resolve(kwargs["ca_bundle"], kwargs["index_url"], kwargs["wheelhouse"])
+    packagelock.raise_if_stale(cells, selection.package_locks(), whole_matrix=False)
     run_build(cells, options, resolved, BuildRun.of(kwargs))
 
 
 @click.command(
-    short_help="Pin base images to registry digests in images.lock.",
-    epilog=examples("imagekit lock", "imagekit lock --cuda 12.8"),
+    short_help="Pin base images to digests in images.lock, and packages with --packages.",
+    epilog=examples(
+        "imagekit lock",
+        "imagekit lock --cuda 12.8",
+        "imagekit lock --packages                          # and every cell's Python packages",
+        "imagekit lock --packages --no-bases --torch-index none --wheelhouse /opt/wheels",
+        "imagekit lock --check                             # CI: exit 4 if a package lock is stale",
+    ),
 )
 @filter_options
+@click.option(
+    "--packages",
+    is_flag=True,
+    help="Also resolve each cell's Python packages with uv (hashes included) into "
+    "packages.lock/<cell>.txt beside images.lock; builds then install exactly those.",
+)
+@click.option("--no-bases", is_flag=True, help="Leave images.lock alone (no Docker needed).")
+@click.option(
+    "--wheelhouse",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Folder of wheels to resolve from too (give the build the same one).",
+)
+@click.option(
+    "--torch-index",
+    default=None,
+    metavar="URL|none",
+    help="Resolve torch from here instead of the cell's index; 'none' = wheelhouse and PyPI.",
+)
+@click.option("--check", is_flag=True, help="Write nothing; exit 4 if a package lock is stale.")
 @docker_option
 def lock(**kwargs: Any) -> None:
-    """Pin base images to registry digests in images.lock (the renderer uses the pins)."""
+    """Pin base images to registry digests in images.lock (the renderer uses the pins), and
+    with --packages each cell's Python packages, with hashes (builds install exactly those)."""
+    from imagekit.build import packagelock
+
+    selection = Selection.of(kwargs)
+    folder = selection.package_locks()
+    if kwargs["check"]:
+        cells = selection.cells()
+        packagelock.raise_if_stale(cells, folder, whole_matrix=selection.filters.empty)
+        count = sum(packagelock.lock_path(folder, c.id).is_file() for c in cells)
+        click.echo(f"{folder}: {count} package locks of {len(cells)} cells, all current")
+        return
+    if not kwargs["no_bases"]:
+        lock_bases(selection, kwargs["docker_cli"])
+    if kwargs["packages"]:
+        from imagekit.build import inputs
+        from imagekit.urls import refuse_credentials
+
+        index = refuse_credentials(kwargs["torch_index"], "--torch-index", "the package lock")
+        wheelhouse = inputs.check_wheelhouse(kwargs["wheelhouse"])
+        notes = packagelock.lock_cells(
+            selection.cells(),
+            folder,
+            packagelock.RESOLVER,
+            "" if index == "none" else index,
+            wheelhouse,
+        )
+        for note in notes:
+            click.echo(note)
+
+
+def lock_bases(selection: Selection, docker_cli: str | None) -> None:
     from imagekit.build import bases as base
     from imagekit.engine.docker import DockerEngine
     from imagekit.matrix import lockfile
-    from imagekit.matrix.catalog import default_envs
 
-    selection = Selection.of(kwargs)
-    path = selection.lock or lockfile.default_path(list(selection.envs) or default_envs())
-    new, notes = base.lock(
-        DockerEngine(kwargs["docker_cli"]), selection.cells(), lockfile.read(path)
-    )
+    path = selection.images_lock()
+    new, notes = base.lock(DockerEngine(docker_cli), selection.cells(), lockfile.read(path))
     for note in notes:
         click.echo(note)
     changed = lockfile.write(path, new)
@@ -353,12 +410,15 @@ def test_nodes(engine: Any, image: str, multi: dict[str, Any], kwargs: dict[str,
 def stage(**kwargs: Any) -> None:
     """Write the build contexts (.imagekit/context/<cell>) that a bake file points at."""
     from imagekit import paths
-    from imagekit.build import context, inputs
+    from imagekit.build import context, inputs, packagelock
 
     wheelhouse = inputs.check_wheelhouse(kwargs["wheelhouse"])
-    cells = Selection.of(kwargs).cells()
+    selection = Selection.of(kwargs)
+    cells = selection.cells()
+    locks = selection.package_locks()
+    packagelock.raise_if_stale(cells, locks, whole_matrix=False)
     for cell in cells:
-        context.stage(cell, paths.context_dir(paths.WORK, cell.id), wheelhouse)
+        context.stage(cell, paths.context_dir(paths.WORK, cell.id), wheelhouse, locks)
     click.echo(f"staged {len(cells)} contexts under {paths.contexts(paths.WORK)}/")
 
 

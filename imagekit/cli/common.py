@@ -79,6 +79,18 @@ class Selection:
     def cells(self) -> list[Cell]:
         return select(load_cells(self.envs, self.lock), self.filters)
 
+    def images_lock(self) -> Path:
+        from imagekit.matrix import lockfile
+        from imagekit.matrix.catalog import default_envs
+
+        return self.lock or lockfile.default_path(list(self.envs) or default_envs())
+
+    def package_locks(self) -> Path:
+        """packages.lock/, beside images.lock."""
+        from imagekit.build.packagelock import default_dir
+
+        return default_dir(self.images_lock())
+
 
 docker_option = click.option(
     "--docker",

@@ -67,16 +67,19 @@ RUN --mount=type=cache,id=imagekit-pip,target=/root/.cache/pip,sharing=private \
     && /opt/uv/bin/pip install --find-links /wheelhouse 'uv>=0.4' \
     && /opt/uv/bin/uv venv --python /usr/bin/python3.11 /opt/venv
 # Resolve torch and the features once (groups.py); the runtime installs the pinned groups
-# as layers, so the environment is written once, straight into the runtime.
+# as layers, so the environment is written once, straight into the runtime. A package lock
+# in the context (`imagekit lock --packages`) is copied instead: its pins, with hashes.
 RUN --mount=type=cache,id=imagekit-uv,target=/root/.cache/uv,sharing=shared \
 --mount=type=bind,source=imagekit/groups.py,target=/run/imagekit/groups.py \
+    --mount=type=bind,source=imagekit/locked,target=/run/imagekit/locked \
     --mount=type=secret,id=ca \
     --mount=type=secret,id=index \
     --mount=type=bind,source=imagekit/build-env.sh,target=/run/imagekit/build-env.sh \
     --mount=type=bind,source=wheelhouse,target=/wheelhouse \
     . /run/imagekit/build-env.sh \
     && /opt/venv/bin/python /run/imagekit/groups.py --installer uv \
-       --out /opt/imagekit/groups ${TORCH_INDEX_URL:+--index "$TORCH_INDEX_URL"} \
+       --out /opt/imagekit/groups --locked /run/imagekit/locked \
+       ${TORCH_INDEX_URL:+--index "$TORCH_INDEX_URL"} \
        --torch torch==2.7.1 --torch torchvision==0.22.1 \
        --feature 'onnx>=1.16' --feature 'onnxscript>=0.1' --feature 'onnxruntime-gpu>=1.19,<1.27' \
     && find /opt/venv -exec touch -h -d @315532800 {} +

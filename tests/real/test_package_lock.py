@@ -1,0 +1,55 @@
+"""A build from a package lock, for real: `imagekit lock --packages` on the host (torch from
+the wheelhouse, the rest from PyPI), then a build of the CPU test cell installs exactly the
+locked versions, hash-checked, without resolving anything in the builder."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from imagekit.build import packagelock
+
+from ..realengine import REGISTRY, build_args, docker, imagekit, make_project, marked_ca_bundle
+from ..realengine import wheelhouse as test_wheelhouse
+from .conftest import CELL
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
+
+TAG = f"{REGISTRY}/imagekit-locked:2.13.0-cpu-py3.11-debian12-slim"
+VERSIONS = (
+    "import importlib.metadata as m, json; "
+    "print(json.dumps({d.metadata['Name']: d.version for d in m.distributions()}))"
+)
+
+
+def test_a_build_from_a_lock_installs_exactly_the_locked_versions(tmp_path: Path) -> None:
+    root = make_project(tmp_path / "p", repository="imagekit-locked")
+    locked = imagekit(
+        "lock", "--envs", "envs", "--packages", "--no-bases",
+        "--torch-index", "none", "--wheelhouse", str(test_wheelhouse()), cwd=root,
+    )  # fmt: skip
+    assert locked.returncode == 0, locked.stdout + locked.stderr
+    lock = packagelock.read(root / "envs" / "packages.lock", CELL)
+    assert lock is not None
+    pins = {
+        packagelock.groups.normalize(p.requirement.split("==")[0]): p.requirement.split("==")[1]
+        for group in lock.groups.values()
+        for p in group
+    }
+    assert pins["torch"] == "2.13.0+cpu" and "onnx" in pins
+    assert imagekit("render", "--envs", "envs", "--check", cwd=root).returncode == 0
+
+    result = imagekit(*build_args(marked_ca_bundle(root)), cwd=root, timeout=1500)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+    out = docker("run", "--rm", "--entrypoint", "/opt/venv/bin/python", TAG, "-c", VERSIONS)
+    installed = {packagelock.groups.normalize(k): v for k, v in json.loads(out.stdout).items()}
+    assert {name: installed.get(name) for name in pins} == pins
+    # nothing beyond the lock but the venv's own installer
+    assert set(installed) - set(pins) <= {"pip"}, sorted(set(installed) - set(pins))
+    # the builder copied the lock's group files, hashes and all, instead of resolving
+    result = imagekit(*build_args(marked_ca_bundle(root), "--target", "builder"), cwd=root)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+    staged = docker("run", "--rm", "--entrypoint", "cat", TAG, "/opt/imagekit/groups/torch.txt")
+    assert staged.stdout == packagelock.group_files(lock)["torch"]
