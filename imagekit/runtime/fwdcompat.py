@@ -26,10 +26,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from imagekit.runtime import gpus
+from imagekit.selfcheck.gpu import PROC_DRIVER, read_driver, version_tuple
 
 COMPAT_DIR = "/usr/local/cuda/compat"
 LABELS = "/etc/imagekit/labels.json"
-PROC_DRIVER = "/proc/driver/nvidia/version"
 PROC_GPUS = "/proc/driver/nvidia/gpus/*/information"
 # The brands NVIDIA's own images list for each forward-compatible branch (GeForce is not
 # among them: consumer cards do not support forward compatibility).
@@ -54,10 +54,6 @@ class Decision:
     enable: bool
     needed: bool  # the driver is too old for the image without it
     reason: str
-
-
-def version_tuple(version: str) -> tuple[int, ...]:
-    return tuple(int(p) for p in re.findall(r"\d+", version))
 
 
 def requirement(cuda: str, branches: tuple[int, ...]) -> str:
@@ -127,15 +123,6 @@ def _datacenter(name: str) -> bool:
 
 
 # -- readers ---------------------------------------------------------------------------
-def read_driver(path: str | None = None) -> str | None:
-    try:
-        text = Path(path or PROC_DRIVER).read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return None
-    found = re.search(r"Kernel Module(?: for [\w ]+)?\s+(\d+\.\d+(?:\.\d+)?)", text)
-    return found.group(1) if found else None
-
-
 def read_gpu_names(pattern: str | None = None) -> tuple[str, ...]:
     names = []
     for path in sorted(glob.glob(pattern or PROC_GPUS)):
@@ -164,14 +151,15 @@ def main(labels_path: str = LABELS) -> int:
     branches = tuple(int(b) for b in labels.get("io.imagekit.forward-branches", "").split())
     if not need:
         return 0
-    decision = decide(read_driver(), need, read_gpu_names(), read_compat_driver(), branches)
+    compat_driver = read_compat_driver()
+    decision = decide(read_driver(PROC_DRIVER), need, read_gpu_names(), compat_driver, branches)
     if decision.needed:
         print(f"imagekit: {decision.reason}", file=sys.stderr)
     if decision.enable:
         path = os.environ.get("LD_LIBRARY_PATH", "")
         value = COMPAT_DIR + (":" + path if path else "")
         print(f"export LD_LIBRARY_PATH={shlex.quote(value)}")
-        print(f"export IMAGEKIT_FORWARD_COMPAT={shlex.quote(read_compat_driver() or '')}")
+        print(f"export IMAGEKIT_FORWARD_COMPAT={shlex.quote(compat_driver or '')}")
     return 0
 
 
