@@ -45,17 +45,9 @@ def run(*args: str) -> str:
 
 
 def layers(image: str) -> list[tuple[int, str]]:
-    out = run(DOCKER, "history", "--no-trunc", "--format", "{{json .}}", image)
+    out = run(DOCKER, "history", "--no-trunc", "--human=false", "--format", "{{json .}}", image)
     rows = [json.loads(line) for line in out.splitlines()]
-    return [(_bytes(r["Size"]), r["CreatedBy"][:70]) for r in reversed(rows)]
-
-
-def _bytes(text: str) -> int:
-    units = {"B": 1, "kB": 1e3, "MB": 1e6, "GB": 1e9}
-    for unit in ("kB", "MB", "GB", "B"):
-        if text.endswith(unit):
-            return int(float(text[: -len(unit)]) * units[unit])
-    return 0
+    return [(int(r["Size"]), r["CreatedBy"][:70]) for r in reversed(rows)]
 
 
 def libraries(image: str) -> dict[str, int]:

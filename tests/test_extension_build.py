@@ -25,9 +25,11 @@ BUILD_ENV = ROOT / "templates" / "context" / "build-env.sh"
 pytestmark = pytest.mark.subprocess
 
 
-def sh(script: str, **env: str) -> subprocess.CompletedProcess[str]:
+def sh(script: str, cwd: Path | None = None, **env: str) -> subprocess.CompletedProcess[str]:
+    """`script` in /bin/sh after sourcing build-env.sh, as an install step runs it."""
     return subprocess.run(
         ["/bin/sh", "-c", f". {BUILD_ENV}; {script}"],
+        cwd=cwd,
         capture_output=True,
         text=True,
         env={**os.environ, **env},
@@ -124,20 +126,16 @@ def test_a_wheelhouse_wheel_is_installed_instead_of_compiling(
         if installer == "pip"
         else f"{uv} pip install --python {venv}/bin/python --no-index"
     )
-    flags = f"--find-links {wheelhouse} --find-links {index} --no-build-isolation --reinstall"
-    if installer == "pip":
-        flags = flags.replace("--reinstall", "--force-reinstall")
-    step = (
-        "imagekit_prebuilt flash-attn > constraints.txt && "
-        f"{install} {flags} --constraint constraints.txt 'flash-attn>=2.6,<3'"
-    )
-    result = subprocess.run(
-        ["/bin/sh", "-c", f". {BUILD_ENV}; {step}"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        env={**os.environ, "IMAGEKIT_WHEELHOUSE": str(wheelhouse)},
-    )
+    reinstall = "--force-reinstall" if installer == "pip" else "--reinstall"
+
+    def step(wheels: Path) -> str:
+        return (
+            "imagekit_prebuilt flash-attn > constraints.txt && "
+            f"{install} --find-links {wheels} --find-links {index} --no-build-isolation "
+            f"{reinstall} --constraint constraints.txt 'flash-attn>=2.6,<3'"
+        )
+
+    result = sh(step(wheelhouse), cwd=tmp_path, IMAGEKIT_WHEELHOUSE=str(wheelhouse))
     assert result.returncode == 0, result.stdout + result.stderr
     check = subprocess.run(
         [f"{venv}/bin/python", "-c", "import flash_attn; print(flash_attn.__version__)"],
@@ -149,13 +147,7 @@ def test_a_wheelhouse_wheel_is_installed_instead_of_compiling(
     # without the wheelhouse the newer sdist is taken, and its build runs (and fails here)
     empty = tmp_path / "empty"
     empty.mkdir()
-    result = subprocess.run(
-        ["/bin/sh", "-c", f". {BUILD_ENV}; {step.replace(str(wheelhouse), str(empty))}"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        env={**os.environ, "IMAGEKIT_WHEELHOUSE": str(empty)},
-    )
+    result = sh(step(empty), cwd=tmp_path, IMAGEKIT_WHEELHOUSE=str(empty))
     assert result.returncode != 0
     assert "flash-attn would compile here" in result.stdout + result.stderr
 
