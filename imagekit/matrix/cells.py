@@ -11,6 +11,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from packaging.requirements import Requirement
 from packaging.version import Version
 
 from imagekit import __version__
@@ -301,7 +302,7 @@ def _feature_steps(
         if feature.cuda_archs:
             env[f"{_env_name(name)}_CUDA_ARCHS"] = ";".join(extension_archs(archs, feature))
         env["MAX_JOBS"] = "${MAX_JOBS:-$(imagekit_max_jobs)}"
-        prebuilt = tuple(r.split(">")[0].split("<")[0].split("=")[0] for r in reqs)
+        prebuilt = tuple(Requirement(r).name for r in reqs)
         steps.append(FeatureStep(name, reqs, False, tuple(env.items()), prebuilt))
     return tuple(steps)
 
