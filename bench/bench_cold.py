@@ -117,6 +117,7 @@ def slowest(report: dict, count: int = 5) -> list[tuple[str, float]]:  # type: i
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--installer", choices=["pip", "uv"], default="pip")
+    parser.add_argument("--no-push", action="store_true", help="skip the build + push run")
     args = parser.parse_args()
     require_engine()
     with tempfile.TemporaryDirectory() as tmp, empty_registry(Path(tmp)):
@@ -125,13 +126,13 @@ def main() -> None:
         (root / "envs" / "cold.yaml").write_text(MATRIX.replace("INSTALLER", args.installer))
         build_s, report = cold_build(root, push=False)
         steps_s = sum(float(s["seconds"]) for s in report["steps"])
-        push_s, _ = cold_build(root, push=True)
+        push_s = None if args.no_push else cold_build(root, push=True)[0]
         floor_s = floor(f"{EMPTY}/{REPO}:{CELL}", Path(tmp))
         docker("rmi", f"{EMPTY}/{REPO}:{CELL}", check=False)
     prune()
     rows = [
         ("cold build", build_s, build_s / floor_s, 2.0),
-        ("cold build + push", push_s, push_s / floor_s, 3.0),
+        *([("cold build + push", push_s, push_s / floor_s, 3.0)] if push_s else []),
         ("bare uv install (the floor)", floor_s, 1.0, None),
     ]
     print(f"README cell ({CELL}), installer {args.installer}")

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from imagekit.build import groups
 from imagekit.matrix.catalog import load_cells
+from imagekit.render.dockerfile import render
 
 from .conftest import ROOT
 
@@ -69,3 +72,25 @@ def test_reports_name_a_package_layer_by_its_group() -> None:
     )
     assert describe(run) == "the venv's cuda layer"
     assert describe("/bin/sh -c apt-get update") == "apt-get update"
+
+
+def test_uv_groups_unpack_beside_their_target_and_link_not_copy() -> None:
+    """uv cannot hard-link from a cache mount (another filesystem): every file would be
+    written twice. Each group step brings an unpack cache on the layer's own filesystem,
+    links from it, and removes it in the same step, so no cache reaches a layer."""
+    cells = {c.id: c for c in load_cells([ROOT / "envs"])}
+    cell = cells["cu126-torch2.7.1-py3.11-debian12-slim"]
+    runtime = render(cell).split("FROM os-base AS runtime")[1]
+    steps = [s for s in runtime.split("\nRUN ") if "/run/imagekit/groups/" in s and " -r" in s]
+    assert len(steps) == 3  # cuda, torch, features
+    for step, unpack in zip(steps, ["/opt/imagekit", "/opt/venv", "/opt/venv"], strict=True):
+        assert f"UV_CACHE_DIR={unpack}/.uv-unpack UV_LINK_MODE=hardlink" in step
+        assert "id=imagekit-uv" not in step and "--no-cache" not in step
+        install = step.index("uv pip install")
+        assert (
+            install < step.index(f"rm -rf {unpack}/.uv-unpack") < step.index("imagekit_normalize")
+        )
+    # pip unpacks straight into the venv: its groups keep the cache mount of downloads
+    pip_runtime = render(replace(cell, installer="pip")).split("FROM os-base AS runtime")[1]
+    assert ".uv-unpack" not in pip_runtime
+    assert pip_runtime.count("id=imagekit-pip,target=/root/.cache/pip") == 4  # 3 groups, pip

@@ -58,12 +58,18 @@ def test_structure_of_the_readme_cell(catalog: dict[str, object]) -> None:
     lines = text.splitlines()
     assert not text.startswith("# syntax")  # Docker 20.10's built-in frontend only
     stages = [line for line in lines if line.startswith("FROM ")]
+    # the builder only resolves: it starts from the OS image and runs beside os-base's apt
     assert stages == [
         "FROM debian:bookworm-slim AS os-base",
-        "FROM os-base AS builder",
+        "FROM debian:bookworm-slim AS builder",
         "FROM os-base AS runtime",
     ]
     assert text.count("sharing=locked") == 4  # apt's caches (os-base, builder): apt locks
+    # ... each stage its own, so that neither apt step waits for the other's lock
+    assert (
+        "id=imagekit-apt-cache-debian12," in text
+        and "id=imagekit-apt-cache-debian12-builder," in text
+    )
     # concurrent builds (--jobs) never wait on an installer cache: pip private, uv shared
     assert "id=imagekit-pip,target=/root/.cache/pip,sharing=private" in text
     assert "sharing=locked" not in "".join(ln for ln in lines if "cache/pip" in ln)
@@ -82,7 +88,7 @@ def test_pip_packages_install_in_the_runtime_after_the_builder_venv(
     # the README cell with pip, whose steps are the easier to read here (uv: same layout)
     cell = replace(catalog["cu126-torch2.7.1-py3.11-debian12-slim"], installer="pip")  # type: ignore[type-var]
     text = render(cell)
-    builder, runtime = text.split("FROM os-base AS builder")[1].split("FROM os-base AS runtime")
+    builder, runtime = text.split(" AS builder")[1].split("FROM os-base AS runtime")
     assert "torch==2.7.1" in builder and "numpy<3" not in builder
     lines = runtime.splitlines()
     venv = lines.index("COPY --from=builder /opt/venv /opt/venv")
@@ -292,7 +298,7 @@ def test_build_apt_reaches_the_builder_stage_only(tmp_path: Path) -> None:
     )
     (cell,) = load_cells([tmp_path])
     text = render(cell)
-    builder, runtime = text.split("FROM os-base AS builder")[1].split("FROM os-base AS runtime")
+    builder, runtime = text.split(" AS builder")[1].split("FROM os-base AS runtime")
     os_base = text.split("FROM os-base AS builder")[0]
     assert "       cmake" in builder and "       build-essential" in builder
     assert "cmake" not in runtime and "cmake" not in os_base

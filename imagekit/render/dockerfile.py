@@ -103,6 +103,16 @@ def _packages(cell: Cell) -> tuple[list[str], list[str]]:
     return sorted(base), sorted(set(builder) | set(cell.build_apt))
 
 
+def _builder_from(cell: Cell) -> str:
+    """A builder that only resolves (the split venv) needs no OS package of os-base: it starts
+    from the OS image itself and runs beside os-base's apt step, not after it (a cold build's
+    first minute). One that installs or compiles the venv builds on os-base, or on the
+    devel image the cell names."""
+    if cell.builder_image:
+        return cell.builder_image
+    return cell.runtime_image if cell.venv_layers == "split" else "os-base"
+
+
 def render(
     cell: Cell, syntax: str | None = None, templates: Path | None = None, cache_mounts: bool = True
 ) -> str:
@@ -115,6 +125,7 @@ def render(
         syntax=syntax,
         base_packages=base_packages,
         builder_packages=builder_packages,
+        builder_from=_builder_from(cell),
         devel_requirements=DEVEL_REQUIREMENTS,
         installer=INSTALLERS[cell.installer],
         user={"name": USER[0], "uid": USER[1]},

@@ -15,7 +15,8 @@ if [ -s /run/secrets/index ]; then
       ;;
   esac
 fi
-# uv's cache is a cache mount, another filesystem than the venv: copy, don't try to link.
+# uv's cache is a cache mount, another filesystem than the venv: copy, don't try to link
+# (the venv's package groups bring a cache of their own, and link).
 export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_ROOT_USER_ACTION=ignore UV_LINK_MODE=copy
 
 # Parallel compile jobs for a CUDA extension (MAX_JOBS): the CPUs this build may use, and

@@ -4,7 +4,7 @@
 #
 # Stages, least-changing first:
 #   os-base  OS packages and the non-root user
-#   builder  the Python environment: installer, torch, features
+#   builder  the installer, and the pins of torch and the features (beside os-base)
 #   runtime  os-base + your apt packages + the environment, then env, labels, source last
 
 FROM debian:bookworm-slim AS os-base
@@ -24,6 +24,7 @@ RUN --mount=type=cache,id=imagekit-apt-cache-debian12,target=/var/cache/apt,shar
     touch /tmp/imagekit-started \
     && apt-get update \
     && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
+       -o Dpkg::Options::=--force-unsafe-io \
        ca-certificates \
        g++ \
        libpython3.11-dev \
@@ -38,13 +39,17 @@ RUN if id -u ubuntu >/dev/null 2>&1; then userdel --remove ubuntu; fi \
     && useradd --create-home --uid 1000 --shell /bin/bash imagekit \
     && install -d -o 1000 -g 1000 /workspace
 
-FROM os-base AS builder
-RUN --mount=type=cache,id=imagekit-apt-cache-debian12,target=/var/cache/apt,sharing=locked \
-    --mount=type=cache,id=imagekit-apt-lists-debian12,target=/var/lib/apt/lists,sharing=locked \
+FROM debian:bookworm-slim AS builder
+ENV DEBIAN_FRONTEND=noninteractive LANG=C.UTF-8 LC_ALL=C.UTF-8
+RUN rm -f /etc/apt/apt.conf.d/docker-clean \
+    && echo 'Binary::apt::APT::Keep-Downloaded-Packages "true";' > /etc/apt/apt.conf.d/keep-cache
+RUN --mount=type=cache,id=imagekit-apt-cache-debian12-builder,target=/var/cache/apt,sharing=locked \
+    --mount=type=cache,id=imagekit-apt-lists-debian12-builder,target=/var/lib/apt/lists,sharing=locked \
     --mount=type=tmpfs,target=/tmp \
     touch /tmp/imagekit-started \
     && apt-get update \
     && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
+       -o Dpkg::Options::=--force-unsafe-io \
        ca-certificates \
        python3 \
        python3-venv \

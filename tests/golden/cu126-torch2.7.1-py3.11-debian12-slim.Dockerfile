@@ -4,7 +4,7 @@
 #
 # Stages, least-changing first:
 #   os-base  OS packages and the non-root user
-#   builder  the Python environment: installer, torch, features
+#   builder  the installer, and the pins of torch and the features (beside os-base)
 #   runtime  os-base + your apt packages + the environment + your pip packages,
 #            then env, labels, source last
 
@@ -25,6 +25,7 @@ RUN --mount=type=cache,id=imagekit-apt-cache-debian12,target=/var/cache/apt,shar
     touch /tmp/imagekit-started \
     && apt-get update \
     && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
+       -o Dpkg::Options::=--force-unsafe-io \
        ca-certificates \
        g++ \
        libpython3.11-dev \
@@ -39,13 +40,17 @@ RUN if id -u ubuntu >/dev/null 2>&1; then userdel --remove ubuntu; fi \
     && useradd --create-home --uid 1000 --shell /bin/bash imagekit \
     && install -d -o 1000 -g 1000 /workspace
 
-FROM os-base AS builder
-RUN --mount=type=cache,id=imagekit-apt-cache-debian12,target=/var/cache/apt,sharing=locked \
-    --mount=type=cache,id=imagekit-apt-lists-debian12,target=/var/lib/apt/lists,sharing=locked \
+FROM debian:bookworm-slim AS builder
+ENV DEBIAN_FRONTEND=noninteractive LANG=C.UTF-8 LC_ALL=C.UTF-8
+RUN rm -f /etc/apt/apt.conf.d/docker-clean \
+    && echo 'Binary::apt::APT::Keep-Downloaded-Packages "true";' > /etc/apt/apt.conf.d/keep-cache
+RUN --mount=type=cache,id=imagekit-apt-cache-debian12-builder,target=/var/cache/apt,sharing=locked \
+    --mount=type=cache,id=imagekit-apt-lists-debian12-builder,target=/var/lib/apt/lists,sharing=locked \
     --mount=type=tmpfs,target=/tmp \
     touch /tmp/imagekit-started \
     && apt-get update \
     && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
+       -o Dpkg::Options::=--force-unsafe-io \
        ca-certificates \
        python3 \
        python3-venv \
@@ -113,7 +118,10 @@ RUN --mount=type=tmpfs,target=/tmp \
 COPY --from=builder /opt/venv /opt/venv
 ARG TORCH_INDEX_URL=
 # Layer: the NVIDIA CUDA libraries, at a Python-independent path: one layer for every cell that pins the same versions.
-RUN --mount=type=cache,id=imagekit-uv,target=/root/.cache/uv,sharing=shared \
+# uv unpacks the wheels into a cache beside the target, on the layer's own filesystem, and
+# hard-links them into place: written once. From the cache mount (another filesystem) it
+# would copy every file a second time. The unpacked cache is gone before the layer is.
+RUN \
     --mount=type=bind,from=builder,source=/opt/uv,target=/opt/uv \
     --mount=type=tmpfs,target=/tmp \
     --mount=type=bind,from=builder,source=/opt/imagekit/groups,target=/run/imagekit/groups \
@@ -122,10 +130,11 @@ RUN --mount=type=cache,id=imagekit-uv,target=/root/.cache/uv,sharing=shared \
     --mount=type=bind,source=imagekit/build-env.sh,target=/run/imagekit/build-env.sh \
     --mount=type=bind,source=wheelhouse,target=/wheelhouse \
     . /run/imagekit/build-env.sh \
-    && touch /tmp/imagekit-started && export SOURCE_DATE_EPOCH=315532800 PYTHONDONTWRITEBYTECODE=1 \
+    && touch /tmp/imagekit-started && export SOURCE_DATE_EPOCH=315532800 PYTHONDONTWRITEBYTECODE=1 UV_CACHE_DIR=/opt/imagekit/.uv-unpack UV_LINK_MODE=hardlink \
     && /opt/uv/bin/uv pip install --python /opt/venv/bin/python --find-links /wheelhouse --no-deps --target /opt/imagekit/cuda ${TORCH_INDEX_URL:+--extra-index-url "$TORCH_INDEX_URL"} \
        -r \
        /run/imagekit/groups/cuda.txt \
+    && rm -rf /opt/imagekit/.uv-unpack \
     && imagekit_normalize /tmp/imagekit-started /opt/imagekit/cuda
 # The venv finds them where torch's RPATH looks ($ORIGIN/../../nvidia/...).
 RUN for entry in /opt/imagekit/cuda/*; do \
@@ -134,7 +143,10 @@ RUN for entry in /opt/imagekit/cuda/*; do \
     && touch -h -d @315532800 /opt/venv/lib/python3.11/site-packages \
        /opt/venv/lib/python3.11/site-packages/*
 # Layer: torch and everything it needs.
-RUN --mount=type=cache,id=imagekit-uv,target=/root/.cache/uv,sharing=shared \
+# uv unpacks the wheels into a cache beside the target, on the layer's own filesystem, and
+# hard-links them into place: written once. From the cache mount (another filesystem) it
+# would copy every file a second time. The unpacked cache is gone before the layer is.
+RUN \
     --mount=type=bind,from=builder,source=/opt/uv,target=/opt/uv \
     --mount=type=tmpfs,target=/tmp \
     --mount=type=bind,from=builder,source=/opt/imagekit/groups,target=/run/imagekit/groups \
@@ -143,13 +155,17 @@ RUN --mount=type=cache,id=imagekit-uv,target=/root/.cache/uv,sharing=shared \
     --mount=type=bind,source=imagekit/build-env.sh,target=/run/imagekit/build-env.sh \
     --mount=type=bind,source=wheelhouse,target=/wheelhouse \
     . /run/imagekit/build-env.sh \
-    && touch /tmp/imagekit-started && export SOURCE_DATE_EPOCH=315532800 PYTHONDONTWRITEBYTECODE=1 \
+    && touch /tmp/imagekit-started && export SOURCE_DATE_EPOCH=315532800 PYTHONDONTWRITEBYTECODE=1 UV_CACHE_DIR=/opt/venv/.uv-unpack UV_LINK_MODE=hardlink \
     && /opt/uv/bin/uv pip install --python /opt/venv/bin/python --find-links /wheelhouse --compile-bytecode --no-deps ${TORCH_INDEX_URL:+--extra-index-url "$TORCH_INDEX_URL"} \
        -r \
        /run/imagekit/groups/torch.txt \
+    && rm -rf /opt/venv/.uv-unpack \
     && imagekit_normalize /tmp/imagekit-started /opt/venv
 # Layer: the features (onnx).
-RUN --mount=type=cache,id=imagekit-uv,target=/root/.cache/uv,sharing=shared \
+# uv unpacks the wheels into a cache beside the target, on the layer's own filesystem, and
+# hard-links them into place: written once. From the cache mount (another filesystem) it
+# would copy every file a second time. The unpacked cache is gone before the layer is.
+RUN \
     --mount=type=bind,from=builder,source=/opt/uv,target=/opt/uv \
     --mount=type=tmpfs,target=/tmp \
     --mount=type=bind,from=builder,source=/opt/imagekit/groups,target=/run/imagekit/groups \
@@ -158,10 +174,11 @@ RUN --mount=type=cache,id=imagekit-uv,target=/root/.cache/uv,sharing=shared \
     --mount=type=bind,source=imagekit/build-env.sh,target=/run/imagekit/build-env.sh \
     --mount=type=bind,source=wheelhouse,target=/wheelhouse \
     . /run/imagekit/build-env.sh \
-    && touch /tmp/imagekit-started && export SOURCE_DATE_EPOCH=315532800 PYTHONDONTWRITEBYTECODE=1 \
+    && touch /tmp/imagekit-started && export SOURCE_DATE_EPOCH=315532800 PYTHONDONTWRITEBYTECODE=1 UV_CACHE_DIR=/opt/venv/.uv-unpack UV_LINK_MODE=hardlink \
     && /opt/uv/bin/uv pip install --python /opt/venv/bin/python --find-links /wheelhouse --compile-bytecode --no-deps ${TORCH_INDEX_URL:+--extra-index-url "$TORCH_INDEX_URL"} \
        -r \
        /run/imagekit/groups/features.txt \
+    && rm -rf /opt/venv/.uv-unpack \
     && imagekit_normalize /tmp/imagekit-started /opt/venv
 COPY imagekit/entrypoint.sh /usr/local/bin/imagekit-entrypoint
 COPY imagekit/lib/imagekit /opt/venv/lib/python3.11/site-packages/imagekit

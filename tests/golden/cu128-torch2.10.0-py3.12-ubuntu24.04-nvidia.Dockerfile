@@ -25,6 +25,7 @@ RUN --mount=type=cache,id=imagekit-apt-cache-ubuntu24.04,target=/var/cache/apt,s
     touch /tmp/imagekit-started \
     && apt-get update \
     && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
+       -o Dpkg::Options::=--force-unsafe-io \
        ca-certificates \
        g++ \
        libpython3.12-dev \
@@ -43,12 +44,13 @@ FROM nvidia/cuda:12.8.1-devel-ubuntu24.04 AS builder
 ENV DEBIAN_FRONTEND=noninteractive LANG=C.UTF-8 LC_ALL=C.UTF-8
 RUN rm -f /etc/apt/apt.conf.d/docker-clean \
     && echo 'Binary::apt::APT::Keep-Downloaded-Packages "true";' > /etc/apt/apt.conf.d/keep-cache
-RUN --mount=type=cache,id=imagekit-apt-cache-ubuntu24.04,target=/var/cache/apt,sharing=locked \
-    --mount=type=cache,id=imagekit-apt-lists-ubuntu24.04,target=/var/lib/apt/lists,sharing=locked \
+RUN --mount=type=cache,id=imagekit-apt-cache-ubuntu24.04-builder,target=/var/cache/apt,sharing=locked \
+    --mount=type=cache,id=imagekit-apt-lists-ubuntu24.04-builder,target=/var/lib/apt/lists,sharing=locked \
     --mount=type=tmpfs,target=/tmp \
     touch /tmp/imagekit-started \
     && apt-get update \
     && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
+       -o Dpkg::Options::=--force-unsafe-io \
        build-essential \
        ca-certificates \
        git \

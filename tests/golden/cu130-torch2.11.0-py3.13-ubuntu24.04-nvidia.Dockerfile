@@ -25,6 +25,7 @@ RUN --mount=type=cache,id=imagekit-apt-cache-ubuntu24.04,target=/var/cache/apt,s
     touch /tmp/imagekit-started \
     && apt-get update \
     && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
+       -o Dpkg::Options::=--force-unsafe-io \
        ca-certificates \
        g++ \
     && for log in /var/log/apt/history.log /var/log/apt/term.log /var/log/dpkg.log \
@@ -41,12 +42,13 @@ FROM nvidia/cuda:13.0.3-devel-ubuntu24.04 AS builder
 ENV DEBIAN_FRONTEND=noninteractive LANG=C.UTF-8 LC_ALL=C.UTF-8
 RUN rm -f /etc/apt/apt.conf.d/docker-clean \
     && echo 'Binary::apt::APT::Keep-Downloaded-Packages "true";' > /etc/apt/apt.conf.d/keep-cache
-RUN --mount=type=cache,id=imagekit-apt-cache-ubuntu24.04,target=/var/cache/apt,sharing=locked \
-    --mount=type=cache,id=imagekit-apt-lists-ubuntu24.04,target=/var/lib/apt/lists,sharing=locked \
+RUN --mount=type=cache,id=imagekit-apt-cache-ubuntu24.04-builder,target=/var/cache/apt,sharing=locked \
+    --mount=type=cache,id=imagekit-apt-lists-ubuntu24.04-builder,target=/var/lib/apt/lists,sharing=locked \
     --mount=type=tmpfs,target=/tmp \
     touch /tmp/imagekit-started \
     && apt-get update \
     && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
+       -o Dpkg::Options::=--force-unsafe-io \
        build-essential \
        ca-certificates \
        git \
