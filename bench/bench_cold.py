@@ -4,10 +4,13 @@ In one process and one run: (a) `imagekit build` of the README cell on an empty 
 (`docker builder prune -af`: no layer cache, no installer cache), (b) the same cold build
 with a push to the local registry, and (c) the floor: a bare `uv pip install` of the same
 resolved wheel set (read from the built image) into a fresh venv on the host with an empty
-uv cache. Prints the ratios (goals: build <= 2x the floor, build + push <= 3x) and the
-build's slowest steps, and writes bench/results/cold-<installer>.json.
+uv cache. With --rounds N, (a) and (c) run N times in turn, and the build's ratio is the
+median of each round's build over that round's floor (the floor alone moved from 17 s to
+24 s between runs here). Prints the ratios (goals: build <= 2x the floor, build + push <=
+3x) and where a cold build's time goes along its critical path (the phases below), and
+writes bench/results/cold-<installer>.json.
 
-Usage: python bench/bench_cold.py [--installer pip|uv]   (default: as the README cell builds)
+Usage: python bench/bench_cold.py [--installer pip|uv] [--rounds N] [--no-push]
 Needs the engine and registry of .ci/setup-host.sh and network to PyPI. It prunes BuildKit's
 whole cache (the next builds on this machine start cold) and removes what it built.
 """
@@ -19,6 +22,9 @@ import contextlib
 import json
 import os
 import platform
+import re
+import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -30,7 +36,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.realengine import docker, imagekit, require_engine  # noqa: E402
+from tests.realengine import docker, require_engine  # noqa: E402
 
 CA = "/etc/ssl/certs/ca-certificates.crt"
 REPO = "imagekit-bench-cold"
@@ -77,20 +83,67 @@ def prune() -> None:
     subprocess.run(["/usr/bin/docker", "builder", "prune", "-af"], capture_output=True, check=False)
 
 
-def cold_build(root: Path, push: bool) -> tuple[float, dict]:  # type: ignore[type-arg]
+def cold_build(root: Path, push: bool) -> tuple[float, dict, list[tuple[float, str]]]:  # type: ignore[type-arg]
+    """One cold build: its seconds, build.json, and its log lines with the second each came."""
     prune()
     docker("rmi", f"{EMPTY}/{REPO}:{CELL}", check=False)
     args = ["build", "--envs", "envs", "--ca-bundle", CA, "--progress", "plain"]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    command = [sys.executable, "-m", "imagekit", *args, *(["--push"] if push else [])]
     started = time.perf_counter()
-    result = imagekit(*args, *(["--push"] if push else []), cwd=root, timeout=3600)
+    lines: list[tuple[float, str]] = []
+    with subprocess.Popen(
+        command, cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    ) as process:
+        assert process.stdout is not None
+        for line in process.stdout:
+            lines.append((time.perf_counter() - started, line.rstrip("\n")))
     seconds = time.perf_counter() - started
-    if result.returncode != 0:
-        raise SystemExit(result.stdout[-3000:] + result.stderr[-2000:])
-    return seconds, json.loads((root / "reports" / CELL / "build.json").read_text())
+    if process.returncode != 0:
+        raise SystemExit("\n".join(text for _, text in lines[-60:]))
+    report = json.loads((root / "reports" / CELL / "build.json").read_text())
+    return seconds, report, lines
+
+
+_VERTEX = re.compile(r"#(\d+) (\[[^\]]+\] .*|exporting to image)$")
+_DONE = re.compile(r"#(\d+) DONE ([\d.]+)s$")
+
+
+def phases(lines: list[tuple[float, str]], total: float) -> dict[str, float]:
+    """A cold build's critical path: the stages before the venv's first package group (os-base's
+    apt beside the builder's resolve), each group step, the steps after them, and the
+    engine's export of the image after the last step."""
+    names: dict[str, str] = {}
+    begun: dict[str, float] = {}
+    done: dict[str, float] = {}
+    for at, line in lines:
+        text = line.split("] ", 1)[-1] if line.startswith("[") else line
+        if match := _VERTEX.search(text):
+            names.setdefault(match.group(1), match.group(2))
+            begun.setdefault(match.group(1), at)
+        elif match := _DONE.search(text):
+            done[match.group(1)] = at
+    groups = {}
+    for group in ("cuda", "torch", "features"):
+        vertex = next((v for v, n in names.items() if f"groups/{group}.txt" in n), None)
+        if vertex in done:
+            groups[group] = (begun[vertex], done[vertex])
+    if not groups:  # venv_layers: single
+        return {"build steps": total}
+    first, last = min(b for b, _ in groups.values()), max(e for _, e in groups.values())
+    # the export's own line comes only when it ends: it starts when the last step is done
+    steps_end = max(at for vertex, at in done.items() if names.get(vertex, "").startswith("["))
+    result = {"before the groups (apt beside resolve)": first}
+    result |= {f"group: {group}": end - begin for group, (begin, end) in groups.items()}
+    result["steps after the groups"] = steps_end - last
+    result["export of the image"] = total - steps_end
+    return result
 
 
 def floor(tag: str, work: Path) -> float:
-    """A bare uv install of the image's own wheel set into a fresh venv, empty cache."""
+    """A bare uv install of the image's own wheel set into a fresh venv, empty cache; the
+    venv and cache go again (6 GB each round)."""
+    work.mkdir()
     frozen = docker("run", "--rm", "--entrypoint", "/opt/venv/bin/python", tag, "-c", PROBE)
     wanted = [line for line in frozen.stdout.splitlines() if line and not line.startswith("pip==")]
     (work / "requirements.txt").write_text("\n".join(wanted) + "\n")
@@ -106,41 +159,47 @@ def floor(tag: str, work: Path) -> float:
         env=env,
         check=True,
     )  # fmt: skip
-    return time.perf_counter() - started
-
-
-def slowest(report: dict, count: int = 5) -> list[tuple[str, float]]:  # type: ignore[type-arg]
-    steps = sorted(report["steps"], key=lambda s: -float(s["seconds"]))
-    return [(str(s["step"])[:70], float(s["seconds"])) for s in steps[:count]]
+    seconds = time.perf_counter() - started
+    shutil.rmtree(work)
+    return seconds
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--installer", choices=["pip", "uv"], default="pip")
+    parser.add_argument("--rounds", type=int, default=1, help="cold build and floor, N times")
     parser.add_argument("--no-push", action="store_true", help="skip the build + push run")
     args = parser.parse_args()
     require_engine()
+    builds: list[float] = []
+    floors: list[float] = []
+    timelines: list[dict[str, float]] = []
     with tempfile.TemporaryDirectory() as tmp, empty_registry(Path(tmp)):
         root = Path(tmp) / "project"
         (root / "envs").mkdir(parents=True)
         (root / "envs" / "cold.yaml").write_text(MATRIX.replace("INSTALLER", args.installer))
-        build_s, report = cold_build(root, push=False)
-        steps_s = sum(float(s["seconds"]) for s in report["steps"])
+        for round_ in range(args.rounds):
+            build_s, _, lines = cold_build(root, push=False)
+            builds.append(build_s)
+            timelines.append(phases(lines, build_s))
+            floors.append(floor(f"{EMPTY}/{REPO}:{CELL}", Path(tmp) / f"floor{round_}"))
         push_s = None if args.no_push else cold_build(root, push=True)[0]
-        floor_s = floor(f"{EMPTY}/{REPO}:{CELL}", Path(tmp))
         docker("rmi", f"{EMPTY}/{REPO}:{CELL}", check=False)
     prune()
+    build_ratio = statistics.median([b / f for b, f in zip(builds, floors, strict=True)])
+    floor_s = statistics.median(floors)
     rows = [
-        ("cold build", build_s, build_s / floor_s, 2.0),
+        ("cold build", statistics.median(builds), build_ratio, 2.0),
         *([("cold build + push", push_s, push_s / floor_s, 3.0)] if push_s else []),
         ("bare uv install (the floor)", floor_s, 1.0, None),
     ]
-    print(f"README cell ({CELL}), installer {args.installer}")
+    print(f"README cell ({CELL}), installer {args.installer}, {args.rounds} round(s), medians")
     print(f"{'what':<32}{'seconds':>9}{'x floor':>9}{'goal':>7}")
     for name, seconds, ratio, goal in rows:
         print(f"{name:<32}{seconds:>9.1f}{ratio:>8.1f}x{(f'{goal:.0f}x' if goal else ''):>7}")
-    print(f"build steps {steps_s:.0f} s; after the last step (export) {build_s - steps_s:.0f} s")
-    for name, seconds in slowest(report):
+    breakdown = {name: statistics.median([t[name] for t in timelines]) for name in timelines[0]}
+    print("the cold build's critical path (median seconds):")
+    for name, seconds in breakdown.items():
         print(f"  {seconds:>6.1f} s  {name}")
     out = ROOT / "bench" / "results" / f"cold-{args.installer}.json"
     out.write_text(
@@ -149,11 +208,13 @@ def main() -> None:
                 "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                 "machine": f"{platform.machine()}, {len(os.sched_getaffinity(0))} CPUs",
                 "installer": args.installer,
-                "cold_build_s": build_s,
+                "rounds": args.rounds,
+                "cold_build_s": builds,
+                "bare_uv_install_s": floors,
+                "cold_build_over_floor_median": build_ratio,
                 "cold_build_push_s": push_s,
-                "bare_uv_install_s": floor_s,
-                "build_steps_s": steps_s,
-                "slowest_steps": slowest(report),
+                "cold_build_push_over_floor": push_s / floor_s if push_s else None,
+                "critical_path_s": breakdown,
             },
             indent=2,
         )
