@@ -36,9 +36,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.realengine import docker, require_engine  # noqa: E402
+from tests.realengine import HOST_CA, docker, prune_build_cache, require_engine  # noqa: E402
 
-CA = "/etc/ssl/certs/ca-certificates.crt"
 REPO = "imagekit-bench-cold"
 EMPTY = "127.0.0.1:5001"  # a registry of the bench's own (empty_registry)
 CELL = "cu126-torch2.7.1-py3.11-debian12-slim"
@@ -79,15 +78,11 @@ def empty_registry(folder: Path) -> Iterator[str]:
         server.wait(timeout=30)
 
 
-def prune() -> None:
-    subprocess.run(["/usr/bin/docker", "builder", "prune", "-af"], capture_output=True, check=False)
-
-
 def cold_build(root: Path, push: bool) -> tuple[float, dict, list[tuple[float, str]]]:  # type: ignore[type-arg]
     """One cold build: its seconds, build.json, and its log lines with the second each came."""
-    prune()
+    prune_build_cache()
     docker("rmi", f"{EMPTY}/{REPO}:{CELL}", check=False)
-    args = ["build", "--envs", "envs", "--ca-bundle", CA, "--progress", "plain"]
+    args = ["build", "--envs", "envs", "--ca-bundle", HOST_CA, "--progress", "plain"]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     command = [sys.executable, "-m", "imagekit", *args, *(["--push"] if push else [])]
     started = time.perf_counter()
@@ -151,7 +146,7 @@ def floor(tag: str, work: Path) -> float:
     subprocess.run([sys.executable, "-m", "venv", str(tools)], check=True)
     subprocess.run([str(tools / "bin" / "pip"), "install", "-q", "uv"], check=True)
     subprocess.run(["python3.11", "-m", "venv", "--without-pip", str(work / "venv")], check=True)
-    env = {**os.environ, "UV_CACHE_DIR": str(work / "uv-cache"), "SSL_CERT_FILE": CA}
+    env = {**os.environ, "UV_CACHE_DIR": str(work / "uv-cache"), "SSL_CERT_FILE": HOST_CA}
     started = time.perf_counter()
     subprocess.run(
         [str(tools / "bin" / "uv"), "pip", "install", "-q", "--python", str(work / "venv"),
@@ -185,7 +180,7 @@ def main() -> None:
             floors.append(floor(f"{EMPTY}/{REPO}:{CELL}", Path(tmp) / f"floor{round_}"))
         push_s = None if args.no_push else cold_build(root, push=True)[0]
         docker("rmi", f"{EMPTY}/{REPO}:{CELL}", check=False)
-    prune()
+    prune_build_cache()
     build_ratio = statistics.median([b / f for b, f in zip(builds, floors, strict=True)])
     floor_s = statistics.median(floors)
     rows = [

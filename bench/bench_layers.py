@@ -20,20 +20,25 @@ from __future__ import annotations
 import json
 import os
 import platform
-import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from datetime import datetime, timezone
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.realengine import REGISTRY, docker, imagekit, require_engine  # noqa: E402
+from tests.realengine import (  # noqa: E402
+    HOST_CA,
+    REGISTRY,
+    docker,
+    imagekit,
+    layer_sizes,
+    prune_build_cache,
+    require_engine,
+)
 
-CA = "/etc/ssl/certs/ca-certificates.crt"
 CELLS = ("cu126-torch2.7.1-py3.11-debian12-slim", "cu126-torch2.7.1-py3.13-debian13-slim")
 MATRIX = """
 registry: {registry}
@@ -45,26 +50,12 @@ matrix:
   - {{cuda: "12.6", torch: "2.7.1", python: "3.11", os: debian12, flavor: slim}}
   - {{cuda: "12.6", torch: "2.7.1", python: "3.13", os: debian13, flavor: slim}}
 """
-MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
-
-
-def prune() -> None:
-    subprocess.run(["/usr/bin/docker", "builder", "prune", "-af"], capture_output=True, check=False)
-
-
-def manifest(repo: str, tag: str) -> dict[str, object]:
-    request = urllib.request.Request(
-        f"http://{REGISTRY}/v2/{repo}/manifests/{tag}", headers={"Accept": MANIFEST}
-    )
-    with urllib.request.urlopen(request, timeout=30) as response:
-        return dict(json.loads(response.read()))
 
 
 def blobs(repo: str, tags: tuple[str, ...]) -> dict[str, int]:
     found: dict[str, int] = {}
     for tag in tags:
-        for layer in manifest(repo, tag)["layers"]:  # type: ignore[union-attr]
-            found[layer["digest"]] = int(layer["size"])
+        found |= layer_sizes(repo, tag)
     return found
 
 
@@ -115,7 +106,7 @@ def run_layout(layout: str, tmp: Path) -> dict[str, object]:
     (root / "envs" / "m.yaml").write_text(
         MATRIX.format(registry=REGISTRY, repo=repo, layout=layout)
     )
-    prune()
+    prune_build_cache()
     times = {}
     for cell in CELLS:
         times[cell] = build_cell(root, cell)
@@ -134,7 +125,7 @@ def run_layout(layout: str, tmp: Path) -> dict[str, object]:
 
 
 def build_cell(root: Path, cell: str) -> float:
-    args = ["build", "--envs", "envs", "--ca-bundle", CA, "--progress", "plain", "--push"]
+    args = ["build", "--envs", "envs", "--ca-bundle", HOST_CA, "--progress", "plain", "--push"]
     python, os_name = cell.split("-")[2][2:], cell.split("-")[3]
     started = time.perf_counter()
     result = imagekit(
@@ -158,7 +149,7 @@ def main() -> None:
             for layout in ("single", "split"):
                 results[layout] = run_layout(layout, Path(tmp))
                 print(layout, json.dumps(results[layout], indent=1)[:2000], flush=True)
-        prune()
+        prune_build_cache()
     if "--twin-only" in sys.argv:
         for layout, seconds in twin_pulls().items():
             results[layout]["twin_present_pull_s"] = seconds

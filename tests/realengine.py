@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -16,6 +18,8 @@ DOCKER = "/usr/bin/docker" if Path("/usr/bin/docker").exists() else "docker"
 REGISTRY = "127.0.0.1:5000"
 EPOCH = "1700000000"  # 2023-11-14T22:13:20+00:00
 MARKER = "imagekit-ca-bundle-marker-3f9c1d"  # appended to the CA bundle given to builds
+HOST_CA = "/etc/ssl/certs/ca-certificates.crt"  # this machine's bundle (its proxy's CA)
+MANIFEST_V2 = "application/vnd.docker.distribution.manifest.v2+json"
 
 
 def wheelhouse() -> Path:
@@ -48,6 +52,24 @@ def docker(
     return subprocess.run(
         [DOCKER, *args], capture_output=True, text=True, timeout=timeout, check=check
     )
+
+
+def registry_get(path: str, accept: str = MANIFEST_V2, registry: str = REGISTRY) -> bytes:
+    """GET /v2/<path> from a local registry: a manifest, or a blob with accept="*/*"."""
+    request = urllib.request.Request(f"http://{registry}/v2/{path}", headers={"Accept": accept})
+    with urllib.request.urlopen(request, timeout=120) as response:
+        return bytes(response.read())
+
+
+def layer_sizes(repo: str, tag: str) -> dict[str, int]:
+    """The layers of an image in the local registry: digest -> compressed size, in order."""
+    manifest = json.loads(registry_get(f"{repo}/manifests/{tag}"))
+    return {layer["digest"]: int(layer["size"]) for layer in manifest["layers"]}
+
+
+def prune_build_cache() -> None:
+    """All of BuildKit's cache: the next build starts cold."""
+    docker("builder", "prune", "-af", check=False, timeout=600)
 
 
 def require_engine() -> None:

@@ -7,14 +7,12 @@ and BuildKit's cache beyond 12 GB are removed afterwards (the disk fills otherwi
 
 from __future__ import annotations
 
-import json
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from ..realengine import REGISTRY, docker, imagekit
+from ..realengine import HOST_CA, REGISTRY, docker, imagekit, layer_sizes
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -29,7 +27,6 @@ matrix:
   - {{cuda: "12.6", torch: "2.7.1", python: ["3.11"], os: debian12, flavor: slim}}
   - {{cuda: "12.6", torch: "2.7.1", python: ["3.13"], os: debian13, flavor: slim}}
 """
-CA = "/etc/ssl/certs/ca-certificates.crt"
 PROBE = (
     "import torch, torch.backends.cudnn as c; "
     "print(torch.__version__, torch.version.cuda, c.version())"
@@ -41,7 +38,7 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     root = tmp_path_factory.mktemp("share")
     (root / "envs").mkdir()
     (root / "envs" / "m.yaml").write_text(MATRIX)
-    args = ["build", "--envs", "envs", "--ca-bundle", CA, "--push", "--bootstrap-base"]
+    args = ["build", "--envs", "envs", "--ca-bundle", HOST_CA, "--push", "--bootstrap-base"]
     result = imagekit(*args, cwd=root, timeout=3000)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
     yield root
@@ -49,17 +46,8 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     docker("builder", "prune", "-f", "--keep-storage", "12GB", check=False, timeout=600)
 
 
-def layers(tag: str) -> dict[str, int]:
-    request = urllib.request.Request(
-        f"http://{REGISTRY}/v2/{REPO}/manifests/{tag}",
-        headers={"Accept": "application/vnd.docker.distribution.manifest.v2+json"},
-    )
-    with urllib.request.urlopen(request, timeout=60) as response:
-        return {x["digest"]: int(x["size"]) for x in json.loads(response.read())["layers"]}
-
-
 def test_the_cuda_libraries_layer_is_one_blob_for_both_pythons(built: Path) -> None:
-    first, second = (layers(cell) for cell in CELLS)
+    first, second = (layer_sizes(REPO, cell) for cell in CELLS)
     shared = {digest: size for digest, size in first.items() if digest in second}
     assert max(shared.values()) > 1_500_000_000  # the nvidia-* wheels, compressed
     # everything else of the 3.6 GB is each cell's own (torch is built per Python)

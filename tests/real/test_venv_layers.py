@@ -11,17 +11,24 @@ import gzip
 import io
 import json
 import tarfile
-import urllib.request
 from pathlib import Path
 
 import pytest
 
-from ..realengine import REGISTRY, build_args, docker, imagekit, make_project, marked_ca_bundle
+from ..realengine import (
+    REGISTRY,
+    build_args,
+    docker,
+    imagekit,
+    layer_sizes,
+    make_project,
+    marked_ca_bundle,
+    registry_get,
+)
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
 TAG = "2.13.0-cpu-py3.11-debian12-slim"
-MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
 # Every file under /opt/venv (through the links into /opt/imagekit/cuda) with its sha256.
 # .pyc files are left out: their bytes depend on how they were compiled (hash-checked in
 # the layered venv, for reproducibility); the .py files they come from are compared. A
@@ -43,18 +50,8 @@ print(json.dumps(found))
 """
 
 
-def registry(path: str, accept: str = MANIFEST) -> bytes:
-    request = urllib.request.Request(f"http://{REGISTRY}/v2/{path}", headers={"Accept": accept})
-    with urllib.request.urlopen(request, timeout=120) as response:
-        return bytes(response.read())
-
-
-def layers(repo: str) -> list[dict[str, object]]:
-    return list(json.loads(registry(f"{repo}/manifests/{TAG}"))["layers"])
-
-
 def members(repo: str, digest: str) -> list[str]:
-    blob = registry(f"{repo}/blobs/{digest}", accept="*/*")
+    blob = registry_get(f"{repo}/blobs/{digest}", accept="*/*")
     with tarfile.open(fileobj=io.BytesIO(gzip.decompress(blob))) as tar:
         return tar.getnames()
 
@@ -74,21 +71,19 @@ def split_project(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_a_no_cache_rebuild_reproduces_every_big_layer_in_the_registry(
     split_project: Path,
 ) -> None:
-    before = layers("imagekit-split")
+    before = layer_sizes("imagekit-split", TAG)
     build(split_project, "--no-cache")
-    after = layers("imagekit-split")
+    after = layer_sizes("imagekit-split", TAG)
     # the four largest: torch, apt, features and the base
-    big = sorted(before, key=lambda layer: -int(str(layer["size"])))[:4]
-    assert int(str(big[-1]["size"])) > 10_000_000, before
-    assert {layer["digest"] for layer in big} <= {layer["digest"] for layer in after}
+    big = sorted(before, key=lambda digest: -before[digest])[:4]
+    assert before[big[-1]] > 10_000_000, before
+    assert set(big) <= set(after)
 
 
 def test_each_package_layer_holds_one_group(split_project: Path) -> None:
-    by_size = sorted(layers("imagekit-split"), key=lambda layer: -int(str(layer["size"])))
-    contents = {
-        str(layer["digest"]): members("imagekit-split", str(layer["digest"]))
-        for layer in by_size[:4]
-    }
+    sizes = layer_sizes("imagekit-split", TAG)
+    by_size = sorted(sizes, key=lambda digest: -sizes[digest])
+    contents = {digest: members("imagekit-split", digest) for digest in by_size[:4]}
     site = "opt/venv/lib/python3.11/site-packages/"
     torch = next(names for names in contents.values() if f"{site}torch/__init__.py" in names)
     assert all(n.startswith("opt") for n in torch)
