@@ -93,11 +93,7 @@ def make_project(
 
 
 def marked_ca_bundle(dest: Path) -> Path:
-    host = Path(
-        os.environ.get("PIP_CERT")
-        or os.environ.get("SSL_CERT_FILE")
-        or "/etc/ssl/certs/ca-certificates.crt"
-    )
+    host = Path(os.environ.get("PIP_CERT") or os.environ.get("SSL_CERT_FILE") or HOST_CA)
     bundle = dest / "ca-marked.pem"
     bundle.write_text(host.read_text() + f"\n# {MARKER}\n")
     return bundle
