@@ -37,9 +37,14 @@ def normalize(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
+def pin_name(pin: str) -> str:
+    """NAME==VERSION -> the normalized name."""
+    return normalize(pin.split("==")[0])
+
+
 def is_cuda_library(pin: str) -> bool:
     """The nvidia-* wheels: py3-none, so one copy serves every Python."""
-    return normalize(pin.split("==")[0]).startswith("nvidia-")
+    return pin_name(pin).startswith("nvidia-")
 
 
 def resolve(
@@ -100,13 +105,15 @@ def _run(command: list[str]) -> None:
         sys.exit(f"imagekit: resolving the packages failed: {' '.join(command)}\n{result.stdout}")
 
 
+def requirement_lines(text: str) -> list[str]:
+    """The requirements of a requirements file (uv pip compile's): each with its --hash lines
+    (they continue it), without comments; option lines (--index-url ...) left out."""
+    lines = (line.split("#", 1)[0].strip() for line in text.replace("\\\n", " ").splitlines())
+    return [line for line in lines if line and not line.startswith("-")]
+
+
 def _pins_from_requirements(text: str) -> list[str]:
-    pins = []
-    for line in text.replace("\\\n", " ").splitlines():  # a pin's --hash lines continue it
-        line = line.split("#", 1)[0].strip()
-        if line and not line.startswith("-") and "==" in line:
-            pins.append(line.split(";", 1)[0].split()[0])
-    return pins
+    return [line.split(";", 1)[0].split()[0] for line in requirement_lines(text) if "==" in line]
 
 
 def _pins_from_report(report: dict[str, object]) -> list[str]:
@@ -117,8 +124,8 @@ def _pins_from_report(report: dict[str, object]) -> list[str]:
 
 def split(torch_pins: list[str], feature_pins: list[str]) -> dict[str, list[str]]:
     """The groups, in layer order: each pin in exactly one, the earliest that needs it."""
-    torch_names = {normalize(p.split("==")[0]) for p in torch_pins}
-    features = [p for p in feature_pins if normalize(p.split("==")[0]) not in torch_names]
+    torch_names = {pin_name(p) for p in torch_pins}
+    features = [p for p in feature_pins if pin_name(p) not in torch_names]
     everything = torch_pins + features
     return {
         "cuda": sorted(p for p in everything if is_cuda_library(p)),
@@ -168,7 +175,7 @@ def copy_locked(installer: str, locked: Path, out: Path) -> int:
 def make_room(installer: str, pins: list[str]) -> None:
     """Remove from the bare venv what a group brings in another version (setuptools, from
     ensurepip): a layer that deletes files records whiteouts stamped with the build's time."""
-    wanted = {normalize(p.split("==")[0]): p.split("==")[1] for p in pins}
+    wanted = {pin_name(p): p.split("==")[1] for p in pins}
     stale = [
         d.metadata["Name"]
         for d in importlib.metadata.distributions()

@@ -55,7 +55,7 @@ class Pin:
 
     @property
     def name(self) -> str:
-        return groups.normalize(self.requirement.split("==")[0])
+        return groups.pin_name(self.requirement)
 
     def text(self) -> str:
         return " \\\n".join([self.requirement, *(f"    --hash=sha256:{h}" for h in self.hashes)])
@@ -186,12 +186,17 @@ def group_files(lock: PackageLock) -> dict[str, str]:
 # --- resolving ------------------------------------------------------------------------------
 
 
+def torch_source(cell: Cell, index: str | None) -> str:
+    """The torch index a lock resolves from: `index`, None for the cell's own, "" for none."""
+    return (cell.torch_index or "") if index is None else index
+
+
 def resolve(
     cell: Cell, resolver: Resolver, index: str | None, wheelhouse: Path | None
 ) -> PackageLock:
     """The cell's pins, resolved as groups.py does: torch first, then the features against
     torch's pins. `index`: None for the cell's own torch index, "" for none."""
-    used = (cell.torch_index or "") if index is None else index
+    used = torch_source(cell, index)
     torch = resolver(cell.torch_requirements, [], used, wheelhouse, cell.python)
     feature_reqs = [r for step in cell.feature_steps for r in step.requirements]
     features = []
@@ -264,10 +269,7 @@ def uv_resolver(
 def pins_from_compile(text: str) -> list[Pin]:
     """`uv pip compile --generate-hashes` output -> pins (markers dropped: one platform)."""
     pins = []
-    for line in text.replace("\\\n", " ").splitlines():
-        line = line.split("#", 1)[0].strip()
-        if not line or line.startswith("-"):
-            continue
+    for line in groups.requirement_lines(text):
         words = line.split()
         requirement = words[0].split(";", 1)[0]
         hashes = tuple(
@@ -296,9 +298,9 @@ def lock_cells(
         try:
             locks.append(resolve(cell, resolver, index, wheelhouse))
         except ResolveError as exc:
-            where = index if index is not None else cell.torch_index or "PyPI"
             raise ResolveError(
-                f"{cell.id}: its packages could not be resolved from {where}; nothing was "
+                f"{cell.id}: its packages could not be resolved from "
+                f"{torch_source(cell, index) or 'PyPI'}; nothing was "
                 f"written. Fix: lock where the index is reachable, or resolve torch from a "
                 f"wheelhouse (`imagekit lock --packages --torch-index none --wheelhouse DIR`)."
                 f"\n{exc}"
@@ -318,12 +320,12 @@ def stale(cells: Sequence[Cell], folder: Path, whole_matrix: bool) -> list[str]:
     ids = {c.id for c in cells}
     for cell in cells:
         path = lock_path(folder, cell.id)
-        if not path.is_file():
-            continue
         try:
-            lock = parse(path.read_text(encoding="utf-8"), cell.id, str(path))
+            lock = read(folder, cell.id)
         except UsageError as exc:
             problems.append(str(exc))
+            continue
+        if lock is None:
             continue
         if not lockable(cell):
             problems.append(
