@@ -18,7 +18,7 @@ import urllib.parse
 from collections.abc import Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -27,7 +27,7 @@ from imagekit.build import context as context_mod
 from imagekit.build.display import Display
 from imagekit.build.inputs import Inputs
 from imagekit.build.log import StepLog
-from imagekit.engine.interface import BuildRequest, Compression, Engine, build_flags, output_flags
+from imagekit.engine.interface import BuildRequest, Compression, Engine, build_flags, push_flags
 from imagekit.errors import BuildError, ImagekitError, Interrupted
 from imagekit.matrix.cells import Cell
 from imagekit.paths import write_atomic
@@ -70,9 +70,8 @@ class PlannedBuild:
         if compression.default:
             return "; ".join(shlex.join(["docker", "push", tag]) for tag in self.tags)
         # the same request again, fully cached, as DockerEngine.push_args runs it
-        flags = build_flags(replace(self.request, cache_to=()))
         return shlex.join(
-            ["docker", "buildx", "build", *output_flags(self.tags, compression), *flags]
+            ["docker", "buildx", "build", *push_flags(self.request, self.tags, compression)]
         )
 
 

@@ -41,7 +41,7 @@ from imagekit.engine.interface import (
     Started,
     SubnetTaken,
     build_flags,
-    output_flags,
+    push_flags,
 )
 from imagekit.errors import BuildError, EngineError, PushError, UsageError
 
@@ -218,8 +218,7 @@ class DockerEngine:
         if self.builder.kind != "buildx":  # check_support refuses this before any build
             raise EngineError(f"--compression {compression} needs docker buildx")
         prefix = [self.builder.cli, "buildx", "build", "--progress=plain"]
-        flags = build_flags(replace(request, cache_to=()))  # the build run exported it
-        return [*prefix, "--metadata-file", str(metadata), *output_flags(tags, compression), *flags]
+        return [*prefix, "--metadata-file", str(metadata), *push_flags(request, tags, compression)]
 
     def push_compressed(
         self, request: BuildRequest, tags: Sequence[str], compression: Compression

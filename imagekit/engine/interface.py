@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Protocol
 
@@ -102,6 +102,12 @@ def output_flags(tags: Sequence[str], compression: Compression) -> list[str]:
         attrs.append("oci-mediatypes=true")
     tag_flags = [flag for tag in tags for flag in ("-t", tag)]
     return [*tag_flags, "--output", ",".join(attrs)]
+
+
+def push_flags(request: BuildRequest, tags: Sequence[str], compression: Compression) -> list[str]:
+    """A compressed push: the same build again, every step cached, exported and pushed by
+    BuildKit (the build run already exported the cache: no --cache-to)."""
+    return [*output_flags(tags, compression), *build_flags(replace(request, cache_to=()))]
 
 
 @dataclass(frozen=True)
