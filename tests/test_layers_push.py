@@ -180,6 +180,7 @@ def test_buildx_push_command_line(tmp_path: Path, compression: Compression, outp
         dockerfile=tmp_path / "Dockerfile",
         cache_from=("type=registry,ref=r:c",),
         cache_to=("type=registry,ref=r:c,mode=max",),
+        no_cache=True,
     )
     tags = ["r/a:1", "r/a:1-latest"]
     args = engine_with("buildx", "docker-container").push_args(
@@ -191,6 +192,7 @@ def test_buildx_push_command_line(tmp_path: Path, compression: Compression, outp
     assert [args[i + 1] for i, a in enumerate(args) if a == "-t"] == tags
     assert "--load" not in args and "--cache-to" not in args  # the build exported the cache
     assert "--cache-from" in args and args[-1] == str(tmp_path)
+    assert "--no-cache" not in args  # exports what `build --no-cache` just built
     assert output_flags(tags, compression)[-1] == output
 
 

@@ -106,8 +106,11 @@ def output_flags(tags: Sequence[str], compression: Compression) -> list[str]:
 
 def push_flags(request: BuildRequest, tags: Sequence[str], compression: Compression) -> list[str]:
     """A compressed push: the same build again, every step cached, exported and pushed by
-    BuildKit (the build run already exported the cache: no --cache-to)."""
-    return [*output_flags(tags, compression), *build_flags(replace(request, cache_to=()))]
+    BuildKit (the build run already exported the cache: no --cache-to). Never --no-cache: a
+    `build --no-cache` has just built every step, and the push must export that image, not
+    build a second one."""
+    again = replace(request, cache_to=(), no_cache=False)
+    return [*output_flags(tags, compression), *build_flags(again)]
 
 
 @dataclass(frozen=True)
