@@ -131,11 +131,12 @@ def build(**kwargs: Any) -> None:
 
     selection = Selection.of(kwargs)
     cells = selection.cells()
-    options = replace(options_from(kwargs), package_locks=selection.package_locks())
+    locks = selection.package_locks()
+    options = replace(options_from(kwargs), package_locks=locks)
     # Every path is checked before anything is built or contacted; a stale package lock
     # would install what the matrix no longer asks for.
     resolved = inputs.resolve(kwargs["ca_bundle"], kwargs["index_url"], kwargs["wheelhouse"])
-    packagelock.raise_if_stale(cells, selection.package_locks(), whole_matrix=False)
+    packagelock.raise_if_stale(cells, locks, whole_matrix=False)
     run_build(cells, options, resolved, BuildRun.of(kwargs))
 
 

@@ -115,10 +115,8 @@ def one_cell(cells: list[Cell]) -> Cell:
 
 def pins(selection: Selection) -> dict[str, str]:
     from imagekit.matrix import lockfile
-    from imagekit.matrix.catalog import default_envs
 
-    path = selection.lock or lockfile.default_path(list(selection.envs) or default_envs())
-    return lockfile.read(path).pins
+    return lockfile.read(selection.images_lock()).pins
 
 
 def options_from(kwargs: dict[str, Any]) -> Any:

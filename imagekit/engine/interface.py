@@ -66,7 +66,6 @@ class Layer:
 
 # How layers are compressed on push. gzip at the default level is what every engine writes
 # (`docker push`); anything else is written by BuildKit's image exporter (buildx).
-COMPRESSIONS = ("gzip", "zstd", "estargz")
 MAX_LEVEL = {"gzip": 9, "estargz": 9, "zstd": 22}
 
 
