@@ -173,7 +173,7 @@ def preflight(spec: LaunchSpec) -> str:
 
 
 def steps(spec: LaunchSpec) -> str:
-    command = " ".join(shlex.quote(word) for word in spec.command)
+    command = shlex.join(spec.command)
     run = 'srun --ntasks-per-node=1 --kill-on-bad-exit=1 "${srun_opts[@]}" "${prefix[@]}"'
     return "\n".join(
         [

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from imagekit.errors import UsageError
 from imagekit.matrix.cells import Cell
 from imagekit.matrix.profiles import PROFILE_ENV, PROFILE_SHM, RDMA_PROFILES
-from imagekit.matrix.refs import check_image_ref
+from imagekit.matrix.refs import check_image_ref, pinned
 from imagekit.selfcheck.registry import ORDER
 
 KINDS = {"kubernetes": ("trainjob", "jobset"), "slurm": ("pyxis", "apptainer")}
@@ -127,8 +127,7 @@ def image_ref(ref: str, pins: Mapping[str, str]) -> str:
         check_image_ref(ref)
     except ValueError as exc:
         raise UsageError(f"--image {ref}: {exc}") from None
-    digest = pins.get(ref)
-    return f"{ref}@{digest}" if digest and "@" not in ref else ref
+    return pinned(ref, pins)
 
 
 def _check_counts(opts: LaunchOptions) -> None:

@@ -27,7 +27,7 @@ from imagekit.matrix.compat import (
     variant_of,
 )
 from imagekit.matrix.profiles import image_env
-from imagekit.matrix.refs import check_tag
+from imagekit.matrix.refs import check_tag, pinned
 from imagekit.matrix.spec import AXES, Options, RawCell, merge
 
 DEFAULT_SIZE_BUDGET = 20 * 10**9
@@ -185,8 +185,8 @@ def complete(raw: RawCell, compat: Compat, pins: dict[str, str] | None = None) -
         variant=variant_of(raw.cuda),
         installer=installer,
         system_python=system_python,
-        runtime_image=_pin(runtime_image, pins),
-        builder_image=_pin(builder_image, pins) if builder_image else None,
+        runtime_image=pinned(runtime_image, pins),
+        builder_image=pinned(builder_image, pins) if builder_image else None,
         os_family="debian" if raw.os.startswith("debian") else "ubuntu",
         torch_index=compat.torch_index(raw.cuda, torch.version),
         torch_requirements=_torch_requirements(torch.version, torch.torchvision, opts.torchvision),
@@ -271,11 +271,6 @@ def _images(raw: RawCell, rec: Records, needs_devel: bool) -> tuple[str, str | N
 
 def _venv_layers(wanted: str, needs_devel: bool, build_apt: bool) -> str:
     return "single" if needs_devel or build_apt else wanted
-
-
-def _pin(image: str, pins: dict[str, str]) -> str:
-    digest = pins.get(image)
-    return f"{image}@{digest}" if digest and "@" not in image else image
 
 
 def _torch_requirements(

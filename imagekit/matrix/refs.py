@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 
 _COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
 _DOMAIN_PART = r"(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])"
@@ -45,3 +46,9 @@ def check_tag(tag: str) -> str:
             "not starting with . or -"
         )
     return tag
+
+
+def pinned(ref: str, pins: Mapping[str, str]) -> str:
+    """`ref`, plus @digest where a lock pins it (a ref with a digest is taken as it is)."""
+    digest = pins.get(ref)
+    return f"{ref}@{digest}" if digest and "@" not in ref else ref
