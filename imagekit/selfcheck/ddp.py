@@ -9,7 +9,16 @@ import socket
 import time
 from typing import Any
 
-from imagekit.selfcheck.results import Result, failed, fault, passed, timed
+from imagekit.selfcheck.results import (
+    Result,
+    bus_bandwidth,
+    failed,
+    fault,
+    gather,
+    max_difference,
+    passed,
+    timed,
+)
 from imagekit.selfcheck.verdicts import DdpRun, ddp_runs, launched_by_torchrun
 
 # A rank that has not reported by then is dead or stuck; the check's own limit is longer.
@@ -135,9 +144,7 @@ def ddp_worker(rank: int, world: int, backend: str | None) -> Result:
         if fault("ddp-die") and rank == 1:
             os._exit(3)  # dies without reporting
         grads = torch.cat([p.grad.flatten() for p in model.parameters()])
-        gathered = [torch.zeros_like(grads) for _ in range(world)]
-        dist.all_gather(gathered, grads)
-        spread = max(float((g - gathered[0]).abs().max()) for g in gathered)
+        spread = max_difference(gather(torch, dist, grads, world))
         m: dict[str, Any] = {
             "backend": backend,
             "world_size": world,
@@ -158,7 +165,7 @@ def ddp_worker(rank: int, world: int, backend: str | None) -> Result:
 
 
 def _busbw(torch: Any, dist: Any, world: int, device: str) -> float:
-    """nccl-tests' bus bandwidth: 2(n-1)/n of the data per second."""
+    """nccl-tests' bus bandwidth of an all-reduce, GB/s."""
     tensor = torch.ones(64 * 1024 * 1024, device=device)  # 256 MB of fp32
     seconds = timed(lambda: dist.all_reduce(tensor), 10, torch.cuda.synchronize)
-    return tensor.numel() * 4 * 2 * (world - 1) / world / seconds / 1e9
+    return bus_bandwidth(tensor.numel() * 4 / seconds / 1e9, world)

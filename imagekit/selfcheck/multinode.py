@@ -22,7 +22,14 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from imagekit.selfcheck.results import fault, timed
+from imagekit.selfcheck.results import (
+    bus_bandwidth,
+    fault,
+    gather,
+    max_difference,
+    sync_of,
+    timed,
+)
 from imagekit.selfcheck.verdicts import launched_by_torchrun
 
 REPORT = "multinode.json"
@@ -53,12 +60,8 @@ def bandwidth(nbytes: int, seconds: float, world: int) -> dict[str, float]:
     return {
         "seconds": round(seconds, 4),
         "algbw_GBps": round(algbw, 3),
-        "busbw_GBps": round(algbw * 2 * (world - 1) / world, 3),
+        "busbw_GBps": round(bus_bandwidth(algbw, world), 3),
     }
-
-
-def max_difference(vectors: list[Any]) -> float:
-    return max(float((v - vectors[0]).abs().max()) for v in vectors)
 
 
 def verdict(grad_diff: float, param_diff: float) -> tuple[str, str]:
@@ -87,19 +90,13 @@ def ddp_step(torch: Any, device: str, rank: int) -> tuple[Any, Any]:
     return grads, params
 
 
-def gather(torch: Any, dist: Any, tensor: Any, world: int) -> list[Any]:
-    out = [torch.zeros_like(tensor) for _ in range(world)]
-    dist.all_gather(out, tensor)
-    return out
-
-
 def time_allreduce(torch: Any, dist: Any, device: str, args: argparse.Namespace) -> dict:  # type: ignore[type-arg]
     world = dist.get_world_size()
     numel = args.megabytes * 2**20 // 4
     if world < 2:
         return {"megabytes": args.megabytes, "note": "1 rank: an all-reduce moves no data"}
     buffer = torch.ones(numel, device=device)
-    sync = torch.cuda.synchronize if device != "cpu" else (lambda: None)
+    sync = sync_of(torch, device.partition(":")[0])  # cpu, or cuda:N
     seconds = timed(lambda: dist.all_reduce(buffer), args.iterations, sync)
     figures = bandwidth(numel * 4, seconds, world)
     return {"megabytes": args.megabytes, "iterations": args.iterations, **figures}

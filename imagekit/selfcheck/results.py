@@ -59,6 +59,24 @@ def timed(fn: Callable[[], Any], repeat: int, sync: Callable[[], None]) -> float
     return (time.perf_counter() - start) / repeat
 
 
+def bus_bandwidth(algbw: float, world: int) -> float:
+    """nccl-tests' bus bandwidth from the data per second (algbw): what each link of a ring
+    all-reduce carried, 2(n-1)/n of it, comparable across world sizes."""
+    return algbw * 2 * (world - 1) / world
+
+
+def gather(torch: Any, dist: Any, tensor: Any, world: int) -> list[Any]:
+    """Every rank's copy of `tensor`, on every rank."""
+    out = [torch.zeros_like(tensor) for _ in range(world)]
+    dist.all_gather(out, tensor)
+    return out
+
+
+def max_difference(vectors: list[Any]) -> float:
+    """How far the copies are from the first one (0 where the ranks agree)."""
+    return max(float((v - vectors[0]).abs().max()) for v in vectors)
+
+
 def device_of(torch: Any) -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
