@@ -29,6 +29,7 @@ from typing import Any
 
 from imagekit.engine.interface import ContainerState, Engine, RunOptions, SubnetTaken
 from imagekit.errors import EngineError, SelfCheckFailed, UsageError
+from imagekit.paths import write_atomic
 
 RUN_LABEL = "io.imagekit.run"
 OWNER_LABEL = "io.imagekit.run.owner"  # host:pid of the imagekit process that made it
@@ -554,8 +555,7 @@ def check_nodes(
     """Returns the table; raises SelfCheckFailed (with the table and log tails) on failure."""
     report = run_nodes(engine, image, options, say)
     if options.json_path:
-        options.json_path.parent.mkdir(parents=True, exist_ok=True)
-        options.json_path.write_text(json.dumps(report, indent=2, default=str) + "\n")
+        write_atomic(options.json_path, json.dumps(report, indent=2, default=str) + "\n")
     text = table(image, report)
     if report["status"] != "passed":
         tails = [f"--- {n['host']} log ---\n{n['log_tail']}" for n in report["node_states"]]

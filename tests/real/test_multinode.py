@@ -16,7 +16,7 @@ import pytest
 from imagekit import multinode
 from imagekit.engine.docker import DockerEngine
 
-from ..realengine import DOCKER, docker, imagekit
+from ..realengine import docker, imagekit
 from .conftest import TAG
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
@@ -105,7 +105,7 @@ def logs_of(node: str) -> str:
     container = node_container(node)
     if not container:
         return ""
-    result = subprocess.run([DOCKER, "logs", container], capture_output=True, text=True)
+    result = docker("logs", container, check=False)
     return result.stdout + result.stderr
 
 
