@@ -30,6 +30,7 @@ class Verdict:
     runs: bool
     why: str  # short, for the row
     rule: str = ""  # the rule that refused, with its source: printed once, as a footnote
+    jit: bool = False  # it runs through PTX JIT (which needs the toolkit's own driver)
 
 
 def parse_host(driver: str | None, gpu: str | None) -> Host:
@@ -84,7 +85,9 @@ def arch_text(data: Compat, torch: TorchRelease, cuda: CudaRelease, host: Host) 
     archs = data.archs_for(torch.version, cuda.version)
     verdict = arch_verdict(host.capability, compat_mod.arch_entries(archs))
     if verdict.runs:
-        return Verdict(True, f"{verdict.via} (JIT)" if verdict.jit else verdict.via)
+        return Verdict(
+            True, f"{verdict.via} (JIT)" if verdict.jit else verdict.via, jit=verdict.jit
+        )
     gpu = f"sm_{host.capability[0]}{host.capability[1]}"
     rule = (
         "SASS sm_XY runs on GPUs of major X and minor >= Y, PTX compute_XY on any GPU >= X.Y "
@@ -98,7 +101,7 @@ def row_verdict(data: Compat, torch: TorchRelease, cuda: CudaRelease, host: Host
     archs = arch_text(data, torch, cuda, host)
     if not archs.runs:
         return archs
-    driver = driver_verdict(data, cuda, host, jit=archs.why.endswith("(JIT)"))
+    driver = driver_verdict(data, cuda, host, jit=archs.jit)
     if not driver.runs:
         return driver
     return Verdict(True, archs.why)
