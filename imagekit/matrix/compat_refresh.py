@@ -152,10 +152,15 @@ def torch_pin(metadata: str) -> Any:
     return Requirement("torch").specifier
 
 
-def index_variants(version: str, fetch: Fetch, index: str) -> tuple[str, ...]:
-    """The cuXXX/cpu variants a PyTorch-style index (PEP 503 HTML) has for a torch release."""
+def index_wheel_names(fetch: Fetch, index: str) -> list[str]:
+    """The torch wheels' file names on a PyTorch-style index (PEP 503 HTML): one page, read
+    once for every release."""
     page = fetch(f"{index.rstrip('/')}/torch/", {"Accept": "text/html"}).decode("utf-8", "replace")
-    names = (html.unescape(n).rsplit("/", 1)[-1].split("#")[0] for n in _anchors(page))
+    return [html.unescape(n).rsplit("/", 1)[-1].split("#")[0] for n in _anchors(page)]
+
+
+def index_variants(version: str, names: Iterable[str]) -> tuple[str, ...]:
+    """The cuXXX/cpu variants among an index's wheel names for a torch release."""
     found = {
         m["local"]
         for n in names
@@ -278,12 +283,13 @@ def refresh(
     wanted = list(versions) or list(data.torch)
     torch_files = index_files(fetch, "torch", index)
     vision_files = index_files(fetch, "torchvision", index)
+    index_names = index_wheel_names(fetch, torch_index) if torch_index else []
     found = []
     for version in wanted:
         derived = derive(torch_files, version, fetch)
         derived = replace(derived, torchvision=torchvision_for(version, vision_files, fetch))
         if torch_index:
-            derived = replace(derived, variants=index_variants(version, fetch, torch_index))
+            derived = replace(derived, variants=index_variants(version, index_names))
         found.append(derived)
     shown = text
     for derived in found:  # the diff shows values; dates change only on write
