@@ -154,11 +154,12 @@ def complete(raw: RawCell, compat: Compat, pins: dict[str, str] | None = None) -
     ident = cell_id(raw.cuda, torch.version, raw.python, raw.os, raw.flavor)
     runtime_image, builder_image = _images(raw, rec, needs_devel)
     pins = pins or {}
+    forward = raw.flavor == "nvidia"  # its images carry CUDA's forward-compatibility package
     env = image_env(
         str(opts.profile),
         cuda=raw.cuda != CPU,
         tf32=bool(opts.tf32),
-        require_cuda=rec.cuda.require_cuda(forward=raw.flavor == "nvidia") if rec.cuda else None,
+        require_cuda=rec.cuda.require_cuda(forward) if rec.cuda else None,
     )
     env.update(opts.env or {})
     fields = {
@@ -206,7 +207,7 @@ def complete(raw: RawCell, compat: Compat, pins: dict[str, str] | None = None) -
         source=source_mod.checked(raw.base_dir, opts.source, ignore) if opts.source else None,
         source_default_ignore=ignore,
         min_driver=rec.cuda.min_driver if rec.cuda else None,
-        forward_branches=rec.cuda.forward_branches if rec.cuda and raw.flavor == "nvidia" else (),
+        forward_branches=rec.cuda.forward_branches if rec.cuda and forward else (),
         archs=archs,
         origin=str(raw.origin),
     )

@@ -48,12 +48,11 @@ class CudaRelease:
     archs: tuple[str, ...]
     os: tuple[str, ...]
     source: Mapping[str, str] = field(default_factory=_empty)  # source key -> date read
+    forward_branches: tuple[int, ...] = ()  # driver branches its cuda-compat package serves
 
     @property
     def major(self) -> int:
         return int(self.version.split(".")[0])
-
-    forward_branches: tuple[int, ...] = ()  # driver branches its cuda-compat package serves
 
     def require_cuda(self, forward: bool) -> str:
         """What an image built on this CUDA's wheels asks of the driver: the major's floor
