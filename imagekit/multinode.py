@@ -30,6 +30,7 @@ from typing import Any
 from imagekit.engine.interface import ContainerState, Engine, RunOptions, SubnetTaken
 from imagekit.errors import EngineError, SelfCheckFailed, UsageError
 from imagekit.paths import write_atomic
+from imagekit.selfcheck_host import checkable_image, selfcheck_env, wants_gpus
 
 RUN_LABEL = "io.imagekit.run"
 OWNER_LABEL = "io.imagekit.run.owner"  # host:pid of the imagekit process that made it
@@ -129,8 +130,7 @@ def plan(
     endpoint = f"node0:{PORT}"
     command = torchrun_command(f"imagekit-{run_id}", endpoint, options)
     labels = {RUN_LABEL: run_id, OWNER_LABEL: f"{socket.gethostname()}:{os.getpid()}"}
-    env = {"IMAGEKIT_LABELS": json.dumps(image_labels), "IMAGEKIT_EXPECT_GPU": str(int(gpus))}
-    env.update(options.env)
+    env = selfcheck_env(image_labels, gpus, options.env)
     nodes = []
     for i in range(options.nodes):
         host = f"node{i}"
@@ -295,13 +295,7 @@ def run_nodes(
     """Run the multi-node check; returns its report (also on failure) after removing
     everything it made. Raises UsageError/EngineError before anything ran."""
     check_options(options)
-    info = engine.inspect(image)
-    if info is None:
-        raise UsageError(f"image {image} is not on this engine; build it or `docker pull` it first")
-    from imagekit.selfcheck_host import has_selfcheck, wants_gpus
-
-    if not has_selfcheck(info.labels):
-        raise UsageError(f"image {image} has no imagekit self-check (no io.imagekit.* labels)")
+    info = checkable_image(engine, image)
     gpus = wants_gpus(options.gpus, engine.has_gpu_runtime())
     remove_stale(engine, say)
     with tempfile.TemporaryDirectory(prefix="imagekit-nodes-") as tmp:

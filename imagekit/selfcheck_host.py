@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from imagekit.engine.interface import Engine, RunOptions, RunResult
+from imagekit.engine.interface import Engine, ImageInfo, RunOptions, RunResult
 from imagekit.errors import SelfCheckFailed, UsageError
 from imagekit.selfcheck import registry
 
@@ -53,7 +53,8 @@ def selfcheck_command(options: SelfCheckOptions) -> list[str]:
     return cmd
 
 
-def run_selfcheck(engine: Engine, image: str, options: SelfCheckOptions) -> tuple[RunResult, dict]:  # type: ignore[type-arg]
+def checkable_image(engine: Engine, image: str) -> ImageInfo:
+    """The image, refused where it is not on the engine or imagekit did not build it."""
     info = engine.inspect(image)
     if info is None:
         raise UsageError(f"image {image} is not on this engine; build it or `docker pull` it first")
@@ -63,6 +64,17 @@ def run_selfcheck(engine: Engine, image: str, options: SelfCheckOptions) -> tupl
             "imagekit did not build it. Build it with `imagekit build`, or start your "
             "Dockerfile FROM an image imagekit built (the self-check and its labels come along)"
         )
+    return info
+
+
+def selfcheck_env(labels: dict[str, str], gpus: bool, extra: dict[str, str]) -> dict[str, str]:
+    """The self-check's container environment: what the image promises (its labels), and
+    IMAGEKIT_EXPECT_GPU: GPUs were given, so a torch that sees none must fail; then yours."""
+    return {"IMAGEKIT_LABELS": json.dumps(labels), "IMAGEKIT_EXPECT_GPU": str(int(gpus)), **extra}
+
+
+def run_selfcheck(engine: Engine, image: str, options: SelfCheckOptions) -> tuple[RunResult, dict]:  # type: ignore[type-arg]
+    info = checkable_image(engine, image)
     gpus = wants_gpus(options.gpus, engine.has_gpu_runtime())
     with tempfile.TemporaryDirectory(prefix="imagekit-selfcheck-") as tmp:
         os.chmod(tmp, 0o777)  # the image's non-root user writes the reports
@@ -70,12 +82,7 @@ def run_selfcheck(engine: Engine, image: str, options: SelfCheckOptions) -> tupl
             shm_size=None if options.ipc_host else options.shm_size,
             ipc_host=options.ipc_host,
             gpus=gpus,
-            # IMAGEKIT_EXPECT_GPU: GPUs were given, so a torch that sees none must fail.
-            env={
-                "IMAGEKIT_LABELS": json.dumps(info.labels),
-                "IMAGEKIT_EXPECT_GPU": str(int(gpus)),
-                **options.env,
-            },
+            env=selfcheck_env(info.labels, gpus, options.env),
             volumes={tmp: "/imagekit-reports"},
             timeout=registry.total_limit(_names(options.checks), options.timeout),
         )
