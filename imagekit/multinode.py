@@ -122,6 +122,13 @@ def torchrun_command(plan_id: str, endpoint: str, options: NodesOptions) -> tupl
     )  # fmt: skip
 
 
+def make_report_dirs(run: Plan) -> None:
+    """Each node's report folder, writable by the image's non-root user."""
+    for node in run.nodes:
+        node.report_dir.mkdir()
+        os.chmod(node.report_dir, 0o777)
+
+
 def plan(
     image_labels: dict[str, str], options: NodesOptions, gpus: bool, run_id: str, tmp: Path
 ) -> Plan:
@@ -300,9 +307,7 @@ def run_nodes(
     remove_stale(engine, say)
     with tempfile.TemporaryDirectory(prefix="imagekit-nodes-") as tmp:
         run = plan(info.labels, options, gpus, new_run_id(), Path(tmp))
-        for node in run.nodes:
-            node.report_dir.mkdir()
-            os.chmod(node.report_dir, 0o777)  # the image's non-root user writes the reports
+        make_report_dirs(run)
         report = execute(engine, image, run, options, say)
     report["profile"] = info.env.get("IMAGEKIT_PROFILE", "")
     return report

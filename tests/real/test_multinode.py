@@ -113,9 +113,7 @@ def test_a_node_that_never_arrives_fails_at_the_join_timeout(project: Path, tmp_
     options = multinode.NodesOptions(nodes=2, join_timeout=20, timeout=60)
     engine = DockerEngine()
     run = multinode.plan({}, options, False, multinode.new_run_id(), tmp_path)
-    for node in run.nodes:
-        node.report_dir.mkdir()
-        node.report_dir.chmod(0o777)
+    multinode.make_report_dirs(run)
     # node1's container starts but its torchrun never does: a node stuck before rendezvous.
     absent = replace(run.nodes[1], command=("sleep", "600"))
     run = replace(run, nodes=(run.nodes[0], absent))
