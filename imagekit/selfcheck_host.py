@@ -24,7 +24,7 @@ VALIDATED_SUFFIX = "-validated"
 
 @dataclass(frozen=True)
 class SelfCheckOptions:
-    gpus: str = "auto"  # auto | all | none
+    gpus: str = "auto"  # auto | all | none | N (the first N GPUs, and all N must be seen)
     ipc_host: bool = False
     shm_size: str = "8g"
     require: str = ""
@@ -67,22 +67,36 @@ def checkable_image(engine: Engine, image: str) -> ImageInfo:
     return info
 
 
-def selfcheck_env(labels: dict[str, str], gpus: bool, extra: dict[str, str]) -> dict[str, str]:
-    """The self-check's container environment: what the image promises (its labels), and
-    IMAGEKIT_EXPECT_GPU: GPUs were given, so a torch that sees none must fail; then yours."""
-    return {"IMAGEKIT_LABELS": json.dumps(labels), "IMAGEKIT_EXPECT_GPU": str(int(gpus)), **extra}
+def selfcheck_env(
+    labels: dict[str, str], gpus: bool, extra: dict[str, str], count: int | None = None
+) -> dict[str, str]:
+    """The self-check's container environment: what the image promises (its labels),
+    IMAGEKIT_EXPECT_GPU: GPUs were given, so a torch that sees none must fail, and with a
+    count IMAGEKIT_EXPECT_GPUS, which torch, NVML and the device nodes must all see; then
+    yours."""
+    env = {"IMAGEKIT_LABELS": json.dumps(labels), "IMAGEKIT_EXPECT_GPU": str(int(gpus))}
+    if gpus and count is not None:
+        env["IMAGEKIT_EXPECT_GPUS"] = str(count)
+    return {**env, **extra}
+
+
+def gpu_count(choice: str) -> int | None:
+    """--gpus N: the number; auto, all and none name none."""
+    return int(choice) if choice.isdigit() else None
 
 
 def run_selfcheck(engine: Engine, image: str, options: SelfCheckOptions) -> tuple[RunResult, dict]:  # type: ignore[type-arg]
     info = checkable_image(engine, image)
     gpus = wants_gpus(options.gpus, engine.has_gpu_runtime())
+    count = gpu_count(options.gpus)
     with tempfile.TemporaryDirectory(prefix="imagekit-selfcheck-") as tmp:
         os.chmod(tmp, 0o777)  # the image's non-root user writes the reports
         run_options = RunOptions(
             shm_size=None if options.ipc_host else options.shm_size,
             ipc_host=options.ipc_host,
             gpus=gpus,
-            env=selfcheck_env(info.labels, gpus, options.env),
+            gpu_ids=tuple(str(i) for i in range(count or 0)),
+            env=selfcheck_env(info.labels, gpus, options.env, count),
             volumes={tmp: "/imagekit-reports"},
             timeout=registry.total_limit(_names(options.checks), options.timeout),
         )
@@ -99,14 +113,16 @@ def has_selfcheck(labels: dict[str, str]) -> bool:
 
 
 def wants_gpus(choice: str, engine_has_runtime: bool) -> bool:
-    """--gpus all on an engine without the NVIDIA runtime is a mistake, not a CPU run."""
-    if choice == "all" and not engine_has_runtime:
+    """--gpus all (or N) on an engine without the NVIDIA runtime is a mistake, not a CPU
+    run; --gpus 0 is --gpus none."""
+    given = choice == "all" or (choice.isdigit() and int(choice) > 0)
+    if given and not engine_has_runtime:
         raise UsageError(
-            "--gpus all: this Docker engine has no NVIDIA runtime, so no GPU can reach the "
-            "container. Install the NVIDIA Container Toolkit (nvidia-ctk runtime configure "
+            f"--gpus {choice}: this Docker engine has no NVIDIA runtime, so no GPU can reach "
+            "the container. Install the NVIDIA Container Toolkit (nvidia-ctk runtime configure "
             "--runtime=docker, then restart dockerd), or run with --gpus none for a CPU check"
         )
-    return choice == "all" or (choice == "auto" and engine_has_runtime)
+    return given or (choice == "auto" and engine_has_runtime)
 
 
 def _names(checks: str) -> list[str]:

@@ -393,7 +393,10 @@ def test_an_image_checked_on_the_cpu_is_never_stamped_as_gpu_validated() -> None
 
 def test_registry_limits_replace_the_fixed_multiplier() -> None:
     assert set(registry.ORDER) == set(runner.ORDER)
-    assert registry.total_limit(["stack", "perf"], None) == 60 + 120 + registry.STARTUP_S
+    assert registry.total_limit(["stack", "perf"], None) == 60 + 180 + registry.STARTUP_S
+    # A verdict runs nothing itself: its limit is that of the probes it needs.
+    assert registry.total_limit(["links"], None) == 180 + 150 + registry.STARTUP_S
+    assert registry.probes_for(["gpus", "health"]) == ["stack"]
     assert registry.total_limit(["stack", "perf"], 10) == 20 + registry.STARTUP_S
     assert {c.name for c in registry.CHECKS if c.exclusive} == {"amp", "flash", "perf"}
 

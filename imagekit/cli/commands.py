@@ -253,6 +253,18 @@ def bootstrap(suite: str, mirror: str | None, tag: str | None, docker_cli: str |
     click.echo(f"{tag}: {image_id}")
 
 
+class GpusChoice(click.ParamType):
+    """--gpus: auto, all, none, or a count of GPUs (0 to 1024)."""
+
+    name = "auto|all|none|N"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        text = str(value).strip().lower()
+        if text in ("auto", "all", "none") or (text.isdigit() and int(text) <= 1024):
+            return text
+        self.fail(f"{value!r}: give auto, all, none or a number of GPUs such as 8", param, ctx)
+
+
 def report_option(flag: str, dest: str, text: str) -> Callable[[Any], Any]:
     return click.option(flag, dest, type=click.Path(path_type=Path), default=None, help=text)
 
@@ -270,10 +282,11 @@ def report_option(flag: str, dest: str, text: str) -> Callable[[Any], Any]:
 @click.argument("image")
 @click.option(
     "--gpus",
-    type=click.Choice(["auto", "all", "none"]),
+    type=GpusChoice(),
     default="auto",
     show_default=True,
-    help="auto: all GPUs when the engine has the NVIDIA runtime.",
+    help="auto: all GPUs when the engine has the NVIDIA runtime; all; none; or N: the "
+    "first N GPUs, and the self-check fails unless torch, NVML and the container see N.",
 )
 @click.option(
     "--ipc-host", is_flag=True, help="Share the host IPC namespace instead of --shm-size."

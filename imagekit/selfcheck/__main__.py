@@ -2,20 +2,22 @@
 
 Exit 0 only when no check failed. A skip always says why; --require turns skips of the
 named things into failures, and features the image's labels promise are required too.
+
+Every reading the verdicts use goes into one host snapshot (docs/host-snapshot.md):
+--snapshot FILE writes it, and --judge FILE judges a written one without a GPU, with the
+same table and exit code as the live run that wrote it.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import platform
 import sys
-from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
-from imagekit import __version__
-from imagekit.selfcheck import report, runner
-from imagekit.selfcheck.results import labels
+from imagekit.selfcheck import judge, report, runner, snapshot
+from imagekit.selfcheck.registry import probes_for
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
@@ -45,6 +47,21 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         default=max(2, min(4, len(os.sched_getaffinity(0)))),
         help="functional checks run side by side; the timed ones (amp, flash, perf) alone",
     )
+    parser.add_argument(
+        "--expect-gpus",
+        type=int,
+        default=snapshot.expected_from_env(),
+        metavar="N",
+        help="the GPUs this container was given: torch, NVML and the device nodes must all "
+        "see N (default: $IMAGEKIT_EXPECT_GPUS, else what the container shows)",
+    )
+    parser.add_argument("--snapshot", type=Path, help="also write the host snapshot (JSON)")
+    parser.add_argument(
+        "--judge",
+        type=Path,
+        metavar="FILE",
+        help="run nothing: judge a host snapshot written by --snapshot, on any machine",
+    )
     parser.add_argument("--json", type=Path, help="write the results as JSON")
     parser.add_argument("--junit", type=Path, help="write the results as JUnit XML")
     args = parser.parse_args(argv)
@@ -52,6 +69,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     unknown |= set(filter(None, args.require.split(","))) - set(runner.REQUIREMENTS)
     if unknown:
         parser.error(f"unknown check or requirement: {', '.join(sorted(unknown))}")
+    if args.expect_gpus is not None and args.expect_gpus < 0:
+        parser.error(f"--expect-gpus {args.expect_gpus}: give the number of GPUs, 0 or more")
     return args
 
 
@@ -59,23 +78,37 @@ def _progress(name: str, result: dict) -> None:  # type: ignore[type-arg]
     print(f"  {name}: {result['status']} ({result['seconds']}s)", file=sys.stderr, flush=True)
 
 
+def live(args: argparse.Namespace) -> dict[str, Any]:
+    """Read the host, run the probes the chosen checks need, and assemble the snapshot."""
+    names = [n for n in runner.ORDER if n in args.checks.split(",")]
+    host = snapshot.read_host(args.expect_gpus, args.require)
+    host["selected"] = names
+    jobs, why = runner.jobs_for(host, args.jobs)
+    if why:
+        print(f"  running the checks one at a time: {why}", file=sys.stderr, flush=True)
+    results = runner.run_all(probes_for(names), args.timeout, jobs, _progress)
+    snap = snapshot.assemble(snapshot.nvml_again(host), results)
+    if args.snapshot:
+        snapshot.write(snap, args.snapshot)
+    return snap
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
-    names = [n for n in runner.ORDER if n in args.checks.split(",")]
-    results = runner.run_all(names, args.timeout, args.jobs, _progress)
-    promised = labels()
-    gpu = bool(results.get("stack", {}).get("measurements", {}).get("gpu"))
-    need = runner.required(set(filter(None, args.require.split(","))), promised, gpu)
-    runner.apply_requirements(results, need)
+    if args.judge:
+        try:
+            snap = snapshot.load(args.judge)
+        except snapshot.SnapshotError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+    else:
+        snap = live(args)
+    results = judge.judge(snap)
     print(report.table(results))
-    context = {
-        "imagekit": __version__,
-        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "host": platform.node(),
-        "python": platform.python_version(),
-        "labels": promised,
-        "required": sorted(need),
-    }
+    context = {key: snap.get(key) for key in ("imagekit", "taken_at", "host", "python", "labels")}
+    context["required"] = sorted(
+        runner.required(set(snap.get("require", [])), snap.get("labels", {}), judge.gpu(snap))
+    )
     if args.json:
         args.json.write_text(report.to_json(results, context) + "\n")
     if args.junit:

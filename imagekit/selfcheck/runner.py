@@ -50,6 +50,16 @@ def run_all(
     return {n: results[n] for n in ORDER if n in results}
 
 
+def jobs_for(host: dict[str, Any], requested: int) -> tuple[int, str]:
+    """How many checks may run side by side: one at a time where a GPU admits one process
+    (EXCLUSIVE_PROCESS) or none (PROHIBITED), or another process shares it, so the
+    self-check's own parallelism never turns into a red; the reason when it is one."""
+    from imagekit.selfcheck.health import parallel_ok
+
+    ok, why = parallel_ok(host)
+    return (requested, "") if ok else (1, why)
+
+
 def run_check(name: str, timeout: float) -> dict[str, Any]:
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix=f"selfcheck-{name}-") as tmp:
