@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -173,3 +175,30 @@ def test_compile_without_a_compiler_fails_with_the_reason(project: Path) -> None
     assert result.returncode == 1
     line = next(ln for ln in result.stdout.splitlines() if ln.startswith("compile"))
     assert "FAILED" in line and "torch.compile failed" in line and "compiler" in line
+
+
+def test_a_snapshot_written_in_the_container_judges_the_same_on_the_host(
+    project: Path, tmp_path: Path
+) -> None:
+    """--snapshot in the real image, --judge on this host (no torch here): the same table,
+    the same exit code, the int8 check's CPU flags recorded from this machine's CPU."""
+    tmp_path.chmod(0o777)  # the image's user writes the snapshot
+    checks = "stack,gpus,health,ddp,int8,perf,links"
+    live = docker(
+        "run", "--rm", "-v", f"{tmp_path}:/out", TAG,
+        "python", "-m", "imagekit.selfcheck", "--checks", checks,
+        "--snapshot", "/out/host.json", check=False,
+    )  # fmt: skip
+    judged = subprocess.run(
+        [sys.executable, "-m", "imagekit.selfcheck", "--judge", str(tmp_path / "host.json")],
+        capture_output=True,
+        text=True,
+    )
+    assert (judged.returncode, judged.stdout) == (live.returncode, live.stdout)
+    assert live.returncode == 0, live.stdout + live.stderr
+    snap = json.loads((tmp_path / "host.json").read_text())
+    cpu_flags = Path("/proc/cpuinfo").read_text().split("flags")[1].split("\n")[0].split()
+    assert set(snap["cpu"]["flags"]) == set(cpu_flags[1:])
+    assert snap["nvml"]["available"] is False and snap["gpus"] == []
+    assert snap["torch"]["cuda_available"] is False
+    assert snap["checks"]["ddp"]["status"] == "passed"

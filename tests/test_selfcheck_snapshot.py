@@ -1,0 +1,260 @@
+"""The host snapshot and the judge: what a live run assembles, and that a recorded snapshot is
+judged to the same table and exit code (python -m imagekit.selfcheck --judge FILE)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from imagekit.engine.fake import FakeEngine
+from imagekit.engine.interface import ImageInfo, RunOptions, RunResult
+from imagekit.selfcheck import judge, runner, snapshot
+from imagekit.selfcheck.__main__ import main
+from imagekit.selfcheck.report import table
+from imagekit.selfcheck_host import SelfCheckOptions, run_selfcheck
+
+SNAPSHOTS = Path(__file__).parent / "data" / "snapshots"
+
+
+def result(status: str, reason: str = "", seconds: float = 1.0, **m: Any) -> dict[str, Any]:
+    return {
+        "status": status,
+        "reason": reason,
+        "measurements": m,
+        "seconds": seconds,
+        "timed_out": False,
+        "log_tail": "",
+    }
+
+
+def cpu_host() -> dict[str, Any]:
+    """What the parent reads in a CPU container: no device nodes, no NVML."""
+    return {
+        "format": 1,
+        "expected_gpus": None,
+        "container": {"device_nodes": [], "visible_devices": None, "gpus_requested": False},
+        "cpu": {"model": "AMD EPYC 7B13", "flags": ["sse4_2", "avx2", "fma"]},
+        "driver": None,
+        "nvml": {"available": False, "reason": "libnvidia-ml.so.1 not found"},
+        "gpus": [],
+        "profile": "single-node",
+        "labels": {"io.imagekit.cuda": "cpu", "io.imagekit.features": "onnx"},
+        "require": [],
+        "selected": ["stack", "gpus", "health", "ddp", "onnx", "perf", "links"],
+    }
+
+
+def cpu_results() -> dict[str, dict[str, Any]]:
+    return {
+        "stack": result("passed", torch="2.13.0+cpu", torch_cuda=None, device="cpu"),
+        "ddp": result("passed", backend="gloo", world_size=2, device="cpu"),
+        "onnx": result("passed", provider_ran="CPUExecutionProvider", device="cpu"),
+        "perf": result(
+            "skipped", "no GPU: GEMM, bandwidth and memory are measured on GPUs only", 2.5
+        ),
+    }
+
+
+def test_visible_devices_count_only_a_list() -> None:
+    assert snapshot.visible_count("0,1,2,3") == 4
+    assert snapshot.visible_count("GPU-8e1f0f3b-1c0e-4b8a-9d7e-0c2f5a1b2c3d") == 1
+    for text in ("all", "void", "none", "", None, "NoDev"):
+        assert snapshot.visible_count(text) is None
+
+
+def test_expected_gpus_from_the_environment() -> None:
+    assert snapshot.expected_from_env({"IMAGEKIT_EXPECT_GPUS": "8"}) == 8
+    assert snapshot.expected_from_env({"IMAGEKIT_EXPECT_GPUS": "eight"}) is None
+    assert snapshot.expected_from_env({}) is None
+
+
+def test_assemble_merges_nvml_and_the_perf_probe_by_index() -> None:
+    host = cpu_host()
+    host["gpus"] = [
+        {"index": 1, "name": "NVIDIA H100 80GB HBM3", "ecc_volatile_uncorrected": 0},
+        {"index": 0, "name": "NVIDIA H100 80GB HBM3", "ecc_volatile_uncorrected": 0},
+    ]
+    measured = [
+        {"index": 0, "name": "NVIDIA H100 80GB HBM3", "gemm_bf16_tflops": 798.2, "copy_tbps": 3.0},
+        {"index": 1, "name": "other name", "gemm_bf16_tflops": 790.0, "h2d_gbps": 55.1},
+        {"index": 2, "name": "NVIDIA H100 80GB HBM3", "gemm_bf16_tflops": 801.0},
+    ]
+    results = {
+        "stack": result("passed", torch="2.7.1+cu126", torch_cuda="12.6", device="cuda", gpus=3),
+        "perf": result("passed", device="cuda", gpus=measured, p2p=[{"src": 0, "dst": 1}]),
+        "ddp": result(
+            "passed",
+            backend="gloo+nccl",
+            nccl_world_size=3,
+            allreduce_busbw_GBps=355.0,
+            nccl_allreduce_message_bytes=1 << 30,
+            nccl_nccl_transport="P2P/NVLink",
+        ),
+    }
+    snap = snapshot.assemble(host, results)
+    assert [g["index"] for g in snap["gpus"]] == [0, 1, 2]
+    # NVML's name wins; the probe's figures join it; a GPU only torch saw is still there
+    assert snap["gpus"][1] == {
+        "index": 1,
+        "name": "NVIDIA H100 80GB HBM3",
+        "ecc_volatile_uncorrected": 0,
+        "gemm_bf16_tflops": 790.0,
+        "h2d_gbps": 55.1,
+    }
+    assert snap["gpus"][2]["name"] == "NVIDIA H100 80GB HBM3"
+    assert snap["torch"] == {
+        "version": "2.7.1+cu126",
+        "cuda": "12.6",
+        "cuda_available": True,
+        "device_count": 3,
+    }
+    assert snap["nccl"] == {
+        "world_size": 3,
+        "busbw_gbps": 355.0,
+        "message_bytes": 1 << 30,
+        "transport": "P2P/NVLink",
+        "nodes": 1,
+    }
+    assert snap["p2p"] == [{"src": 0, "dst": 1}]
+    assert set(snap["checks"]) == {"stack", "perf", "ddp"}
+
+
+def test_a_cpu_host_is_judged_without_a_false_red() -> None:
+    snap = snapshot.assemble(cpu_host(), cpu_results())
+    results = judge.judge(snap)
+    assert list(results) == ["stack", "gpus", "health", "ddp", "onnx", "perf", "links"]
+    assert {n: r["status"] for n, r in results.items()} == {
+        "stack": "passed",
+        "gpus": "skipped",
+        "health": "skipped",
+        "ddp": "passed",
+        "onnx": "passed",
+        "perf": "skipped",
+        "links": "skipped",
+    }
+    assert results["perf"]["reason"].startswith("no GPU")
+    assert runner.exit_code(results) == 0
+
+
+def test_a_crashed_perf_probe_stays_failed() -> None:
+    snap = snapshot.assemble(cpu_host(), cpu_results())
+    snap["checks"]["perf"] = result("failed", "crashed: killed by signal SIGSEGV (11)")
+    results = judge.judge(snap)
+    assert results["perf"]["status"] == "failed"
+    assert "SIGSEGV" in results["perf"]["reason"]
+
+
+def test_the_image_promises_are_applied_to_a_recorded_snapshot() -> None:
+    snap = snapshot.assemble(cpu_host(), cpu_results())
+    snap["checks"]["onnx"] = result("skipped", "onnxruntime is not installed")
+    results = judge.judge(snap)
+    # the image's label promises onnx: a skip of it is a failure, judged offline too
+    assert results["onnx"]["status"] == "failed"
+    assert results["onnx"]["reason"].startswith("required (onnx)")
+
+
+def test_judge_prints_the_live_table_and_exit_code(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    snap = snapshot.assemble(cpu_host(), cpu_results())
+    snap["checks"]["ddp"] = result("failed", "gradients differ across ranks by 0.5")
+    path = tmp_path / "host.json"
+    snapshot.write(snap, path)
+    expected = table(judge.judge(copy.deepcopy(snap)))
+    assert main(["--judge", str(path), "--json", str(tmp_path / "r.json")]) == 1
+    assert capsys.readouterr().out.rstrip("\n") == expected
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert [c["name"] for c in report["checks"] if c["status"] == "failed"] == ["ddp"]
+
+
+@pytest.mark.parametrize(
+    ("text", "field"),
+    [
+        ("[1, 2]", "a JSON object"),
+        ('{"format": 2}', "field format is 2"),
+        ('{"format": 1, "gpus": "x"}', "field gpus has the wrong shape"),
+        ("{not json", "cannot read a host snapshot"),
+    ],
+)
+def test_an_unreadable_snapshot_exits_2_naming_the_field(
+    tmp_path: Path, text: str, field: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "bad.json"
+    path.write_text(text)
+    assert main(["--judge", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert str(path) in err and field in err
+
+
+def test_judge_runs_without_torch_or_a_gpu(tmp_path: Path) -> None:
+    """The CLI judges in a fresh interpreter that has neither torch nor pynvml to lean on."""
+    path = tmp_path / "host.json"
+    snapshot.write(snapshot.assemble(cpu_host(), cpu_results()), path)
+    code = (
+        "import sys; sys.modules['torch'] = None; sys.modules['pynvml'] = None\n"
+        "from imagekit.selfcheck.__main__ import main\n"
+        f"sys.exit(main(['--judge', {str(path)!r}]))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert "0 failed" in done.stdout
+
+
+def test_checks_run_one_at_a_time_under_exclusive_compute_mode() -> None:
+    host = cpu_host()
+    host["gpus"] = [{"index": 0, "compute_mode": "EXCLUSIVE_PROCESS"}]
+    jobs, why = runner.jobs_for(host, 4)
+    assert jobs == 1 and "EXCLUSIVE_PROCESS" in why
+    host["gpus"] = [{"index": 0, "compute_mode": "DEFAULT", "processes": []}]
+    assert runner.jobs_for(host, 4) == (4, "")
+
+
+class GpuEngine(FakeEngine):
+    """A fake engine with the NVIDIA runtime that records how the self-check was run."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.runs: list[RunOptions] = []
+
+    def has_gpu_runtime(self) -> bool:
+        return True
+
+    def inspect(self, ref: str) -> ImageInfo | None:
+        return ImageInfo(ref, 1, {"io.imagekit.version": "0.1.0"}, {}, "1000:1000", (), ())
+
+    def run(self, image: str, command: Sequence[str], options: RunOptions) -> RunResult:
+        self.runs.append(options)
+        return RunResult(exit_code=0, output="")
+
+
+def test_imagekit_test_gpus_n_gives_n_gpus_and_expects_them() -> None:
+    engine = GpuEngine()
+    run_selfcheck(engine, "img:1", SelfCheckOptions(gpus="2"))
+    options = engine.runs[0]
+    assert options.gpus and options.gpu_ids == ("0", "1")
+    assert options.env["IMAGEKIT_EXPECT_GPUS"] == "2"
+    run_selfcheck(engine, "img:1", SelfCheckOptions(gpus="all"))
+    assert engine.runs[1].gpu_ids == () and "IMAGEKIT_EXPECT_GPUS" not in engine.runs[1].env
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in SNAPSHOTS.glob("*.json")))
+def test_recorded_snapshots_judge_offline_through_the_cli(
+    name: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Every recorded host judges without exit 2 or a crash; its expected outcome, where the
+    file states one (`_expect`: {check: status}), is what the CLI prints."""
+    path = SNAPSHOTS / name
+    expect = json.loads(path.read_text()).get("_expect", {})
+    code = main(["--judge", str(path), "--json", "/dev/null"])
+    out = capsys.readouterr().out
+    assert code in (0, 1), out
+    rows = {line.split()[0]: line.split()[1] for line in out.splitlines()[1:-1]}
+    for check, status in expect.items():
+        assert rows[check] == status.upper(), out
