@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs and starts what imagekit's real tests need on a fresh Debian machine:
 # a Docker engine (docker.io, whose 20.10 CLI has built-in BuildKit), a local
-# registry on 127.0.0.1:5000 and debootstrap. Safe to run again: each step
+# registry on 127.0.0.1:5000, debootstrap, and qemu-user (the int8 test runs
+# onnxruntime on an emulated CPU without VNNI). Safe to run again: each step
 # checks before it acts.
 set -euo pipefail
 
@@ -9,6 +10,7 @@ need=()
 command -v dockerd >/dev/null || need+=(docker.io)
 [ -x /usr/bin/docker-registry ] || need+=(docker-registry)
 command -v debootstrap >/dev/null || need+=(debootstrap)
+command -v qemu-x86_64 >/dev/null || need+=(qemu-user)
 if [ ${#need[@]} -gt 0 ]; then
   echo "setup-host: installing ${need[*]}"
   apt-get update -qq

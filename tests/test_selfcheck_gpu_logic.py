@@ -20,7 +20,6 @@ from imagekit.selfcheck.verdicts import (
     attention_close,
     compile_hint,
     ddp_runs,
-    int8_close,
     launched_by_torchrun,
     omp_problem,
     provider_errors,
@@ -326,10 +325,6 @@ def test_provider_verdict(
 )
 def test_attention_tolerance(error: float, math_error: float, dtype: str, ok: bool) -> None:
     assert attention_close(error, math_error, dtype)[0] is ok
-
-
-def test_int8_tolerance() -> None:
-    assert int8_close(0.013, 1.0) and not int8_close(0.2, 1.0)
 
 
 def test_ddp_runs_nccl_on_every_gpu_host() -> None:

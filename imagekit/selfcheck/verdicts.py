@@ -98,15 +98,6 @@ def relative_error(max_abs_diff: float, reference_max_abs: float) -> float:
     return max_abs_diff / max(reference_max_abs, 1e-12)
 
 
-# Dynamic INT8 (per-tensor weights, dynamic activations) of a small MLP stays within a few
-# percent of fp32; 5% of the output range flags a broken kernel, not quantization noise.
-INT8_TOLERANCE = 0.05
-
-
-def int8_close(max_abs_diff: float, reference_max_abs: float) -> bool:
-    return relative_error(max_abs_diff, reference_max_abs) <= INT8_TOLERANCE
-
-
 def gradients_match(max_diff: float, reference_max_abs: float, rtol: float = 1e-4) -> bool:
     return max_diff <= rtol * max(reference_max_abs, 1.0)
 

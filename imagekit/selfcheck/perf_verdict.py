@@ -1,0 +1,120 @@
+"""The perf verdict over the host snapshot: each GPU's GEMM and copy against the floors of its
+model (peaks.PEAKS), and its memory pattern test. Pure functions over plain data."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from imagekit.selfcheck.findings import Finding, fail, result_of, skip
+from imagekit.selfcheck.peaks import Peak, mig_reason, peak_for
+from imagekit.selfcheck.results import Result
+
+MIB = 2**20
+
+
+def perf_findings(
+    gpu: dict[str, Any], memory_bytes: int | None = None
+) -> tuple[list[Finding], int]:
+    """Findings about one snapshot GPU, and how many rules were judged. `memory_bytes`
+    overrides the snapshot's memory_total_mib where the caller knows better (torch)."""
+    index = gpu.get("index")
+    found: list[Finding] = []
+    judged = _memtest(gpu, index, found)
+    name = gpu.get("name")
+    if not name:
+        found.append(skip("perf-model", "GPU name not read: no datasheet to compare with", index))
+        return found, judged
+    mig = mig_reason(name) or (
+        f"{name} is in MIG mode: peaks are per whole GPU, so measured only"
+        if gpu.get("mig_mode")
+        else None
+    )
+    if mig:
+        found.append(skip("perf-mig", mig, index))
+        return found, judged
+    if memory_bytes is None and gpu.get("memory_total_mib"):
+        memory_bytes = int(gpu["memory_total_mib"]) * MIB
+    peak = peak_for(name, memory_bytes)
+    if peak is None:
+        found.append(skip("perf-model", f"no datasheet peak for {name}: measured only", index))
+        return found, judged
+    judged += _gemm(gpu, peak, index, found) + _copy(gpu, peak, index, found)
+    return found, judged
+
+
+def _memtest(gpu: dict[str, Any], index: int | None, found: list[Finding]) -> int:
+    test = gpu.get("memtest")
+    if not isinstance(test, dict) or test.get("errors") is None:
+        found.append(skip("memtest", "memory pattern test not run", index))
+        return 0
+    if test["errors"] > 0:
+        found.append(
+            fail(
+                "memtest",
+                f"memory pattern test found {test['errors']} errors in {test.get('bytes')} "
+                "bytes of device memory (healthy: 0)",
+                index,
+            )
+        )
+    return 1
+
+
+def _gemm(gpu: dict[str, Any], peak: Peak, index: int | None, found: list[Finding]) -> int:
+    tflops, dtype = gpu.get("gemm_bf16_tflops"), gpu.get("gemm_dtype", peak.dtype)
+    if tflops is None:
+        found.append(skip("gemm", "GEMM not measured", index))
+        return 0
+    if dtype != peak.dtype:
+        found.append(
+            skip("gemm", f"GEMM measured in {dtype}; the {peak.model} peak is {peak.dtype}", index)
+        )
+        return 0
+    fraction = tflops / peak.tflops
+    if fraction < peak.gemm_floor:
+        found.append(
+            fail(
+                "gemm-low",
+                f"{dtype} GEMM {tflops:g} TFLOP/s is {fraction:.0%} of the {peak.model} datasheet "
+                f"{peak.tflops:g}, below the {peak.gemm_floor:.0%} floor for a healthy "
+                f"{peak.model} ({peak.floor_source})",
+                index,
+            )
+        )
+    return 1
+
+
+def _copy(gpu: dict[str, Any], peak: Peak, index: int | None, found: list[Finding]) -> int:
+    tbps = gpu.get("copy_tbps")
+    if tbps is None:
+        found.append(skip("copy", "device memory copy not measured", index))
+        return 0
+    fraction = tbps / peak.tbps
+    if fraction < peak.bandwidth_floor:
+        found.append(
+            fail(
+                "copy-low",
+                f"memory copy {tbps:g} TB/s is {fraction:.0%} of the {peak.model} datasheet "
+                f"{peak.tbps:g}, below the {peak.bandwidth_floor:.0%} floor for a healthy "
+                f"{peak.model} ({peak.floor_source})",
+                index,
+            )
+        )
+    return 1
+
+
+def check_perf_verdict(snapshot: dict[str, Any]) -> Result:
+    """Every GPU of the snapshot; GPUs handed to the container as MIG devices are MIG slices
+    even where their own name does not say so."""
+    gpus = snapshot.get("gpus")
+    if not isinstance(gpus, list) or not gpus:
+        return result_of([skip("perf", "no GPU was read into the snapshot")], 0)
+    visible = (snapshot.get("container") or {}).get("visible_devices") or ""
+    found: list[Finding] = []
+    judged = 0
+    for gpu in gpus:
+        if mig_reason("", visible):
+            gpu = {**gpu, "mig_mode": True}
+        more, count = perf_findings(gpu)
+        found += more
+        judged += count
+    return result_of(found, judged)
