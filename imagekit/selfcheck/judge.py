@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from imagekit.selfcheck import health, links, perfjudge, runner
+from imagekit.selfcheck import health, links, perf_verdict, runner
 from imagekit.selfcheck.registry import ORDER
 from imagekit.selfcheck.results import Result
 from imagekit.selfcheck.snapshot import PERF_PROBE, Snapshot
@@ -18,7 +18,7 @@ from imagekit.selfcheck.snapshot import PERF_PROBE, Snapshot
 VERDICTS: dict[str, Callable[[Snapshot], Result]] = {
     "gpus": health.check_gpus,
     "health": health.check_health,
-    "perf": perfjudge.check_perf_verdict,
+    "perf": perf_verdict.check_perf_verdict,
     "links": links.check_links,
 }
 

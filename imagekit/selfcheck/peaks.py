@@ -45,7 +45,7 @@ FLOORS = {  # model family -> (gemm floor, bandwidth floor, source)
     "h200": (
         0.70,
         0.80,
-        "issue 26 FACTS: H200 bf16 GEMM ~790 TFLOP/s = 0.80 of 989, copy ~4.3 TB/s = 0.90 of "
+        "measured on one H200 (the project's FACTS, section 6): bf16 GEMM ~790 TFLOP/s = 0.80 of 989, copy ~4.3 TB/s = 0.90 of "
         "4.8; less 0.10",
     ),
     "a100": (
@@ -114,11 +114,6 @@ PEAKS: tuple[Peak, ...] = (
     Peak("V100 SXM2", r"V100 SXM2 (16|32)GB", 125, 0.9, "float16", DS["v100"]),
     Peak("V100 PCIe", r"V100 PCIE (16|32)GB", 112, 0.9, "float16", DS["v100"]),
 )
-
-# One floor for every model, as perf.judge used it before the per-model floors on each Peak
-# (gemm_floor, bandwidth_floor); kept importable until perf.py's rewrite drops it.
-GEMM_FLOOR = 0.60
-BANDWIDTH_FLOOR = 0.60
 
 _MIG = re.compile(r"\bMIG\b", re.IGNORECASE)
 

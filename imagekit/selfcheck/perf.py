@@ -3,7 +3,7 @@ a memory pattern test over most of the free memory, each GPU in a thread of its 
 device and stream), while NVML samples why clocks were held back; then host-to-device and
 peer-to-peer copies, one GPU or pair at a time so they do not share a link.
 
-It only measures. The figures become host-snapshot readings, and perfjudge.py and links.py
+It only measures. The figures become host-snapshot readings, and perf_verdict.py and links.py
 judge them (per GPU model, per link), so a recorded snapshot is judged the same way.
 """
 
