@@ -45,8 +45,8 @@ FLOORS = {  # model family -> (gemm floor, bandwidth floor, source)
     "h200": (
         0.70,
         0.80,
-        "measured on one H200 (the project's FACTS, section 6): bf16 GEMM ~790 TFLOP/s = 0.80 of 989, copy ~4.3 TB/s = 0.90 of "
-        "4.8; less 0.10",
+        "measured on one H200 (the project's FACTS, section 6): bf16 GEMM ~790 TFLOP/s = "
+        "0.80 of 989, copy ~4.3 TB/s = 0.90 of 4.8; less 0.10",
     ),
     "a100": (
         0.70,
