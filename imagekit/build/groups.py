@@ -42,9 +42,16 @@ def pin_name(pin: str) -> str:
     return normalize(pin.split("==")[0])
 
 
+# nvidia-* wheels that are no CUDA library: nvidia-ml-py (pynvml, pure Python NVML bindings,
+# released on the driver's schedule) rides with torch, so bumping it never rebuilds the
+# multi-GB CUDA layer.
+NOT_CUDA_LIBRARIES = ("nvidia-ml-py",)
+
+
 def is_cuda_library(pin: str) -> bool:
-    """The nvidia-* wheels: py3-none, so one copy serves every Python."""
-    return pin_name(pin).startswith("nvidia-")
+    """The nvidia-* CUDA wheels: py3-none, so one copy serves every Python."""
+    name = pin_name(pin)
+    return name.startswith("nvidia-") and name not in NOT_CUDA_LIBRARIES
 
 
 def resolve(

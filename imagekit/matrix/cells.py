@@ -190,7 +190,9 @@ def complete(raw: RawCell, compat: Compat, pins: dict[str, str] | None = None) -
         builder_image=pinned(builder_image, pins) if builder_image else None,
         os_family="debian" if raw.os.startswith("debian") else "ubuntu",
         torch_index=compat.torch_index(raw.cuda, torch.version),
-        torch_requirements=_torch_requirements(torch.version, torch.torchvision, opts.torchvision),
+        torch_requirements=_torch_requirements(
+            torch.version, torch.torchvision, opts.torchvision, cuda=raw.cuda != CPU
+        ),
         feature_steps=_feature_steps(compat, features, raw.cuda, archs),
         needs_devel=needs_devel,
         apt=tuple(sorted(set(opts.apt or ()))),
@@ -274,12 +276,19 @@ def _venv_layers(wanted: str, needs_devel: bool, build_apt: bool) -> str:
     return "single" if needs_devel or build_apt else wanted
 
 
+# pynvml for the self-check's hardware health (ECC, row remapping, links, clocks): pure
+# Python, ~50 KB, talks to the host driver's libnvidia-ml that the NVIDIA runtime mounts.
+NVML_REQUIREMENT = "nvidia-ml-py==13.615.71"
+
+
 def _torch_requirements(
-    version: str, torchvision: str | None, wanted: bool | None
+    version: str, torchvision: str | None, wanted: bool | None, cuda: bool = False
 ) -> tuple[str, ...]:
     reqs = [f"torch=={version}"]
     if wanted and torchvision:
         reqs.append(f"torchvision=={torchvision}")
+    if cuda:
+        reqs.append(NVML_REQUIREMENT)
     return tuple(reqs)
 
 

@@ -1,0 +1,606 @@
+"""The GPU count and hardware health verdicts over recorded host snapshots (real device
+names, memory sizes, drivers and link counts; each file's `_source` cites where its readings
+come from), the rules one by one, and the NVML reader over a fake pynvml module."""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pynvml
+import pytest
+
+from imagekit.selfcheck import health, nvml
+from imagekit.selfcheck.findings import FAIL, SKIP, WARN, Finding
+
+SNAPSHOTS = Path(__file__).parent / "data" / "snapshots"
+
+# file -> the (rule, GPU) of every FAIL its snapshot must give, no more, no fewer.
+EXPECTED: dict[str, set[tuple[str, int | None]]] = {
+    "h100-1x": set(),
+    "a100-sxm4-80gb": set(),
+    "l4": set(),
+    "h200": set(),
+    "b200": set(),
+    "h100-8x": set(),
+    "h100-mig-slice": set(),  # whole-GPU readings are skipped, never failed, on a slice
+    "h100-8x-missing-gpu": {("gpu-count", None)},
+    "a100-ecc-uncorrected": {("ecc-uncorrected", 0)},
+    "h100-8x-row-remap-pending": {("row-remap-pending", 3)},
+    "l4-pcie-x8": {("pcie-width", 0)},
+    "h100-8x-nvlink-down": {("nvlink-down", 5)},
+    "a100-exclusive-process-busy": {("gpu-exclusive-busy", 0), ("gpu-exclusive-busy", 1)},
+    "h100-1x-hw-slowdown": {("clocks-hw-slowdown", 0)},
+}
+
+
+def load(name: str) -> dict[str, Any]:
+    return json.loads((SNAPSHOTS / f"{name}.json").read_text())
+
+
+def findings(snapshot: dict[str, Any]) -> list[Finding]:
+    return health.count_findings(snapshot)[0] + health.health_findings(snapshot)[0]
+
+
+def test_every_recorded_snapshot_is_judged_and_cites_its_source() -> None:
+    assert sorted(p.stem for p in SNAPSHOTS.glob("*.json")) == sorted(EXPECTED)
+    for name in EXPECTED:
+        source = load(name)["_source"]
+        assert source["from"] and all(isinstance(s, str) and s for s in source["from"])
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_recorded_snapshot_fails_exactly_as_expected(name: str) -> None:
+    snapshot = load(name)
+    failed = {(f.rule, f.gpu) for f in findings(snapshot) if f.level == FAIL}
+    assert failed == EXPECTED[name]
+    statuses = {health.check_gpus(snapshot)["status"], health.check_health(snapshot)["status"]}
+    assert ("failed" in statuses) is bool(EXPECTED[name])
+
+
+def test_fail_messages_name_the_gpu_the_reading_and_the_rule() -> None:
+    (width,) = [f for f in findings(load("l4-pcie-x8")) if f.level == FAIL]
+    assert width.text() == (
+        "GPU 0: PCIe link at Gen4 x8, the maximum of this card in this slot is Gen4 x16 under "
+        "load: the link trained down (reseat the card, check the riser and the slot's BIOS "
+        "setting)"
+    )
+    (link,) = [f for f in findings(load("h100-8x-nvlink-down")) if f.level == FAIL]
+    assert link.text().startswith("GPU 5: 17 of 18 NVLinks active: every link of an SXM GPU")
+    (count,) = [f for f in findings(load("h100-8x-missing-gpu")) if f.level == FAIL]
+    assert "torch 7, NVML 7, /dev/nvidia* 7, expected 8" in count.message
+
+
+def test_healthy_h100_node_passes_with_its_warnings_listed() -> None:
+    result = health.check_health(load("h100-8x"))
+    assert result["status"] == "passed"
+    assert result["measurements"]["warning"].count("persistence mode is off") == 8
+    gpus = health.check_gpus(load("h100-8x"))
+    assert gpus["status"] == "passed"
+    assert gpus["measurements"]["counts"] == {
+        "torch": 8,
+        "NVML": 8,
+        "/dev/nvidia*": 8,
+        "expected": 8,
+    }
+
+
+def test_a_mig_slice_skips_the_whole_gpu_readings_and_still_judges_the_rest() -> None:
+    snapshot = load("h100-mig-slice")
+    found = health.health_findings(snapshot)[0]
+    mig = {f.rule for f in found if f.level == SKIP and f.message.startswith("MIG slice:")}
+    assert mig == {"ecc-uncorrected", "pcie-link", "nvlink-down"}
+    assert health.check_health(snapshot)["status"] == "passed"
+    # torch counts the slice, NVML and /dev/nvidia* the GPU: compared within each side
+    assert health.check_gpus(snapshot)["status"] == "passed"
+    not_read = [f.message for f in found if f.rule == "other-processes"]
+    assert not_read == ["other processes (NVML said: Insufficient Permissions)"]
+
+
+def test_exclusive_process_busy_forbids_parallel_checks() -> None:
+    ok, why = health.parallel_ok(load("a100-exclusive-process-busy"))
+    assert not ok and why == "GPU 0 is EXCLUSIVE_PROCESS; GPU 1 is EXCLUSIVE_PROCESS"
+    assert health.parallel_ok(load("h100-8x")) == (True, "")
+
+
+# -- GPU counts -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("value", "count"),
+    [
+        (None, None),
+        ("all", None),
+        ("", None),
+        ("/var/run/nvidia-container-devices", None),  # the device plugin's volume mounts
+        ("none", 0),
+        ("void", 0),
+        ("0", 1),
+        ("0,1,2,3", 4),
+        ("GPU-8f6e2b1a-3c4d-4e5f-9a0b-1c2d3e4f5a6b,GPU-0a1b2c3d-4e5f-6a7b-8c9d-0e1f2a3b4c5d", 2),
+        ("MIG-5c3e1f2a-7b8c-5d9e-a0b1-c2d3e4f5a6b7", 1),
+    ],
+)
+def test_visible_devices_count(value: str | None, count: int | None) -> None:
+    assert health.visible_count(value) == count
+
+
+def cpu_host(**overrides: Any) -> dict[str, Any]:
+    snapshot: dict[str, Any] = {
+        "format": 1,
+        "expected_gpus": None,
+        "container": {"device_nodes": [], "visible_devices": None},
+        "torch": {"version": "2.8.0+cpu", "cuda": None, "cuda_available": False},
+        "nvml": {"available": False, "reason": "NVML did not start: NVML Shared Library Not Found"},
+    }
+    snapshot.update(overrides)
+    return snapshot
+
+
+def test_a_cpu_only_host_with_nothing_expected_has_nothing_to_judge() -> None:
+    result = health.check_gpus(cpu_host())
+    assert result["status"] == "skipped"
+    assert "no GPU on this host" in result["reason"]
+    assert "NVML Shared Library Not Found" in result["reason"]
+
+
+def test_gpus_expected_but_none_in_the_container_fails() -> None:
+    found, judged = health.count_findings(cpu_host(expected_gpus=8))
+    assert judged == 1
+    (failed,) = [f for f in found if f.level == FAIL]
+    assert failed.message.startswith("the GPU counts disagree: /dev/nvidia* 0, expected 8. ")
+
+
+def test_missing_count_sources_are_skips_and_one_source_is_not_a_pass() -> None:
+    snapshot = {"nvml": {"available": True, "device_count": 2}}
+    found, judged = health.count_findings(snapshot)
+    assert judged == 0
+    assert [f.message for f in found] == [
+        "torch's GPU count was not read",
+        "the container's devices were not read",
+        "only one GPU count to compare: NVML 2",
+    ]
+
+
+def test_cuda_visible_devices_takes_torch_out_of_the_comparison() -> None:
+    snapshot = load("h100-8x")
+    snapshot["torch"]["device_count"] = 2
+    assert health.check_gpus(snapshot)["status"] == "failed"
+    snapshot["container"]["cuda_visible_devices"] = "0,1"
+    result = health.check_gpus(snapshot)
+    assert result["status"] == "passed"
+    assert "CUDA_VISIBLE_DEVICES=0,1 limits what torch sees" in result["reason"]
+
+
+def test_a_privileged_container_sees_more_gpus_than_it_was_given() -> None:
+    snapshot = load("h100-8x")
+    snapshot["container"]["visible_devices"] = "0,1"
+    found, _ = health.count_findings(snapshot)
+    assert [f.rule for f in found if f.level == FAIL] == ["gpu-count"]
+    assert "NVIDIA_VISIBLE_DEVICES 2" in found[0].message
+
+
+# -- one GPU's rules ------------------------------------------------------------------------
+
+
+def h100(**overrides: Any) -> dict[str, Any]:
+    gpu = load("h100-8x")["gpus"][2]
+    gpu.update(overrides)
+    return gpu
+
+
+def levels(gpu: dict[str, Any], peers: int = 7) -> set[tuple[str, str]]:
+    return {(f.level, f.rule) for f in health.gpu_findings(gpu, peers)}
+
+
+def test_a_healthy_gpu_gives_no_finding() -> None:
+    assert levels(h100(persistence_mode=True)) == set()
+
+
+@pytest.mark.parametrize(
+    ("readings", "want"),
+    [
+        # idle: the generation drops for power saving, so it is not judged there
+        ({"pcie_gen": 1, "pcie_gen_under_load": None}, {(SKIP, "pcie-gen")}),
+        ({"pcie_gen": 5, "pcie_gen_under_load": None}, set()),
+        ({"pcie_gen_under_load": 3}, {(FAIL, "pcie-gen")}),
+        ({"pcie_gen": 5, "pcie_width": 8, "pcie_width_under_load": None}, {(WARN, "pcie-width")}),
+        ({"pcie_width_under_load": 8}, {(FAIL, "pcie-width")}),
+        # a Gen5 card in a Gen4 slot: NVML's maximum is the slot's, no fault of the link
+        ({"pcie_max_gen": 4, "pcie_gen_under_load": 4}, set()),
+        (
+            {"pcie_max_gen": None, "unread": {"pcie_max_gen": "Not Supported"}},
+            {(SKIP, "pcie-link")},
+        ),
+    ],
+)
+def test_pcie_rules(readings: dict[str, Any], want: set[tuple[str, str]]) -> None:
+    gpu = h100(persistence_mode=True)
+    for key, value in readings.items():
+        if value is None:
+            gpu.pop(key)
+        else:
+            gpu[key] = value
+    assert levels(gpu) == want
+
+
+@pytest.mark.parametrize(
+    ("name", "active", "total", "peers", "want"),
+    [
+        ("NVIDIA H100 80GB HBM3", 17, 18, 7, {(FAIL, "nvlink-down")}),
+        ("NVIDIA H100 80GB HBM3", 0, 18, 7, {(FAIL, "nvlink-down")}),
+        ("NVIDIA H100 80GB HBM3", 0, 18, 0, set()),  # a one-GPU VM of an HGX board
+        ("NVIDIA A100-SXM4-80GB", 11, 12, 0, {(FAIL, "nvlink-down")}),
+        ("NVIDIA B200", 17, 18, 7, {(FAIL, "nvlink-down")}),
+        ("NVIDIA H100 PCIe", 0, 18, 1, set()),  # no bridge fitted
+        ("NVIDIA A100 80GB PCIe", 4, 12, 1, {(WARN, "nvlink-down")}),
+        ("NVIDIA L4", 0, 0, 0, set()),
+    ],
+)
+def test_nvlink_rules(
+    name: str, active: int, total: int, peers: int, want: set[tuple[str, str]]
+) -> None:
+    gpu = h100(name=name, nvlinks_active=active, nvlinks_total=total, persistence_mode=True)
+    assert levels(gpu, peers) == want
+
+
+@pytest.mark.parametrize(
+    ("readings", "want"),
+    [
+        ({"ecc_volatile_uncorrected": 2}, {(FAIL, "ecc-uncorrected")}),
+        ({"remapped_rows_failure": True}, {(FAIL, "row-remap-failure")}),
+        (
+            {"remapped_rows_pending": True, "remapped_rows_failure": True},
+            {(FAIL, "row-remap-pending"), (FAIL, "row-remap-failure")},
+        ),
+        ({"ecc_volatile_uncorrected": None, "ecc_mode": False}, {(SKIP, "ecc-uncorrected")}),
+        # a V100 retires pages instead of remapping rows: each GPU is judged by its own
+        (
+            {
+                "remapped_rows_pending": None,
+                "remapped_rows_failure": None,
+                "retired_pages_pending": True,
+                "unread": {"remapped_rows_pending": "Not Supported"},
+            },
+            {(FAIL, "retired-pages-pending")},
+        ),
+        (
+            {
+                "remapped_rows_pending": None,
+                "remapped_rows_failure": None,
+                "unread": {"remapped_rows_pending": "Not Supported"},
+            },
+            {(SKIP, "row-remap-pending")},
+        ),
+        ({"compute_mode": "PROHIBITED"}, {(FAIL, "compute-prohibited")}),
+        ({"compute_mode": "EXCLUSIVE_PROCESS"}, set()),  # a note, not a finding
+        ({"persistence_mode": False}, {(WARN, "persistence-off")}),
+        ({"clock_event_reasons": ["sw_power_cap"]}, set()),  # normal under a full GEMM
+        ({"clock_event_reasons": ["sw_thermal_slowdown"]}, {(WARN, "clocks-thermal")}),
+        ({"clock_event_reasons": ["hw_thermal_slowdown"]}, {(FAIL, "clocks-hw-slowdown")}),
+        ({"clock_event_reasons": None}, {(SKIP, "clocks-hw-slowdown")}),
+        (
+            {"processes": [{"pid": 31337, "used_mib": 30210, "name": "python"}]},
+            {(WARN, "other-processes")},
+        ),
+    ],
+)
+def test_gpu_rules(readings: dict[str, Any], want: set[tuple[str, str]]) -> None:
+    gpu = h100(persistence_mode=True)
+    for key, value in readings.items():
+        if value is None:
+            gpu.pop(key)
+        else:
+            gpu[key] = value
+    assert levels(gpu) == want
+
+
+def test_messages_carry_the_reading() -> None:
+    procs = [{"pid": 31337, "used_mib": 30210, "name": "python"}]
+    (found,) = health.gpu_findings(h100(persistence_mode=True, processes=procs), 7)
+    assert found.text() == (
+        "GPU 2: other processes hold memory on this GPU: pid 31337 (python, 30210 MiB): they "
+        "share its memory and compute with the job"
+    )
+    (ecc,) = health.gpu_findings(h100(persistence_mode=True, ecc_volatile_uncorrected=3), 7)
+    assert ecc.text().startswith("GPU 2: 3 uncorrectable ECC error(s) since the driver loaded")
+    gpu = h100(persistence_mode=True, unread={"clock_event_reasons": "GPU is lost"})
+    del gpu["clock_event_reasons"]
+    (skipped,) = health.gpu_findings(gpu, 7)
+    assert skipped.text() == (
+        "GPU 2: clock event reasons during the perf measurements (NVML said: GPU is lost)"
+    )
+
+
+def test_exclusive_mode_is_a_note_and_serialises_the_checks() -> None:
+    snapshot = load("h100-1x")
+    snapshot["gpus"][0]["compute_mode"] = "EXCLUSIVE_PROCESS"
+    result = health.check_health(snapshot)
+    assert result["status"] == "passed"
+    assert result["measurements"]["note"] == (
+        "GPU 0 is EXCLUSIVE_PROCESS: the self-check runs its GPU checks one at a time"
+    )
+    assert health.parallel_ok(snapshot) == (False, "GPU 0 is EXCLUSIVE_PROCESS")
+    snapshot["gpus"][0].update(compute_mode="DEFAULT", processes=[{"pid": 7, "used_mib": 500}])
+    assert health.parallel_ok(snapshot) == (False, "GPU 0 is in use by pid 7")
+
+
+def test_no_gpu_readings_is_skipped_with_nvmls_reason() -> None:
+    result = health.check_health(cpu_host())
+    assert result["status"] == "skipped"
+    assert result["reason"] == "no GPU readings: NVML did not start: NVML Shared Library Not Found"
+
+
+# -- the NVML reader ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("mask", "names"),
+    [
+        (0x0, []),
+        (pynvml.nvmlClocksEventReasonGpuIdle, ["gpu_idle"]),
+        (0x4, ["sw_power_cap"]),
+        (0x8 | 0x40, ["hw_slowdown", "hw_thermal_slowdown"]),
+        (0x8 | 0x80, ["hw_slowdown", "hw_power_brake_slowdown"]),
+        (0x20, ["sw_thermal_slowdown"]),
+        (
+            0x2 | 0x10 | 0x100,
+            ["applications_clocks_setting", "sync_boost", "display_clock_setting"],
+        ),
+        (0x4 | 0x400, ["sw_power_cap", "unknown_0x400"]),
+    ],
+)
+def test_reason_names(mask: int, names: list[str]) -> None:
+    assert nvml.reason_names(mask) == names
+
+
+def test_reason_bits_are_nvmls() -> None:
+    for bit, name in nvml.REASON_BITS:
+        camel = "".join(part.capitalize() for part in name.split("_"))
+        assert getattr(pynvml, f"nvmlClocksEventReason{camel}") == bit
+
+
+class FakeNvml:
+    """pynvml's API over a table: devices[i][function name] is the value (or a callable of
+    the extra arguments) or an NVMLError to raise; pynvml's own constants and errors."""
+
+    def __init__(self, devices: list[dict[str, Any]], init_error: Exception | None = None):
+        for name in dir(pynvml):
+            if name.startswith(("NVML", "nvmlClocks")):
+                setattr(self, name, getattr(pynvml, name))
+        self.devices = devices
+        self.init_error = init_error
+        self.shutdowns = 0
+
+    def nvmlInit(self) -> None:
+        if self.init_error:
+            raise self.init_error
+
+    def nvmlShutdown(self) -> None:
+        self.shutdowns += 1
+
+    def nvmlSystemGetDriverVersion(self) -> str:
+        return "580.95.05"
+
+    def nvmlDeviceGetCount(self) -> int:
+        return len(self.devices)
+
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> int:
+        return index
+
+    def nvmlSystemGetProcessName(self, pid: int) -> bytes:
+        if pid == 4242:
+            raise pynvml.NVMLError_NotFound()
+        return b"python3"
+
+    def __getattr__(self, name: str) -> Any:
+        if not name.startswith("nvmlDevice"):
+            raise AttributeError(name)
+
+        def call(handle: int, *args: Any) -> Any:
+            value = self.devices[handle].get(name, pynvml.NVMLError_NotSupported())
+            if isinstance(value, Exception):
+                raise value
+            return value(*args) if callable(value) else value
+
+        return call
+
+
+def h100_device(**overrides: Any) -> dict[str, Any]:
+    links = [1] * 17 + [0]
+
+    def link_state(link: int) -> int:
+        if link >= len(links):
+            raise pynvml.NVMLError_InvalidArgument()
+        return links[link]
+
+    device = {
+        "nvmlDeviceGetName": "NVIDIA H100 80GB HBM3",
+        "nvmlDeviceGetUUID": "GPU-5d1a2e3b-7c4f-4d8e-9a0b-1c2d3e4f5a6b",
+        "nvmlDeviceGetMemoryInfo": SimpleNamespace(total=81559 << 20),
+        "nvmlDeviceGetCudaComputeCapability": (9, 0),
+        "nvmlDeviceGetComputeMode": pynvml.NVML_COMPUTEMODE_EXCLUSIVE_PROCESS,
+        "nvmlDeviceGetPersistenceMode": pynvml.NVML_FEATURE_ENABLED,
+        "nvmlDeviceGetMigMode": [pynvml.NVML_DEVICE_MIG_DISABLE, pynvml.NVML_DEVICE_MIG_DISABLE],
+        "nvmlDeviceGetEccMode": [pynvml.NVML_FEATURE_ENABLED, pynvml.NVML_FEATURE_ENABLED],
+        "nvmlDeviceGetTotalEccErrors": lambda kind, counter: (
+            2
+            if (kind, counter)
+            == (pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, pynvml.NVML_VOLATILE_ECC)
+            else 99
+        ),
+        "nvmlDeviceGetRemappedRows": (3, 1, 1, 0),
+        "nvmlDeviceGetRetiredPagesPendingStatus": pynvml.NVMLError_NotSupported(),
+        "nvmlDeviceGetCurrPcieLinkGeneration": 1,
+        "nvmlDeviceGetCurrPcieLinkWidth": 16,
+        "nvmlDeviceGetMaxPcieLinkGeneration": 5,
+        "nvmlDeviceGetMaxPcieLinkWidth": 16,
+        "nvmlDeviceGetNvLinkState": link_state,
+        "nvmlDeviceGetNvLinkVersion": lambda link: pynvml.NVML_NVLINK_VERSION_4_0,
+        "nvmlDeviceGetComputeRunningProcesses": [
+            SimpleNamespace(pid=1000, usedGpuMemory=512 << 20),
+            SimpleNamespace(pid=4242, usedGpuMemory=None),
+        ],
+    }
+    device.update(overrides)
+    return device
+
+
+def test_reader_reads_every_field_of_an_h100() -> None:
+    fake = FakeNvml([h100_device()])
+    info, gpus = nvml.read_with(fake, own_pids={1000})
+    assert info == {"available": True, "reason": "", "driver": "580.95.05", "device_count": 1}
+    assert gpus == [
+        {
+            "index": 0,
+            "name": "NVIDIA H100 80GB HBM3",
+            "uuid": "GPU-5d1a2e3b-7c4f-4d8e-9a0b-1c2d3e4f5a6b",
+            "memory_total_mib": 81559,
+            "compute_capability": "9.0",
+            "compute_mode": "EXCLUSIVE_PROCESS",
+            "persistence_mode": True,
+            "mig_mode": False,
+            "ecc_mode": True,
+            "ecc_volatile_uncorrected": 2,
+            "remapped_rows_pending": True,
+            "remapped_rows_failure": False,
+            "pcie_gen": 1,
+            "pcie_width": 16,
+            "pcie_max_gen": 5,
+            "pcie_max_width": 16,
+            "nvlinks_active": 17,
+            "nvlinks_total": 18,
+            "nvlink_version": 4,
+            "processes": [{"pid": 4242, "used_mib": None, "name": ""}],
+            "unread": {"retired_pages_pending": "Not Supported"},
+        }
+    ]
+    assert fake.shutdowns == 1
+
+
+def test_reader_leaves_out_what_nvml_refuses_with_its_reason() -> None:
+    refused = h100_device(
+        nvmlDeviceGetRemappedRows=pynvml.NVMLError_NoPermission(),
+        nvmlDeviceGetTotalEccErrors=pynvml.NVMLError_NotSupported(),
+        nvmlDeviceGetNvLinkState=pynvml.NVMLError_NoPermission(),
+        nvmlDeviceGetMigMode=pynvml.NVMLError_NotSupported(),  # no MIG on this GPU
+        nvmlDeviceGetComputeRunningProcesses=pynvml.NVMLError_GpuIsLost(),
+    )
+    _, (gpu,) = nvml.read_with(FakeNvml([refused]))
+    assert gpu["mig_mode"] is False
+    assert gpu["unread"] == {
+        "ecc_volatile_uncorrected": "Not Supported",
+        "remapped_rows_pending": "Insufficient Permissions",
+        "remapped_rows_failure": "Insufficient Permissions",
+        "retired_pages_pending": "Not Supported",
+        "nvlinks_active": "Insufficient Permissions",
+        "nvlinks_total": "Insufficient Permissions",
+        "nvlink_version": "Insufficient Permissions",
+        "processes": "GPU is lost",
+    }
+    for key in gpu["unread"]:
+        assert key not in gpu
+    # and the verdict says so instead of passing it
+    skips = {f.rule for f in health.gpu_findings(gpu) if f.level == SKIP}
+    assert {"ecc-uncorrected", "nvlink-down", "other-processes"} <= skips
+
+
+def test_a_gpu_without_nvlink_has_zero_links() -> None:
+    l4 = h100_device(nvmlDeviceGetName="NVIDIA L4")
+    del l4["nvmlDeviceGetNvLinkState"]  # the fake answers NotSupported for every link
+    _, (gpu,) = nvml.read_with(FakeNvml([l4]))
+    assert (gpu["nvlinks_active"], gpu["nvlinks_total"]) == (0, 0)
+    assert "nvlink_version" not in gpu and "nvlink_version" not in gpu.get("unread", {})
+
+
+def test_without_nvml_nothing_is_read_and_the_reason_is_given(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    missing = FakeNvml([], init_error=pynvml.NVMLError_LibraryNotFound())
+    assert nvml.read_with(missing) == (
+        {"available": False, "reason": "NVML did not start: NVML Shared Library Not Found"},
+        [],
+    )
+    monkeypatch.setitem(sys.modules, "pynvml", None)
+    info, gpus = nvml.read_nvml()
+    assert info["available"] is False and "nvidia-ml-py" in info["reason"] and gpus == []
+
+
+def test_sampler_keeps_reasons_seen_twice_and_the_fastest_link() -> None:
+    masks = iter([0x4, 0x4 | 0x8, 0x4 | 0x40 | 0x8, 0x4 | 0x40 | 0x8, 0x4])
+    gens = iter([1, 5, 5, 5, 5])
+    fake = FakeNvml(
+        [
+            h100_device(
+                nvmlDeviceGetCurrentClocksEventReasons=lambda: next(masks),
+                nvmlDeviceGetCurrPcieLinkGeneration=lambda: next(gens),
+                nvmlDeviceGetCurrPcieLinkWidth=8,
+            )
+        ]
+    )
+    sampler = nvml.ClockSampler([0], nvml=fake)
+    assert sampler.open()
+    for _ in range(5):
+        sampler.sample()
+    sampler.close()
+    readings = sampler.readings()[0]
+    assert readings["clock_event_reasons"] == [
+        "sw_power_cap",
+        "hw_slowdown",
+        "hw_thermal_slowdown",
+    ]
+    assert readings["pcie_gen_under_load"] == 5 and readings["pcie_width_under_load"] == 8
+    assert readings["clock_samples"] == 5
+
+
+def test_sampler_falls_back_to_throttle_reasons_and_records_what_failed() -> None:
+    fake = FakeNvml(
+        [
+            h100_device(
+                nvmlDeviceGetCurrentClocksEventReasons=pynvml.NVMLError_FunctionNotFound(),
+                nvmlDeviceGetCurrentClocksThrottleReasons=0x20,
+                nvmlDeviceGetCurrPcieLinkWidth=pynvml.NVMLError_NotSupported(),
+            ),
+            h100_device(nvmlDeviceGetCurrentClocksEventReasons=pynvml.NVMLError_GpuIsLost()),
+        ]
+    )
+    sampler = nvml.ClockSampler([0, 1], nvml=fake, min_samples=1)
+    assert sampler.open()
+    sampler.sample()
+    sampler.close()
+    readings = sampler.readings()
+    assert readings[0]["clock_event_reasons"] == ["sw_thermal_slowdown"]
+    assert readings[0]["unread"] == {"pcie_width_under_load": "Not Supported"}
+    assert "clock_event_reasons" not in readings[1]
+    assert readings[1]["unread"] == {"clock_event_reasons": "GPU is lost"}
+    gpus = [{"index": 1, "unread": {"processes": "GPU is lost"}}]
+    nvml.merge_readings(gpus, readings)
+    assert gpus[0]["unread"] == {"processes": "GPU is lost", "clock_event_reasons": "GPU is lost"}
+    assert gpus[0]["pcie_gen_under_load"] == 1
+
+
+def test_sampler_thread_samples_until_the_block_ends() -> None:
+    started = threading.Event()
+
+    def mask() -> int:
+        started.set()
+        return 0x4
+
+    fake = FakeNvml([h100_device(nvmlDeviceGetCurrentClocksEventReasons=mask)])
+    with nvml.ClockSampler([0], interval=0.01, nvml=fake) as sampler:
+        assert started.wait(5)
+    assert sampler.reasons() == {0: ["sw_power_cap"]}
+    assert fake.shutdowns == 1
+    assert sampler.error == ""
+
+
+def test_sampler_without_nvml_samples_nothing_and_says_why() -> None:
+    fake = FakeNvml([], init_error=pynvml.NVMLError_DriverNotLoaded())
+    with nvml.ClockSampler([0], nvml=fake) as sampler:
+        pass
+    assert sampler.readings() == {}
+    assert sampler.error == "NVML did not start: Driver Not Loaded"
