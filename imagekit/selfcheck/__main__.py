@@ -81,6 +81,9 @@ def _progress(name: str, result: dict) -> None:  # type: ignore[type-arg]
 def live(args: argparse.Namespace) -> dict[str, Any]:
     """Read the host, run the probes the chosen checks need, and assemble the snapshot."""
     names = [n for n in runner.ORDER if n in args.checks.split(",")]
+    # torch numbers GPUs fastest first by default, NVML by PCI bus: one order for both, so
+    # a GPU's measurements and its NVML readings meet under one index in the snapshot.
+    os.environ.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
     host = snapshot.read_host(args.expect_gpus, args.require)
     host["selected"] = names
     jobs, why = runner.jobs_for(host, args.jobs)

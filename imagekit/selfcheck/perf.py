@@ -50,10 +50,10 @@ def check_perf() -> Result:
     from imagekit.selfcheck import links, nvml
 
     count = torch.cuda.device_count()
+    # Indices agree with NVML's: the self-check runs with CUDA_DEVICE_ORDER=PCI_BUS_ID.
     with nvml.ClockSampler(list(range(count))) as sampler:
         gpus = on_every_gpu(count, lambda index: measure_gpu(torch, index))
-    for gpu, events in zip(gpus, sampler_readings(sampler, count), strict=True):
-        gpu.update(events)
+    nvml.merge_readings(gpus, sampler.readings())
     for gpu in gpus:
         if "error" not in gpu:
             gpu["h2d_gbps"] = round(links.measure_h2d(torch, gpu["index"]), 1)

@@ -36,6 +36,7 @@ GPU_MEASURED = (
     "clock_event_reasons",
     "pcie_gen_under_load",
     "pcie_width_under_load",
+    "clock_samples",
     "name",
     "memory_total_mib",
 )
@@ -116,6 +117,8 @@ def merge_gpus(nvml_gpus: list[dict[str, Any]], measured: list[dict[str, Any]]) 
         for key in GPU_MEASURED:
             if key in reading and (key not in gpu or key not in ("name", "memory_total_mib")):
                 gpu[key] = reading[key]
+        if reading.get("unread"):
+            gpu["unread"] = {**gpu.get("unread", {}), **reading["unread"]}
     return [by_index[i] for i in sorted(by_index)]
 
 
