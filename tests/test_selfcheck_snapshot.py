@@ -20,6 +20,8 @@ from imagekit.selfcheck.__main__ import main
 from imagekit.selfcheck.report import table
 from imagekit.selfcheck_host import SelfCheckOptions, run_selfcheck
 
+from .test_selfcheck_health import EXPECTED
+
 SNAPSHOTS = Path(__file__).parent / "data" / "snapshots"
 
 
@@ -244,17 +246,19 @@ def test_imagekit_test_gpus_n_gives_n_gpus_and_expects_them() -> None:
     assert engine.runs[1].gpu_ids == () and "IMAGEKIT_EXPECT_GPUS" not in engine.runs[1].env
 
 
-@pytest.mark.parametrize("name", sorted(p.name for p in SNAPSHOTS.glob("*.json")))
-def test_recorded_snapshots_judge_offline_through_the_cli(
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_recorded_hosts_judge_offline_through_the_cli(
     name: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Every recorded host judges without exit 2 or a crash; its expected outcome, where the
-    file states one (`_expect`: {check: status}), is what the CLI prints."""
-    path = SNAPSHOTS / name
-    expect = json.loads(path.read_text()).get("_expect", {})
-    code = main(["--judge", str(path), "--json", "/dev/null"])
+    """Every recorded real host, judged by the CLI with every verdict (gpus, health, perf,
+    links): a healthy host exits 0 (no false red from any verdict), a broken one exits 1
+    with gpus or health failed."""
+    code = main(["--judge", str(SNAPSHOTS / f"{name}.json")])
     out = capsys.readouterr().out
-    assert code in (0, 1), out
     rows = {line.split()[0]: line.split()[1] for line in out.splitlines()[1:-1]}
-    for check, status in expect.items():
-        assert rows[check] == status.upper(), out
+    assert list(rows) == ["gpus", "health", "perf", "links"], out
+    assert code == (1 if EXPECTED[name] else 0), out
+    failed = {check for check, status in rows.items() if status == "FAILED"}
+    assert failed == (
+        {"gpus"} if name.endswith("missing-gpu") else {"health"} if EXPECTED[name] else set()
+    ), out
