@@ -278,7 +278,10 @@ def _venv_layers(wanted: str, needs_devel: bool, build_apt: bool) -> str:
 
 # pynvml for the self-check's hardware health (ECC, row remapping, links, clocks): pure
 # Python, ~50 KB, talks to the host driver's libnvidia-ml that the NVIDIA runtime mounts.
-NVML_REQUIREMENT = "nvidia-ml-py==13.615.71"
+# A floor, not a pin: uv takes a package from the PyTorch index first when that index has
+# it at all, so an exact PyPI version could fail to resolve there; 12.535 has every call
+# the self-check makes (older clock "throttle" names are read as a fallback).
+NVML_REQUIREMENT = "nvidia-ml-py>=12.535"
 
 
 def _torch_requirements(

@@ -83,7 +83,7 @@ RUN --mount=type=cache,id=imagekit-uv,target=/root/.cache/uv,sharing=shared \
     && /opt/venv/bin/python /run/imagekit/groups.py --installer uv \
        --out /opt/imagekit/groups --locked /run/imagekit/locked \
        ${TORCH_INDEX_URL:+--index "$TORCH_INDEX_URL"} \
-       --torch torch==2.11.0 --torch torchvision==0.26.0 --torch nvidia-ml-py==13.615.71 \
+       --torch torch==2.11.0 --torch torchvision==0.26.0 --torch 'nvidia-ml-py>=12.535' \
     && find /opt/venv -exec touch -h -d @315532800 {} +
 
 

@@ -87,7 +87,7 @@ RUN --mount=type=cache,id=imagekit-uv,target=/root/.cache/uv,sharing=shared \
     && /opt/uv/bin/uv pip install --python /opt/venv/bin/python --find-links /wheelhouse --compile-bytecode ${TORCH_INDEX_URL:+--extra-index-url "$TORCH_INDEX_URL"} \
        torch==2.10.0 \
        torchvision==0.25.0 \
-       nvidia-ml-py==13.615.71
+       'nvidia-ml-py>=12.535'
 # Build tools for CUDA extensions, which build against the installed torch.
 RUN --mount=type=cache,id=imagekit-uv,target=/root/.cache/uv,sharing=shared \
     --mount=type=secret,id=ca \
