@@ -107,5 +107,5 @@ def test_cuda_cells_carry_pynvml_for_the_self_check_and_cpu_cells_do_not() -> No
     cuda = [c for c in cells if c.cuda != "cpu"]
     cpu = [c for c in cells if c.cuda == "cpu"]
     assert cuda and cpu
-    assert all("nvidia-ml-py==13.615.71" in c.torch_requirements for c in cuda)
+    assert all("nvidia-ml-py>=12.535" in c.torch_requirements for c in cuda)
     assert not any(r.startswith("nvidia-ml-py") for c in cpu for r in c.torch_requirements)
