@@ -32,6 +32,7 @@ from imagekit.errors import BuildError, ImagekitError, Interrupted
 from imagekit.matrix.cells import Cell
 from imagekit.paths import write_atomic
 from imagekit.render.dockerfile import render
+from imagekit.sizes import gb
 
 
 @dataclass(frozen=True)
@@ -345,10 +346,6 @@ class Runner:
     def _write_report(self, report: CellReport) -> None:
         path = paths.report_file(self.options.report_dir, report.cell)
         write_atomic(path, json.dumps(asdict(report), indent=2) + "\n")
-
-
-def gb(size: int) -> str:
-    return f"{size / 1e9:.2f} GB"
 
 
 def share_layers(reports: Sequence[CellReport]) -> None:
