@@ -292,6 +292,49 @@ def test_every_row_names_its_source_and_the_date_read() -> None:
         compat.parse(yaml.safe_load(broken))
 
 
+@pytest.mark.parametrize(
+    ("old", "new", "problem"),
+    [
+        (  # a key deleted
+            '"12.6": {full: "12.6.3", min_driver: "525.60.13", ',
+            '"12.6": {full: "12.6.3", ',
+            "cuda.12.6.min_driver: missing; add it (the comment above its table says what it holds)",
+        ),
+        (  # a string where a list belongs
+            '"2.7.1": {python: ["3.9", "3.10", "3.11", "3.12", "3.13"],',
+            '"2.7.1": {python: "3.11",',
+            "torch.2.7.1.python: '3.11': Input should be a valid list",
+        ),
+        (  # a misspelt key, which the loader used to ignore
+            "forward_branches: [450, 470]",
+            "forward_branch: [450, 470]",
+            "cuda.11.8.forward_branch: unknown key; remove it, or fix its spelling",
+        ),
+        ("\nfeatures:\n", "\nfeature:\n", "features: missing"),  # a whole table
+    ],
+)
+def test_a_broken_data_file_is_a_compat_error_naming_file_key_and_fix(
+    old: str,
+    new: str,
+    problem: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Not a KeyError (exit 70, 'internal error'): the loader checks the file's shape first."""
+    assert DATA.count(old) == 1
+    broken = tmp_path / "compat.yaml"
+    broken.write_text(DATA.replace(old, new))
+    monkeypatch.setattr(compat, "COMPAT_FILE", broken)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["compat", "show"])
+    assert exit_info.value.code == CompatError.exit_code == 3
+    err = capsys.readouterr().err
+    assert f"imagekit: error: compat data {broken} is not valid:\n" in err
+    assert f"  - {problem}" in err
+    assert "internal error" not in err
+
+
 def test_archs_are_keyed_by_release_where_builds_differ() -> None:
     data = compat.load()
     assert "7.0" not in data.archs_for("2.7.1", "12.8")  # 2.7's cu128 build has no Volta

@@ -311,7 +311,7 @@ def refresh(
     today: str | None = None,
 ) -> str:
     text = path.read_text(encoding="utf-8")
-    data = compat_mod.parse(yaml.safe_load(text))
+    data = compat_mod.parse(yaml.safe_load(text), path)
     wanted = list(versions) or list(data.torch)
     torch_files = index_files(fetch, "torch", index)
     vision_files = index_files(fetch, "torchvision", index)
@@ -342,9 +342,9 @@ def refresh(
         read_on = today or datetime.date.today().isoformat()
         for derived in found:
             stamped = apply(stamped, derived, read_on=read_on)
-        compat_mod.parse(yaml.safe_load(stamped))  # never write a file the loader rejects
+        compat_mod.parse(yaml.safe_load(stamped), path)  # never write a file the loader rejects
         write_atomic(path, stamped)
-        compat_mod.load.cache_clear()
+        compat_mod.read.cache_clear()
         notes.append(f"wrote {path}")
     else:
         notes.append("not written; run with --write to apply")
