@@ -100,7 +100,7 @@ def test_filter_that_selects_nothing(capsys: pytest.CaptureFixture[str]) -> None
 def test_compat_show(capsys: pytest.CaptureFixture[str]) -> None:
     assert run("compat", "show")[0] == 0
     out = capsys.readouterr().out
-    assert "2.7.1    12.6" in out and "13.0  13.0.3" in out
+    assert "2.7.1   12.6" in out and "13.0  13.0.3" in out
 
 
 def test_internal_error_writes_a_log_not_a_traceback(

@@ -124,6 +124,69 @@ def test_refresh_reads_cuda_toolkit_pins_and_reports_current(tmp_path: Path) -> 
     assert "--index" in out  # says what PyPI cannot tell, and where it comes from
 
 
+@pytest.mark.parametrize(
+    ("filename", "read"),
+    [
+        # file names as PyPI and download.pytorch.org list them
+        ("torch-2.7.1-cp311-cp311-manylinux_2_28_x86_64.whl", ("torch", "2.7.1", None, "3.11")),
+        ("torch-2.4.1-cp38-cp38-manylinux1_x86_64.whl", ("torch", "2.4.1", None, "3.8")),
+        (
+            "torch-2.7.1+cu126-cp313-cp313-manylinux_2_28_x86_64.whl",
+            ("torch", "2.7.1", "cu126", "3.13"),
+        ),
+        (
+            "torchvision-0.22.1-cp310-cp310-manylinux_2_28_x86_64.whl",
+            ("torchvision", "0.22.1", None, "3.10"),
+        ),
+        ("torch-2.7.1-cp313-cp313t-manylinux_2_28_x86_64.whl", None),  # free-threaded
+        ("torch-2.7.1-cp311-cp311-manylinux_2_28_aarch64.whl", None),
+        ("torch-2.7.1-cp311-cp311-win_amd64.whl", None),
+        ("torch-2.7.1-cp311-none-macosx_11_0_arm64.whl", None),
+        ("torch-2.7.1.tar.gz", None),
+        ("torch-2.16.0%2Bcu130-cp312-cp312-manylinux_2_28_x86_64.whl", None),  # still quoted
+    ],
+)
+def test_wheel_file_names_are_read_by_packaging(
+    filename: str, read: tuple[str, str, str | None, str] | None
+) -> None:
+    wheel = compat_refresh.linux_wheel(filename)
+    got = wheel and (wheel.name, wheel.version.public, wheel.version.local, wheel.python)
+    assert got == read
+
+
+@pytest.mark.parametrize(
+    ("lines", "cuda"),
+    [
+        # torch 2.1.2's METADATA (the parenthesised form), 2.7.1's, a cuda-toolkit pin
+        (
+            'Requires-Dist: nvidia-cuda-nvrtc-cu12 (==12.1.105) ; platform_system == "Linux"\n'
+            'Requires-Dist: nvidia-cuda-runtime-cu12 (==12.1.105) ; platform_system == "Linux"',
+            "12.1",
+        ),
+        (
+            'Requires-Dist: nvidia-cuda-runtime-cu12==12.6.77; platform_system == "Linux" and '
+            'platform_machine == "x86_64"\nRequires-Dist: cuda-toolkit==13.0.2',
+            "12.6",  # the runtime wheel's pin wins over a toolkit pin
+        ),
+        ("Requires-Dist: Cuda_Toolkit[cublas]==13.0.2", "13.0"),  # names compared normalized
+        ("Requires-Dist: nvidia-cuda-runtime-cu12>=12.6", None),  # a range pins nothing
+        ("Requires-Dist: filelock\nRequires-Dist: not a requirement ((", None),
+    ],
+)
+def test_cuda_pin_is_read_from_requires_dist(lines: str, cuda: str | None) -> None:
+    metadata = f"Metadata-Version: 2.1\nName: torch\nVersion: 2.7.1\n{lines}\n"
+    assert compat_refresh.cuda_pin(metadata) == cuda
+
+
+def test_torchvision_pin_on_torch_is_read_from_requires_dist() -> None:
+    metadata = (
+        "Metadata-Version: 2.1\nName: torchvision\nVersion: 0.22.1\n"
+        "Requires-Dist: numpy\nRequires-Dist: torch==2.7.1\nRequires-Dist: pillow>=5.3.0,!=8.3.*\n"
+    )
+    assert str(compat_refresh.torch_pin(metadata)) == "==2.7.1"
+    assert str(compat_refresh.torch_pin("Metadata-Version: 2.1\nName: x\n")) == ""
+
+
 class FakeIndexes:
     """A PyPI (simple JSON, PEP 658 side files) and a PyTorch-style wheel index (PEP 503
     HTML), written to a folder and served over real HTTP on 127.0.0.1."""
@@ -227,6 +290,49 @@ def test_every_row_names_its_source_and_the_date_read() -> None:
     broken = DATA.replace('cuda-runfiles: "2026-11-23",', 'cuda-runfiles: "last year",', 1)
     with pytest.raises(CompatError, match=r"cuda\.11\.8 source cuda-runfiles: 'last year'"):
         compat.parse(yaml.safe_load(broken))
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "problem"),
+    [
+        (  # a key deleted
+            '"12.6": {full: "12.6.3", min_driver: "525.60.13", ',
+            '"12.6": {full: "12.6.3", ',
+            "cuda.12.6.min_driver: missing; add it (the comment above its table says what it holds)",
+        ),
+        (  # a string where a list belongs
+            '"2.7.1": {python: ["3.9", "3.10", "3.11", "3.12", "3.13"],',
+            '"2.7.1": {python: "3.11",',
+            "torch.2.7.1.python: '3.11': Input should be a valid list",
+        ),
+        (  # a misspelt key, which the loader used to ignore
+            "forward_branches: [450, 470]",
+            "forward_branch: [450, 470]",
+            "cuda.11.8.forward_branch: unknown key; remove it, or fix its spelling",
+        ),
+        ("\nfeatures:\n", "\nfeature:\n", "features: missing"),  # a whole table
+    ],
+)
+def test_a_broken_data_file_is_a_compat_error_naming_file_key_and_fix(
+    old: str,
+    new: str,
+    problem: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Not a KeyError (exit 70, 'internal error'): the loader checks the file's shape first."""
+    assert DATA.count(old) == 1
+    broken = tmp_path / "compat.yaml"
+    broken.write_text(DATA.replace(old, new))
+    monkeypatch.setattr(compat, "COMPAT_FILE", broken)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["compat", "show"])
+    assert exit_info.value.code == CompatError.exit_code == 3
+    err = capsys.readouterr().err
+    assert f"imagekit: error: compat data {broken} is not valid:\n" in err
+    assert f"  - {problem}" in err
+    assert "internal error" not in err
 
 
 def test_archs_are_keyed_by_release_where_builds_differ() -> None:

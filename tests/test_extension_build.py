@@ -16,7 +16,10 @@ import zipfile
 from pathlib import Path
 
 import pytest
+import yaml
 
+from imagekit.matrix import cells as cells_mod
+from imagekit.matrix import compat
 from imagekit.matrix.catalog import load_cells
 
 from .conftest import ROOT
@@ -102,6 +105,16 @@ def test_prebuilt_pins_the_wheelhouse_version(tmp_path: Path) -> None:
     fake_wheel(wheelhouse, "2.8.3")
     out = sh("imagekit_prebuilt flash-attn", IMAGEKIT_WHEELHOUSE=str(wheelhouse))
     assert out.stdout == "flash-attn==2.8.3\n"
+
+
+def test_prebuilt_names_are_normalized_as_wheel_files_spell_them() -> None:
+    # imagekit_prebuilt turns - into _ to find NAME-*.whl: a name spelled Flash_Attn in the
+    # data must reach it as flash-attn (the wheel is flash_attn-2.8.3-...), not as written.
+    text = compat.COMPAT_FILE.read_text().replace('"flash-attn>=2.6,<3"', '"Flash_Attn>=2.6,<3"')
+    data = compat.parse(yaml.safe_load(text))
+    (step,) = cells_mod._feature_steps(data, ("flash-attn",), "12.6", ("8.0", "9.0"))
+    assert step.prebuilt == ("flash-attn",)
+    assert step.requirements == ("Flash_Attn>=2.6,<3",)  # what pip installs stays as written
 
 
 @pytest.fixture(scope="module")

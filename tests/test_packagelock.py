@@ -63,6 +63,11 @@ def test_the_fingerprint_follows_every_input_and_nothing_else() -> None:
     assert base["features"] == [["onnx>=1.16", "onnxscript>=0.1", "onnxruntime>=1.19"]]
 
 
+def test_a_pins_name_is_normalized() -> None:
+    assert Pin("Flash_Attn==2.8.3", ()).name == "flash-attn"
+    assert Pin("nvidia.cuda-runtime-cu12==12.6.77", ()).name == "nvidia-cuda-runtime-cu12"
+
+
 def test_pins_split_into_the_venv_groups_and_the_file_round_trips() -> None:
     lock = packagelock.resolve(cell(), fake_resolver, "", None)
     names = {g: [p.requirement for p in pins] for g, pins in lock.groups.items()}

@@ -25,6 +25,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
 from imagekit.build import groups
 from imagekit.errors import ImagekitError, StaleError, UsageError
 from imagekit.matrix.cells import Cell
@@ -55,7 +58,7 @@ class Pin:
 
     @property
     def name(self) -> str:
-        return groups.pin_name(self.requirement)
+        return canonicalize_name(Requirement(self.requirement).name)
 
     def text(self) -> str:
         return " \\\n".join([self.requirement, *(f"    --hash=sha256:{h}" for h in self.hashes)])

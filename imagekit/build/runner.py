@@ -32,6 +32,8 @@ from imagekit.errors import BuildError, ImagekitError, Interrupted
 from imagekit.matrix.cells import Cell
 from imagekit.paths import write_atomic
 from imagekit.render.dockerfile import render
+from imagekit.sizes import gb
+from imagekit.text_table import render_table
 
 
 @dataclass(frozen=True)
@@ -347,10 +349,6 @@ class Runner:
         write_atomic(path, json.dumps(asdict(report), indent=2) + "\n")
 
 
-def gb(size: int) -> str:
-    return f"{size / 1e9:.2f} GB"
-
-
 def share_layers(reports: Sequence[CellReport]) -> None:
     """Which layers the cells of one run have in common, by diff ID. A layer's bytes count
     as unique in the first cell (in run order) that has it and as shared in every later
@@ -389,18 +387,8 @@ def cost_line(reports: Sequence[CellReport]) -> str:
 
 
 def summary(reports: Sequence[CellReport]) -> str:
-    lines = [
-        f"{'CELL':<48} {'STATUS':<12} {'TIME':>7} {'SIZE':>9} {'UNIQUE':>9} {'SHARED':>9} "
-        f"{'PUSH':>6} {'CACHED':>7}"
-    ]
-    for r in reports:
-        cached = sum(1 for s in r.steps if s["cached"])
-        push = f"{r.push_seconds:>5.0f}s" if r.push_compression else f"{'-':>6}"
-        lines.append(
-            f"{r.cell:<48} {r.status:<12} {r.seconds:>6.0f}s {gb(r.size_bytes):>9} "
-            f"{gb(r.unique_bytes):>9} {gb(r.shared_bytes):>9} {push} "
-            f"{cached:>3}/{len(r.steps):<3}"
-        )
+    header = ("CELL", "STATUS", "TIME", "SIZE", "UNIQUE", "SHARED", "PUSH", "CACHED")
+    lines = [render_table(header, [_summary_row(r) for r in reports], right=header[2:])]
     for r in reports:
         if not r.ok and r.error:
             tail = "\n".join("    " + line for line in r.error.splitlines()[-15:])
@@ -413,6 +401,13 @@ def summary(reports: Sequence[CellReport]) -> str:
         f"\n{built} built, {len(reports) - built - skipped} failed, {skipped} not attempted"
     )
     return "\n".join(lines)
+
+
+def _summary_row(r: CellReport) -> tuple[str, ...]:
+    cached = sum(1 for s in r.steps if s["cached"])
+    push = f"{r.push_seconds:.0f}s" if r.push_compression else "-"
+    sizes = (gb(r.size_bytes), gb(r.unique_bytes), gb(r.shared_bytes))
+    return (r.cell, r.status, f"{r.seconds:.0f}s", *sizes, push, f"{cached}/{len(r.steps)}")
 
 
 def raise_for_failures(reports: Sequence[CellReport]) -> None:

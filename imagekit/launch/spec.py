@@ -16,6 +16,7 @@ from imagekit.matrix.cells import Cell
 from imagekit.matrix.profiles import PROFILE_ENV, PROFILE_SHM, RDMA_PROFILES
 from imagekit.matrix.refs import check_image_ref, pinned
 from imagekit.selfcheck.registry import ORDER
+from imagekit.sizes import QUANTITY, quantity_kib
 
 KINDS = {"kubernetes": ("trainjob", "jobset"), "slurm": ("pyxis", "apptainer")}
 DEFAULT_CHECKS = ("stack", "ddp")  # a minute or two: GPUs, driver, NCCL across local GPUs
@@ -26,7 +27,6 @@ RDZV_PORT = 29500  # Kubeflow Trainer's trainer port; torchrun's default too
 RESERVED_ENV = ("PET_", "MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK")
 _DNS_LABEL = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_QUANTITY = re.compile(r"([1-9][0-9]*)(Mi|Gi|Ti)")
 _RESOURCE = re.compile(
     r"([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?"
 )
@@ -82,8 +82,7 @@ class LaunchSpec:
 
     @property
     def shm_kib(self) -> int:
-        number, unit = _QUANTITY.fullmatch(self.shm_size).groups()  # type: ignore[union-attr]
-        return int(number) * {"Mi": 1024, "Gi": 1024**2, "Ti": 1024**3}[unit]
+        return quantity_kib(self.shm_size)
 
     def selfcheck_argv(self) -> tuple[str, ...]:
         """The self-check each node runs before training; empty when --checks none."""
@@ -192,7 +191,7 @@ def _env(profile: str, extra: Sequence[str]) -> tuple[tuple[str, str], ...]:
 
 
 def _shm(size: str) -> str:
-    if not _QUANTITY.fullmatch(size):
+    if not QUANTITY.fullmatch(size):
         raise UsageError(f"--shm-size {size}: write a whole number of Mi, Gi or Ti, e.g. 64Gi")
     return size
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 from imagekit import __version__
@@ -310,7 +311,8 @@ def _feature_steps(
         if feature.cuda_archs:
             env[f"{_env_name(name)}_CUDA_ARCHS"] = ";".join(extension_archs(archs, feature))
         env["MAX_JOBS"] = "${MAX_JOBS:-$(imagekit_max_jobs)}"
-        prebuilt = tuple(Requirement(r).name for r in reqs)
+        # Normalized, as a wheel's file name spells it (build-env.sh looks for NAME-*.whl).
+        prebuilt = tuple(canonicalize_name(Requirement(r).name) for r in reqs)
         steps.append(FeatureStep(name, reqs, False, tuple(env.items()), prebuilt))
     return tuple(steps)
 

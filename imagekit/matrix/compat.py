@@ -12,10 +12,11 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import Annotated, Any
 
 import yaml
 from packaging.version import Version
+from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationError
 
 from imagekit.errors import CompatError
 from imagekit.resources import DATA_DIR
@@ -194,19 +195,93 @@ def _minor(version: str) -> str:
     return f"{release[0]}.{release[1]}"
 
 
-def _feature(raw: dict[str, Any], name: str, row: dict[str, Any]) -> Feature:
-    _source(raw, f"features.{name}", row)
-    pip = row["pip"]
-    by_key = {"*": tuple(pip)} if isinstance(pip, list) else {k: tuple(v) for k, v in pip.items()}
-    return Feature(
-        name=name,
-        pip=MappingProxyType(by_key),
-        needs_devel=bool(row.get("needs_devel", False)),
-        cuda_archs=tuple(str(a) for a in row.get("cuda_archs", ())),
-    )
+# -- the file's shape ------------------------------------------------------------------------
+# pydantic models of data/compat.yaml, checked before any record is built: a key missing or
+# of the wrong type is a CompatError naming the file, the key's path and the fix.
+_STRICT = ConfigDict(extra="forbid", frozen=True)
 
 
-def parse(raw: dict[str, Any]) -> Compat:
+def _int_as_text(value: Any) -> Any:
+    # An extension's arch values are digits ("80"); an unquoted 80 means the same.
+    return str(value) if isinstance(value, int) and not isinstance(value, bool) else value
+
+
+class _Row(BaseModel):
+    model_config = _STRICT
+    source: dict[str, Any] | None = None  # checked against `sources` by _source
+    note: str | None = None
+
+
+class _TorchRow(_Row):
+    python: list[str]
+    pypi_cuda: str
+    variants: list[str]
+    torchvision: str | None = None
+
+
+class _CudaRow(_Row):
+    full: str
+    min_driver: str
+    toolkit_driver: str
+    archs: list[str]
+    os: list[str]
+    forward_branches: list[int] = []
+
+
+class _OsRow(_Row):
+    image: str
+    python: str
+    nvidia: bool
+    cuda_tag: str | None = None
+    suite: str | None = None
+
+
+class _FeatureRow(_Row):
+    pip: list[str] | dict[str, list[str]]  # one list, or one per "cpu" / CUDA major
+    needs_devel: bool = False
+    cuda_archs: list[Annotated[str, BeforeValidator(_int_as_text)]] = []
+
+
+class _VariantArchsRow(_Row):
+    archs: list[str]
+    by_torch: dict[str, list[str]] = {}
+
+
+class _CompatFile(BaseModel):
+    model_config = _STRICT
+    sources: dict[str, str]
+    torch: dict[str, _TorchRow]
+    cuda: dict[str, _CudaRow]
+    os: dict[str, _OsRow]
+    variant_archs: dict[str, _VariantArchsRow]
+    features: dict[str, _FeatureRow]
+
+
+def _problem(error: Any) -> str:
+    at = ".".join(str(p) for p in error["loc"] if not str(p).startswith("function-"))
+    at = at or "(top level)"
+    if error["type"] == "missing":
+        return f"{at}: missing; add it (the comment above its table says what it holds)"
+    if error["type"] == "extra_forbidden":
+        return f"{at}: unknown key; remove it, or fix its spelling"
+    return f"{at}: {error['input']!r}: {error['msg']}"
+
+
+def _shape(raw: Any, file: str) -> _CompatFile:
+    try:
+        return _CompatFile.model_validate(raw)
+    except ValidationError as exc:
+        problems = [_problem(e) for e in exc.errors()]
+        raise CompatError(
+            f"compat data {file} is not valid:\n" + "\n".join(f"  - {p}" for p in problems)
+        ) from None
+
+
+# -- records ------------------------------------------------------------------------------
+def parse(raw: Any, file: str | Path = COMPAT_FILE) -> Compat:
+    """The records of a loaded data file; CompatError naming `file` where it is not valid."""
+    data = _shape(raw, str(file))
+    sources = set(data.sources)
     # Read-only views: the cached Compat is shared, so nobody may mutate it.
     ro = MappingProxyType
     return Compat(
@@ -214,70 +289,94 @@ def parse(raw: dict[str, Any]) -> Compat:
             {
                 v: TorchRelease(
                     version=v,
-                    python=tuple(r["python"]),
-                    pypi_cuda=r["pypi_cuda"],
-                    variants=tuple(r["variants"]),
-                    torchvision=r.get("torchvision"),
-                    source=_source(raw, f"torch.{v}", r),
+                    python=tuple(r.python),
+                    pypi_cuda=r.pypi_cuda,
+                    variants=tuple(r.variants),
+                    torchvision=r.torchvision,
+                    source=_source(sources, f"torch.{v}", r),
                 )
-                for v, r in raw["torch"].items()
+                for v, r in data.torch.items()
             }
         ),
         cuda=ro(
             {
                 v: CudaRelease(
                     version=v,
-                    full=r["full"],
-                    min_driver=r["min_driver"],
-                    toolkit_driver=r["toolkit_driver"],
-                    archs=tuple(r["archs"]),
-                    os=tuple(r["os"]),
-                    forward_branches=tuple(int(b) for b in r.get("forward_branches", ())),
-                    source=_source(raw, f"cuda.{v}", r),
+                    full=r.full,
+                    min_driver=r.min_driver,
+                    toolkit_driver=r.toolkit_driver,
+                    archs=tuple(r.archs),
+                    os=tuple(r.os),
+                    forward_branches=tuple(r.forward_branches),
+                    source=_source(sources, f"cuda.{v}", r),
                 )
-                for v, r in raw["cuda"].items()
+                for v, r in data.cuda.items()
             }
         ),
         os=ro(
             {
                 n: OsRelease(
                     name=n,
-                    image=r["image"],
-                    python=r["python"],
-                    nvidia=bool(r["nvidia"]),
-                    cuda_tag=r.get("cuda_tag"),
-                    suite=r.get("suite"),
-                    source=_source(raw, f"os.{n}", r),
+                    image=r.image,
+                    python=r.python,
+                    nvidia=r.nvidia,
+                    cuda_tag=r.cuda_tag,
+                    suite=r.suite,
+                    source=_source(sources, f"os.{n}", r),
                 )
-                for n, r in raw["os"].items()
+                for n, r in data.os.items()
             }
         ),
-        variant_archs=ro({k: _variant_archs(raw, k, r) for k, r in raw["variant_archs"].items()}),
-        features=ro({n: _feature(raw, n, r) for n, r in raw["features"].items()}),
-        sources=ro({k: str(v) for k, v in raw["sources"].items()}),
+        variant_archs=ro(
+            {
+                k: VariantArchs(
+                    tuple(r.archs),
+                    ro({t: tuple(a) for t, a in r.by_torch.items()}),
+                    _source(sources, f"variant_archs.{k}", r),
+                )
+                for k, r in data.variant_archs.items()
+            }
+        ),
+        features=ro({n: _feature(sources, n, r) for n, r in data.features.items()}),
+        sources=ro(dict(data.sources)),
     )
 
 
-def _source(raw: dict[str, Any], where: str, row: dict[str, Any]) -> Mapping[str, str]:
+def _feature(sources: set[str], name: str, row: _FeatureRow) -> Feature:
+    _source(sources, f"features.{name}", row)
+    pip = row.pip
+    by_key = {"*": tuple(pip)} if isinstance(pip, list) else {k: tuple(v) for k, v in pip.items()}
+    return Feature(
+        name=name,
+        pip=MappingProxyType(by_key),
+        needs_devel=row.needs_devel,
+        cuda_archs=tuple(row.cuda_archs),
+    )
+
+
+def _source(sources: set[str], where: str, row: _Row) -> Mapping[str, str]:
     """A row's `source: {key: date read}`, each key one of the file's `sources`."""
-    source = row.get("source")
-    if not isinstance(source, dict) or not source:
+    source = row.source
+    if not source:
         raise CompatError(f"compat data: {where} has no `source: {{key: date read}}`")
     for key, date in source.items():
-        if key not in raw["sources"]:
+        if key not in sources:
             raise CompatError(f"compat data: {where} cites unknown source {key!r}")
         if not re.fullmatch(r"\d{4}-\d{2}-\d{2}", str(date)):
             raise CompatError(f"compat data: {where} source {key}: {date!r} is not YYYY-MM-DD")
     return MappingProxyType({str(k): str(v) for k, v in source.items()})
 
 
-def _variant_archs(raw: dict[str, Any], variant: str, row: dict[str, Any]) -> VariantArchs:
-    source = _source(raw, f"variant_archs.{variant}", row)
-    by_torch = {str(k): tuple(v) for k, v in (row.get("by_torch") or {}).items()}
-    return VariantArchs(tuple(row["archs"]), MappingProxyType(by_torch), source)
+def load(path: Path | None = None) -> Compat:
+    """The data file (COMPAT_FILE unless `path`), read once."""
+    return read(path or COMPAT_FILE)
 
 
 @lru_cache(maxsize=4)
-def load(path: Path = COMPAT_FILE) -> Compat:
-    with open(path, encoding="utf-8") as fh:
-        return parse(yaml.safe_load(fh))
+def read(path: Path) -> Compat:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            raw = yaml.safe_load(fh)
+    except yaml.YAMLError as exc:
+        raise CompatError(f"compat data {path} is not valid YAML: {exc}") from None
+    return parse(raw, path)

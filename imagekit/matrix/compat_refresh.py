@@ -17,6 +17,7 @@ import html
 import io
 import json
 import re
+import urllib.parse
 import urllib.request
 import zipfile
 from collections.abc import Callable, Iterable
@@ -25,7 +26,10 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from packaging.metadata import parse_email
 from packaging.requirements import InvalidRequirement, Requirement
+from packaging.specifiers import SpecifierSet
+from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
 from imagekit.errors import ImagekitError
@@ -35,15 +39,9 @@ from imagekit.paths import write_atomic
 INDEX = "https://pypi.org/simple"
 Fetch = Callable[[str, dict[str, str]], bytes]
 
-_WHEEL = re.compile(
-    r"^(?P<name>torch|torchvision)-(?P<ver>[^-+]+)(?:\+(?P<local>[^-]+))?"
-    r"-cp(?P<py>\d)(?P<minor>\d+)-(?P<abi>[^-]+)-(?:many)?linux[^-]*x86_64\.whl$"
-)
-_CUDA_PINS = (
-    # "name==12.6.77" in newer METADATA, "name (==12.1.105)" in older.
-    re.compile(r"^Requires-Dist: nvidia-cuda-runtime(?:-cu\d+)?\s*\(?==\s*(\d+)\.(\d+)", re.M),
-    re.compile(r"^Requires-Dist: cuda-toolkit(?:\[[^\]]*\])?\s*\(?==\s*(\d+)\.(\d+)", re.M),
-)
+# What pins torch's CUDA in its METADATA, first found first: the runtime wheel
+# (nvidia-cuda-runtime-cu12 in older releases), else the cuda-toolkit meta-package (newer).
+_CUDA_PINS = (re.compile(r"nvidia-cuda-runtime(-cu\d+)?"), re.compile(r"cuda-toolkit"))
 _VARIANT = re.compile(r"^(cu\d+|cpu)$")  # rocm, xpu and the like are not imagekit's
 # torchvision 0.N pairs with torch 2.(N-15) (torchvision's README table): a later
 # torchvision's loose `torch>=` pin is not a build for an untested torch.
@@ -74,15 +72,36 @@ class Derived:
     variants: tuple[str, ...] | None = None  # None: not derived (no --index)
 
 
+@dataclass(frozen=True)
+class LinuxWheel:
+    """What a wheel's file name says, for a Linux x86_64 CPython wheel."""
+
+    name: str  # normalized (PEP 503)
+    version: Version  # `.public` "2.7.1", `.local` "cu126" on a PyTorch-style index
+    python: str  # "3.13"
+
+
+def linux_wheel(filename: str) -> LinuxWheel | None:
+    """The wheel's name, version and Python, or None where it is not a Linux x86_64 CPython
+    wheel; free-threaded builds (ABI cp313t) share the interpreter tag and are left out."""
+    try:
+        name, version, _build, tags = parse_wheel_filename(filename)
+    except (InvalidWheelFilename, InvalidVersion):
+        return None
+    for tag in tags:
+        linux = tag.platform.startswith(("linux", "manylinux")) and tag.platform.endswith("x86_64")
+        cpython = re.fullmatch(r"cp(\d)(\d+)", tag.interpreter)
+        if linux and cpython and not tag.abi.endswith("t"):
+            return LinuxWheel(name, version, f"{cpython[1]}.{cpython[2]}")
+    return None
+
+
 def wheels_of(files: list[dict[str, object]], name: str, version: str) -> list[dict[str, object]]:
-    """Linux x86_64 CPython wheels of one release (free-threaded builds share the tag)."""
+    """Linux x86_64 CPython wheels of one release."""
     return [
         f
         for f in files
-        if (m := _WHEEL.match(str(f["filename"])))
-        and m["name"] == name
-        and m["ver"] == version
-        and not m["abi"].endswith("t")
+        if (w := linux_wheel(str(f["filename"]))) and w.name == name and w.version.public == version
     ]
 
 
@@ -92,21 +111,39 @@ def derive(files: list[dict[str, object]], version: str, fetch: Fetch) -> Derive
     if not wheels:
         raise RefreshError(f"PyPI has no Linux x86_64 CPython wheels of torch {version}")
     pythons = sorted(
-        {f"{m['py']}.{m['minor']}" for f in wheels if (m := _WHEEL.match(str(f["filename"])))},
-        key=Version,
+        {w.python for f in wheels if (w := linux_wheel(str(f["filename"])))}, key=Version
     )
-    metadata = wheel_metadata(wheels[0], fetch)
-    cuda = None
-    for pattern in _CUDA_PINS:
-        if found := pattern.search(metadata):
-            cuda = f"{found[1]}.{found[2]}"
-            break
-    return Derived(version, tuple(pythons), cuda)
+    return Derived(version, tuple(pythons), cuda_pin(wheel_metadata(wheels[0], fetch)))
 
 
 def _local(wheel: dict[str, object]) -> str | None:
-    match = _WHEEL.match(str(wheel["filename"]))
-    return match["local"] if match else None
+    parsed = linux_wheel(str(wheel["filename"]))
+    return parsed.version.local if parsed else None
+
+
+def requires_dist(metadata: str) -> list[Requirement]:
+    """A METADATA file's Requires-Dist entries; one that is not PEP 508 is skipped."""
+    raw, _unparsed = parse_email(metadata)
+    found = []
+    for line in raw.get("requires_dist", []):
+        try:
+            found.append(Requirement(line))
+        except InvalidRequirement:
+            continue
+    return found
+
+
+def cuda_pin(metadata: str) -> str | None:
+    """'12.8' from `nvidia-cuda-runtime-cu12==12.8.90` (or `cuda-toolkit[...]==13.0.2`)."""
+    requirements = requires_dist(metadata)
+    for pattern in _CUDA_PINS:
+        for requirement in requirements:
+            if not pattern.fullmatch(canonicalize_name(requirement.name)):
+                continue
+            for spec in requirement.specifier:
+                if spec.operator == "==" and (found := re.match(r"(\d+)\.(\d+)", spec.version)):
+                    return f"{found[1]}.{found[2]}"
+    return None
 
 
 def torchvision_for(version: str, files: list[dict[str, object]], fetch: Fetch) -> str | None:
@@ -115,11 +152,12 @@ def torchvision_for(version: str, files: list[dict[str, object]], fetch: Fetch) 
     minor = torch.release[1] + _TORCHVISION_OFFSET
     releases = sorted(
         {
-            m["ver"]
+            w.version.public
             for f in files
-            if (m := _WHEEL.match(str(f["filename"])))
-            and _same_minor(m["ver"], (0, minor))
-            and not m["local"]
+            if (w := linux_wheel(str(f["filename"])))
+            and w.name == "torchvision"
+            and w.version.release[:2] == (0, minor)
+            and not w.version.local
         },
         key=Version,
         reverse=True,
@@ -131,40 +169,34 @@ def torchvision_for(version: str, files: list[dict[str, object]], fetch: Fetch) 
     return None
 
 
-def _same_minor(version: str, minor: tuple[int, int]) -> bool:
-    try:
-        return Version(version).release[:2] == minor
-    except InvalidVersion:
-        return False
-
-
-def torch_pin(metadata: str) -> Any:
+def torch_pin(metadata: str) -> SpecifierSet:
     """The SpecifierSet of a wheel's `Requires-Dist: torch` line (empty: any torch)."""
-    for line in metadata.splitlines():
-        if not line.startswith("Requires-Dist: torch"):
-            continue
-        try:
-            requirement = Requirement(line.removeprefix("Requires-Dist:").strip())
-        except InvalidRequirement:
-            continue
-        if requirement.name == "torch":
+    for requirement in requires_dist(metadata):
+        if canonicalize_name(requirement.name) == "torch":
             return requirement.specifier
-    return Requirement("torch").specifier
+    return SpecifierSet()
 
 
 def index_wheel_names(fetch: Fetch, index: str) -> list[str]:
     """The torch wheels' file names on a PyTorch-style index (PEP 503 HTML): one page, read
     once for every release."""
     page = fetch(f"{index.rstrip('/')}/torch/", {"Accept": "text/html"}).decode("utf-8", "replace")
-    return [html.unescape(n).rsplit("/", 1)[-1].split("#")[0] for n in _anchors(page)]
+    # An href spells the local version's "+" as %2B; the link text spells it out.
+    return [
+        urllib.parse.unquote(html.unescape(n).rsplit("/", 1)[-1].split("#")[0])
+        for n in _anchors(page)
+    ]
 
 
 def index_variants(version: str, names: Iterable[str]) -> tuple[str, ...]:
     """The cuXXX/cpu variants among an index's wheel names for a torch release."""
     found = {
-        m["local"]
+        str(w.version.local)
         for n in names
-        if (m := _WHEEL.match(n)) and m["ver"] == version and _VARIANT.match(m["local"] or "")
+        if (w := linux_wheel(n))
+        and w.name == "torch"
+        and w.version.public == version
+        and _VARIANT.match(w.version.local or "")
     }
     # cu118 < cu126 < cu130 by number; cpu last, as in the data file.
     return tuple(sorted(found, key=lambda v: (v == "cpu", int(v[2:]) if v != "cpu" else 0)))
@@ -279,7 +311,7 @@ def refresh(
     today: str | None = None,
 ) -> str:
     text = path.read_text(encoding="utf-8")
-    data = compat_mod.parse(yaml.safe_load(text))
+    data = compat_mod.parse(yaml.safe_load(text), path)
     wanted = list(versions) or list(data.torch)
     torch_files = index_files(fetch, "torch", index)
     vision_files = index_files(fetch, "torchvision", index)
@@ -310,9 +342,9 @@ def refresh(
         read_on = today or datetime.date.today().isoformat()
         for derived in found:
             stamped = apply(stamped, derived, read_on=read_on)
-        compat_mod.parse(yaml.safe_load(stamped))  # never write a file the loader rejects
+        compat_mod.parse(yaml.safe_load(stamped), path)  # never write a file the loader rejects
         write_atomic(path, stamped)
-        compat_mod.load.cache_clear()
+        compat_mod.read.cache_clear()
         notes.append(f"wrote {path}")
     else:
         notes.append("not written; run with --write to apply")

@@ -16,6 +16,7 @@ from imagekit.runtime import fwdcompat, gpus
 from imagekit.selfcheck.archs import arch_verdict
 from imagekit.selfcheck.gpu import driver_problem as gpu_driver_problem
 from imagekit.selfcheck.gpu import version_tuple
+from imagekit.text_table import render_table
 
 
 @dataclass(frozen=True)
@@ -113,37 +114,45 @@ def show(driver: str | None = None, gpu: str | None = None) -> str:
     if host.driver is None and host.capability is None:
         return tables(data)
     asked = " and ".join(x for x in (driver and f"driver {driver}", gpu and f"GPU {gpu}") if x)
-    lines = [f"torch builds on {asked}:", "torch    CUDA  verdict"]
+    rows: list[tuple[str, str, str]] = []
     rules: list[str] = []
-    runs = total = 0
+    runs = 0
     for torch in data.torch.values():
         for version in data.cudas_of(torch):
             verdict = row_verdict(data, torch, data.cuda[version], host)
-            total += 1
             runs += verdict.runs
             text = f"runs {verdict.why}".rstrip() if verdict.runs else f"REFUSED: {verdict.why}"
             if verdict.rule:
                 if verdict.rule not in rules:
                     rules.append(verdict.rule)
                 text += f" [{rules.index(verdict.rule) + 1}]"
-            lines.append(f"{torch.version:<8} {version:<5} {text}")
-    lines.append(f"{runs} of {total} torch x CUDA builds run there")
+            rows.append((torch.version, version, text))
+    lines = [f"torch builds on {asked}:", render_table(("torch", "CUDA", "verdict"), rows)]
+    lines.append(f"{runs} of {len(rows)} torch x CUDA builds run there")
     lines += ["", "Why refused:"] + [f"[{i}] {r}" for i, r in enumerate(rules, 1)] if rules else []
     return "\n".join(lines)
 
 
 def tables(data: Compat) -> str:
-    lines = ["torch    PyPI CUDA  variants                      Python     torchvision"]
-    for rel in data.torch.values():
-        lines.append(
-            f"{rel.version:<8} {rel.pypi_cuda:<10} {' '.join(rel.variants):<29} "
-            f"{rel.python[0] + '-' + rel.python[-1]:<10} {rel.torchvision or '-'}"
-        )
-    lines += ["", "CUDA  image tag  min driver  toolkit driver  OS"]
-    for cuda in data.cuda.values():
-        lines.append(
-            f"{cuda.version:<5} {cuda.full:<10} {cuda.min_driver:<11} "
-            f"{cuda.toolkit_driver:<15} {' '.join(cuda.os)}"
-        )
-    lines += ["", "Ask: imagekit compat show --driver 535.104.05 --gpu sm_90 (or --gpu H100)"]
-    return "\n".join(lines)
+    torch = render_table(
+        ("torch", "PyPI CUDA", "variants", "Python", "torchvision"),
+        [
+            (
+                rel.version,
+                rel.pypi_cuda,
+                " ".join(rel.variants),
+                f"{rel.python[0]}-{rel.python[-1]}",
+                rel.torchvision or "-",
+            )
+            for rel in data.torch.values()
+        ],
+    )
+    cuda = render_table(
+        ("CUDA", "image tag", "min driver", "toolkit driver", "OS"),
+        [
+            (c.version, c.full, c.min_driver, c.toolkit_driver, " ".join(c.os))
+            for c in data.cuda.values()
+        ],
+    )
+    ask = "Ask: imagekit compat show --driver 535.104.05 --gpu sm_90 (or --gpu H100)"
+    return "\n\n".join([torch, cuda, ask])

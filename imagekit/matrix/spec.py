@@ -31,6 +31,7 @@ from imagekit.errors import Problem, SpecError
 from imagekit.matrix.refs import check_image_ref
 from imagekit.matrix.yamlsrc import Located, YamlSyntaxError
 from imagekit.matrix.yamlsrc import load as load_yaml
+from imagekit.sizes import parse_size
 from imagekit.urls import has_credentials, mask
 
 AXES = ("cuda", "torch", "python", "os", "flavor")
@@ -44,18 +45,6 @@ _APT = re.compile(r"^[a-z0-9][a-z0-9+.-]*(=[A-Za-z0-9.+~:-]+)?$")
 _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _REPOSITORY = re.compile(r"^[a-z0-9]+([._/-][a-z0-9]+)*$")
 _REGISTRY = re.compile(r"^[a-zA-Z0-9.-]+(:[0-9]+)?(/[a-z0-9._-]+)*$")
-_SIZE = re.compile(r"\s*([0-9]+(?:\.[0-9]+)?)\s*(B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)?\s*")
-_UNITS = {
-    "B": 1,
-    "KB": 10**3,
-    "MB": 10**6,
-    "GB": 10**9,
-    "TB": 10**12,
-    "KiB": 2**10,
-    "MiB": 2**20,
-    "GiB": 2**30,
-    "TiB": 2**40,
-}
 
 
 def _not_a_number(value: Any) -> Any:
@@ -142,21 +131,6 @@ def _env_value(value: Any) -> str:
     if len(text) > MAX_ENV_VALUE:
         raise ValueError(f"{len(text)} characters; an environment value may have {MAX_ENV_VALUE}")
     return text
-
-
-def parse_size(value: Any) -> int:
-    """A positive size: a string with its unit ("12GB", "800MiB"; "1.5" alone is ambiguous),
-    or a whole number of bytes."""
-    if isinstance(value, int) and not isinstance(value, bool):
-        size = value
-    else:
-        match = _SIZE.fullmatch(value) if isinstance(value, str) else None
-        if not match or not match.group(2):
-            raise ValueError('expected a size with a unit, such as "12GB" or "800MiB"')
-        size = int(float(match.group(1)) * _UNITS[match.group(2)])
-    if size <= 0:
-        raise ValueError("a size budget must be more than 0")
-    return size
 
 
 def _pattern(regex: re.Pattern[str], what: str) -> Any:

@@ -8,18 +8,16 @@ from typing import Any
 from imagekit import paths
 from imagekit.errors import UsageError
 from imagekit.matrix.cells import Cell
+from imagekit.text_table import render_table
 
 
 def table(cells: Sequence[Cell]) -> str:
     header = ("CELL", "CUDA", "TORCH", "PYTHON", "OS", "FLAVOR", "FEATURES", "PROFILE")
-    rows = [header] + [
+    rows = [
         (c.id, c.cuda, c.torch, c.python, c.os, c.flavor, ",".join(c.features) or "-", c.profile)
         for c in cells
     ]
-    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
-    lines = ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip() for r in rows]
-    lines.append(f"{len(cells)} cell{'s' if len(cells) != 1 else ''}")
-    return "\n".join(lines)
+    return render_table(header, rows) + f"\n{len(cells)} cell{'s' if len(cells) != 1 else ''}"
 
 
 def cell_json(cell: Cell) -> dict[str, Any]:
