@@ -145,8 +145,14 @@ def parse(text: str, cell_id: str, where: str = "") -> PackageLock:
         inputs = json.loads(header.pop("inputs"))
         stated = header.pop("fingerprint")
         pins = {g: tuple(_pin(line) for line in sections.get(g, ())) for g in GROUPS}
-    except (KeyError, ValueError) as exc:
-        raise _unreadable(where, str(exc)) from None
+    except KeyError as exc:
+        raise _unreadable(where, f"no `# {exc.args[0]}:` line") from None
+    except ValueError as exc:
+        raise _unreadable(where, str(exc)[:200]) from None
+    except RecursionError:
+        raise _unreadable(where, "its inputs are nested too deeply") from None
+    if not isinstance(inputs, dict):
+        raise _unreadable(where, "its inputs are not a JSON object")
     lock = PackageLock(cell_id, inputs, header, pins)
     if lock.fingerprint != stated:
         raise _unreadable(where, "its fingerprint does not match its inputs (edited by hand?)")
@@ -171,7 +177,11 @@ def read(folder: Path, cell_id: str) -> PackageLock | None:
     path = lock_path(folder, cell_id)
     if not path.is_file():
         return None
-    return parse(path.read_text(encoding="utf-8"), cell_id, str(path))
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise _unreadable(str(path), f"not UTF-8 text at byte {exc.start}") from None
+    return parse(text, cell_id, str(path))
 
 
 def write(folder: Path, lock: PackageLock) -> bool:
@@ -336,8 +346,9 @@ def stale(cells: Sequence[Cell], folder: Path, whole_matrix: bool) -> list[str]:
         current = inputs_of(cell)
         for key in sorted(set(current) | set(lock.inputs)):
             if current.get(key) != lock.inputs.get(key):
+                locked = json.dumps(lock.inputs.get(key))[:200]
                 problems.append(
-                    f"{path}: {key}: locked {json.dumps(lock.inputs.get(key))}, the matrix now "
+                    f"{path}: {key}: locked {locked}, the matrix now "
                     f"says {json.dumps(current.get(key))}; run `imagekit lock --packages`"
                 )
     if whole_matrix and folder.is_dir():

@@ -16,6 +16,7 @@ import click
 
 from imagekit import __version__
 from imagekit.cli.common import Selection, examples, filter_options
+from imagekit.cli.params import OUT_DIR
 from imagekit.errors import ImagekitError, StaleError
 
 EPILOG_RENDER = """\b
@@ -44,7 +45,7 @@ def cli() -> None:
 @filter_options
 @click.option(
     "--out",
-    type=click.Path(path_type=Path),
+    type=OUT_DIR,
     default=Path("dockerfiles"),
     show_default=True,
     help="Folder for dockerfiles/<cell>/Dockerfile.",

@@ -10,6 +10,7 @@ from typing import Any
 import click
 
 from imagekit.cli.common import Selection, docker_option, examples, filter_options
+from imagekit.cli.params import OUT_DIR, OUT_FILE
 
 
 @click.command(
@@ -119,7 +120,7 @@ from imagekit.cli.common import Selection, docker_option, examples, filter_optio
 @docker_option
 @click.option(
     "--report-dir",
-    type=click.Path(path_type=Path),
+    type=OUT_DIR,
     default=Path("reports"),
     show_default=True,
     help="Where <cell>/build.json reports go.",
@@ -254,7 +255,7 @@ def bootstrap(suite: str, mirror: str | None, tag: str | None, docker_cli: str |
 
 
 def report_option(flag: str, dest: str, text: str) -> Callable[[Any], Any]:
-    return click.option(flag, dest, type=click.Path(path_type=Path), default=None, help=text)
+    return click.option(flag, dest, type=OUT_FILE, default=None, help=text)
 
 
 @click.command(

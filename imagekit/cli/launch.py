@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import click
 
 from imagekit.cli.common import Selection, examples, filter_options
+from imagekit.cli.params import OUT_DIR
 from imagekit.errors import UsageError
 from imagekit.matrix.cells import Cell
 from imagekit.matrix.profiles import PROFILE_ENV
@@ -71,7 +71,7 @@ from imagekit.matrix.profiles import PROFILE_ENV
 )
 @click.option(
     "--out",
-    type=click.Path(path_type=Path, file_okay=False),
+    type=OUT_DIR,
     default=None,
     help="Write DIR/<name>.<kind>.yaml|sbatch instead of printing.",
 )
@@ -99,7 +99,10 @@ def launch(**kwargs: Any) -> None:
         click.echo(text, nl=False)
         return
     path = kwargs["out"] / launch_mod.filename(spec)
-    paths.write_atomic(path, text)
+    try:
+        paths.write_atomic(path, text)
+    except OSError as exc:
+        raise UsageError(f"--out {kwargs['out']}: cannot write {path}: {exc.strerror}") from None
     click.echo(f"wrote {path}")
 
 

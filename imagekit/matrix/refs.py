@@ -42,10 +42,16 @@ def check_image_ref(text: str) -> str:
 def check_tag(tag: str) -> str:
     if not TAG.fullmatch(tag):
         raise ValueError(
-            f"{tag!r} is not a valid Docker tag: 1 to 128 letters, digits, _ . -, "
+            f"{_short(tag)} is not a valid Docker tag: 1 to 128 letters, digits, _ . -, "
             "not starting with . or -"
         )
     return tag
+
+
+def _short(text: str) -> str:
+    """`text` as repr, cut to 100 characters (a hostile value may be a megabyte)."""
+    shown = repr(text)
+    return shown if len(shown) <= 100 else f"{shown[:100]}... ({len(text)} characters)"
 
 
 def pinned(ref: str, pins: Mapping[str, str]) -> str:

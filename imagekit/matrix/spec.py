@@ -396,6 +396,7 @@ def _check_tags(doc: EnvFile, located: Located) -> list[str]:
             fields, bad = [], str(exc)
         else:
             bad = ", ".join(f"{{{f}}}" for f in fields if f not in TAG_FIELDS)
+            bad = bad or format_specs(template)
         if bad:
             path = ("tag",) if where == "tag" else ("extra_tags", int(where[11:-1]))
             allowed = ", ".join("{" + f + "}" for f in TAG_FIELDS)
@@ -408,6 +409,21 @@ def _check_tags(doc: EnvFile, located: Located) -> list[str]:
                 )
             )
     return problems
+
+
+def format_specs(template: str) -> str:
+    """A field with a format spec or conversion ({torch:>999999999}, {torch!r}): a tag needs
+    neither, and a width asks for memory the size of the width."""
+    try:
+        parsed = list(string.Formatter().parse(template))
+    except ValueError:  # reported as a template that does not parse
+        return ""
+    specs = [
+        "{" + name + (f"!{conv}" if conv else "") + (f":{spec}" if spec else "") + "}"
+        for _, name, spec, conv in parsed
+        if name is not None and (spec or conv)
+    ]
+    return f"{', '.join(specs)[:80]} (a field takes no format spec or conversion)" if specs else ""
 
 
 # -- errors -------------------------------------------------------------------------------
