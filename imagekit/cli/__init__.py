@@ -16,7 +16,7 @@ import click
 
 from imagekit import __version__
 from imagekit.cli.common import Selection, examples, filter_options
-from imagekit.cli.params import OUT_DIR
+from imagekit.cli.params import IMAGE_REF, OUT_DIR, RUNNER_LABEL, TORCH_VERSION, URL
 from imagekit.errors import ImagekitError, StaleError
 
 EPILOG_RENDER = """\b
@@ -58,6 +58,7 @@ def cli() -> None:
 @click.option(
     "--syntax",
     default=None,
+    type=IMAGE_REF,
     metavar="IMAGE",
     help="Opt into a '# syntax=IMAGE' line (pulls that frontend at build time).",
 )
@@ -121,6 +122,7 @@ def list_cells(**kwargs: Any) -> None:
 @click.option(
     "--gpu-runner",
     default="gpu",
+    type=RUNNER_LABEL,
     show_default=True,
     help="runs-on label for self-test jobs (github format).",
 )
@@ -171,12 +173,17 @@ def compat_show(driver: str | None, gpu: str | None) -> None:
 )
 @click.option("--write", is_flag=True, help="Write the changes (default: only print the diff).")
 @click.option(
-    "--torch", "versions", multiple=True, help="Only these torch versions (new ones too)."
+    "--torch",
+    "versions",
+    multiple=True,
+    type=TORCH_VERSION,
+    help="Only these torch versions (new ones too).",
 )
 @click.option(
     "--index",
     "torch_index",
     default=None,
+    type=URL,
     metavar="URL",
     help="PyTorch-style wheel index to re-derive the variants from.",
 )

@@ -7,7 +7,7 @@ from typing import Any
 import click
 
 from imagekit.cli.common import Selection, examples, filter_options
-from imagekit.cli.params import OUT_DIR
+from imagekit.cli.params import ENV, IMAGE_REF, OUT_DIR
 from imagekit.errors import UsageError
 from imagekit.matrix.cells import Cell
 from imagekit.matrix.profiles import PROFILE_ENV
@@ -49,10 +49,18 @@ from imagekit.matrix.profiles import PROFILE_ENV
 @click.option("--name", default=None, help="Job name (default: train-<variant>-torch<v>-py<v>).")
 @click.option("--namespace", default=None, help="Kubernetes namespace (default: kubectl's).")
 @click.option(
-    "--image", default=None, metavar="REF", help="Run this image instead of the cell's first tag."
+    "--image",
+    default=None,
+    type=IMAGE_REF,
+    metavar="REF",
+    help="Run this image instead of the cell's first tag.",
 )
 @click.option(
-    "--env", multiple=True, metavar="NAME=VALUE", help="Extra environment, e.g. NCCL_IB_HCA=mlx5."
+    "--env",
+    multiple=True,
+    type=ENV,
+    metavar="NAME=VALUE",
+    help="Extra environment, e.g. NCCL_IB_HCA=mlx5.",
 )
 @click.option(
     "--shm-size", default=None, metavar="SIZE", help="/dev/shm, e.g. 64Gi (default: by profile)."
