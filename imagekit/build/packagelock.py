@@ -28,7 +28,7 @@ from pathlib import Path
 from imagekit.build import groups
 from imagekit.errors import ImagekitError, StaleError, UsageError
 from imagekit.matrix.cells import Cell
-from imagekit.paths import write_atomic
+from imagekit.paths import UnsafeFile, read_checked, write_atomic
 
 DIRNAME = "packages.lock"
 FORMAT = 1
@@ -175,10 +175,11 @@ def _unreadable(where: str, why: str) -> UsageError:
 
 def read(folder: Path, cell_id: str) -> PackageLock | None:
     path = lock_path(folder, cell_id)
-    if not path.is_file():
+    data = read_checked(path, "package lock")
+    if data is None:
         return None
     try:
-        text = path.read_bytes().decode("utf-8")
+        text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise _unreadable(str(path), f"not UTF-8 text at byte {exc.start}") from None
     return parse(text, cell_id, str(path))
@@ -332,6 +333,8 @@ def stale(cells: Sequence[Cell], folder: Path, whole_matrix: bool) -> list[str]:
         path = lock_path(folder, cell.id)
         try:
             lock = read(folder, cell.id)
+        except UnsafeFile:
+            raise  # refused unread (exit 2), not a lock that fell behind
         except UsageError as exc:
             problems.append(str(exc))
             continue

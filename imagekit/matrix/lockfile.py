@@ -13,7 +13,7 @@ from pathlib import Path
 
 from imagekit.errors import SpecError
 from imagekit.matrix.refs import DIGEST, check_image_ref
-from imagekit.paths import write_atomic
+from imagekit.paths import read_checked, write_atomic
 
 NAME = "images.lock"
 
@@ -30,10 +30,11 @@ def default_path(env_paths: Sequence[Path]) -> Path:
 
 
 def read(path: Path) -> Lock:
-    if not path.is_file():
+    data = read_checked(path, "images.lock")
+    if data is None:
         return Lock()
     try:
-        pins = _pins(json.loads(path.read_text(encoding="utf-8")))
+        pins = _pins(json.loads(data.decode("utf-8")))
     except RecursionError:
         why = "nested too deeply to be a lock file"
     except (ValueError, KeyError, TypeError, AttributeError) as exc:

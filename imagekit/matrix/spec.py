@@ -495,8 +495,9 @@ def env_files(paths: Iterable[Path]) -> list[Path]:
     found: list[Path] = []
     for path in paths:
         if path.is_dir():
-            found.extend(sorted(p for p in path.glob("*.yaml") if p.is_file()))
-            found.extend(sorted(p for p in path.glob("*.yml") if p.is_file()))
+            # not only regular files: a FIFO or a link named *.yaml is refused, not skipped
+            found.extend(sorted(p for p in path.glob("*.yaml") if not p.is_dir()))
+            found.extend(sorted(p for p in path.glob("*.yml") if not p.is_dir()))
         else:
             found.append(path)
     return found
@@ -529,8 +530,6 @@ def _display(path: Path, root: Path | None) -> str:
 
 
 def _load_one(path: Path, display: str) -> tuple[list[RawCell], list[Problem]]:
-    if not path.is_file():
-        return [], [Problem("no such file", file=display)]
     try:
         located = load_yaml(path, display)
     except YamlSyntaxError as exc:

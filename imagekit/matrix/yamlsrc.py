@@ -20,10 +20,11 @@ from typing import Any
 import yaml
 
 from imagekit.errors import Problem
+from imagekit.paths import MiB, UnsafeFile, read_checked
 
 Path_ = tuple[str | int, ...]
 
-MAX_BYTES = 1 << 20  # a matrix file is a few KB; 1 MiB leaves room and stops a bomb
+MAX_BYTES = MiB  # a matrix file is a few KB; 1 MiB leaves room and stops a bomb (paths.LIMITS)
 MAX_DEPTH = 64
 MAX_VALUES = 100_000  # values after alias expansion; a real matrix has hundreds
 MERGE_TAG = "tag:yaml.org,2002:merge"
@@ -87,25 +88,22 @@ def load(path: Path, display: str | None = None) -> Located:
 
 def _read(path: Path, name: str) -> str:
     try:
-        size = path.stat().st_size
-        if size > MAX_BYTES:
-            raise YamlSyntaxError(
-                name,
-                1,
-                f"the file is {size} bytes; a matrix file may be at most "
-                f"{MAX_BYTES} bytes (split it into several files in envs/)",
-            )
-        return path.read_bytes().decode("utf-8")
+        data = read_checked(path, "matrix file")
+    except UnsafeFile as exc:
+        why = str(exc).removeprefix(f"{path}: ")
+        raise YamlSyntaxError(name, None, why) from None
+    if data is None:
+        raise YamlSyntaxError(name, None, "no such file")
+    try:
+        return data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        line = path.read_bytes()[: exc.start].count(b"\n") + 1
+        line = data[: exc.start].count(b"\n") + 1
         raise YamlSyntaxError(
             name,
             line,
             f"not UTF-8 text (byte {exc.object[exc.start]:#x} at offset "
             f"{exc.start}); save the file as UTF-8",
         ) from None
-    except OSError as exc:
-        raise YamlSyntaxError(name, None, f"cannot read: {exc.strerror}") from None
 
 
 def _check_depth(text: str, name: str) -> None:
