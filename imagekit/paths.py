@@ -11,7 +11,7 @@ import stat
 import tempfile
 from pathlib import Path
 
-from imagekit.errors import UsageError
+from imagekit.errors import UsageError, printable
 
 DOCKERFILES = Path("dockerfiles")  # committed, rendered Dockerfiles
 WORK = Path(".imagekit")  # imagekit's scratch space in the project
@@ -87,28 +87,29 @@ def read_checked(path: Path, what: str, root: Path | None = None) -> bytes | Non
     if not os.path.lexists(path):
         return None
     limit = LIMITS[what]
+    shown = printable(str(path))
     top = (root or repository_of(Path(os.path.abspath(path)).parent)).resolve()
     target = path.resolve()
     if target != top and top not in target.parents:
         raise UnsafeFile(
-            f"{path}: the {what} is a link that leads outside the repository {top}; imagekit "
+            f"{shown}: the {what} is a link that leads outside the repository {top}; imagekit "
             "reads only files inside it. Replace the link with the file itself"
         )
     try:
         fd = os.open(target, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError as exc:
-        raise UnsafeFile(f"{path}: cannot read the {what}: {exc.strerror}") from None
+        raise UnsafeFile(f"{shown}: cannot read the {what}: {exc.strerror}") from None
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
             raise UnsafeFile(
-                f"{path}: the {what} is not a regular file (a folder, a FIFO or a device); "
+                f"{shown}: the {what} is not a regular file (a folder, a FIFO or a device); "
                 "put the file itself there"
             )
         if info.st_size > limit:
             article = "an" if what[0] in "aeiou." else "a"
             raise UnsafeFile(
-                f"{path}: the {what} is {info.st_size} bytes; {article} {what} may be at most "
+                f"{shown}: the {what} is {info.st_size} bytes; {article} {what} may be at most "
                 f"{limit} bytes"
             )
         data = os.read(fd, limit + 1)
@@ -117,7 +118,7 @@ def read_checked(path: Path, what: str, root: Path | None = None) -> bytes | Non
     finally:
         os.close(fd)
     if len(data) > limit:  # it grew while being read (a file of /proc has size 0)
-        raise UnsafeFile(f"{path}: the {what} is more than {limit} bytes")
+        raise UnsafeFile(f"{shown}: the {what} is more than {limit} bytes")
     return data
 
 

@@ -27,7 +27,7 @@ from pydantic import (
     ValidationError,
 )
 
-from imagekit.errors import Problem, SpecError
+from imagekit.errors import Problem, SpecError, printable
 from imagekit.matrix.refs import check_image_ref
 from imagekit.matrix.yamlsrc import Located, YamlSyntaxError
 from imagekit.matrix.yamlsrc import load as load_yaml
@@ -379,8 +379,8 @@ def _warn_unused(doc: EnvFile, located: Located, used: set[tuple[str, int]]) -> 
             if (section, i) not in used:
                 line = located.line_of((section, i))
                 print(
-                    f"imagekit: warning: {located.file}:{line}: {section}[{i}] matches no cell "
-                    "of this file; check its values",
+                    f"imagekit: warning: {printable(located.file)}:{line}: {section}[{i}] "
+                    "matches no cell of this file; check its values",
                     file=sys.stderr,
                 )
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import yaml
 
-from imagekit.errors import Problem
+from imagekit.errors import Problem, printable
 from imagekit.paths import MiB, UnsafeFile, read_checked
 
 Path_ = tuple[str | int, ...]
@@ -90,7 +90,7 @@ def _read(path: Path, name: str) -> str:
     try:
         data = read_checked(path, "matrix file")
     except UnsafeFile as exc:
-        why = str(exc).removeprefix(f"{path}: ")
+        why = str(exc).removeprefix(f"{printable(str(path))}: ")
         raise YamlSyntaxError(name, None, why) from None
     if data is None:
         raise YamlSyntaxError(name, None, "no such file")
