@@ -9,7 +9,13 @@ from typing import Any
 
 import click
 
-from imagekit.cli.common import Selection, docker_option, examples, filter_options
+from imagekit.cli.common import (
+    Selection,
+    docker_option,
+    examples,
+    filter_options,
+    filter_options_writing_lock,
+)
 from imagekit.cli.params import (
     CACHE_SPEC,
     DEBIAN_SUITE,
@@ -171,7 +177,7 @@ def build(**kwargs: Any) -> None:
         "imagekit lock --check                             # CI: exit 4 if a package lock is stale",
     ),
 )
-@filter_options
+@filter_options_writing_lock
 @click.option(
     "--packages",
     is_flag=True,

@@ -15,6 +15,10 @@ _REFERENCE = re.compile(
     rf"(?::(?P<tag>{_TAG}))?(?:@(?P<digest>[A-Za-z][A-Za-z0-9]*:[0-9a-fA-F]+))?"
 )
 TAG = re.compile(_TAG)
+# registry: and repository: of a matrix file, by the same grammar (a registry may carry a
+# namespace: ghcr.io/org); together with a tag they always make a valid reference.
+REGISTRY = re.compile(rf"{_DOMAIN}(?:/{_COMPONENT})*")
+REPOSITORY = re.compile(rf"{_COMPONENT}(?:/{_COMPONENT})*")
 # Names a FROM would read as a stage of imagekit's own Dockerfile, or as no image at all.
 RESERVED = {"os-base", "builder", "packages", "runtime", "scratch"}
 

@@ -28,7 +28,7 @@ from pydantic import (
 )
 
 from imagekit.errors import Problem, SpecError, printable
-from imagekit.matrix.refs import check_image_ref
+from imagekit.matrix.refs import REGISTRY, REPOSITORY, check_image_ref
 from imagekit.matrix.yamlsrc import Located, YamlSyntaxError
 from imagekit.matrix.yamlsrc import load as load_yaml
 from imagekit.urls import has_credentials, mask
@@ -42,8 +42,6 @@ TAG_FIELDS = ("id", "cuda", "variant", "torch", "python", "os", "flavor")
 
 _APT = re.compile(r"^[a-z0-9][a-z0-9+.-]*(=[A-Za-z0-9.+~:-]+)?$")
 _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_REPOSITORY = re.compile(r"^[a-z0-9]+([._/-][a-z0-9]+)*$")
-_REGISTRY = re.compile(r"^[a-zA-Z0-9.-]+(:[0-9]+)?(/[a-z0-9._-]+)*$")
 _SIZE = re.compile(r"\s*([0-9]+(?:\.[0-9]+)?)\s*(B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)?\s*")
 _UNITS = {
     "B": 1,
@@ -245,10 +243,22 @@ class Override(Options):
 
 
 class EnvFile(_Strict):
-    registry: Annotated[str, _pattern(_REGISTRY, "registry (host[:port][/namespace])")] = (
-        "localhost"
-    )
-    repository: Annotated[str, _pattern(_REPOSITORY, "repository name (lowercase)")] = "imagekit"
+    registry: Annotated[
+        str,
+        _pattern(
+            REGISTRY,
+            "registry: host[:port][/namespace] by the OCI reference grammar, e.g. ghcr.io/org "
+            "or localhost:5000 (host labels of letters, digits and -, separated by .)",
+        ),
+    ] = "localhost"
+    repository: Annotated[
+        str,
+        _pattern(
+            REPOSITORY,
+            "repository: lowercase name components of letters and digits, separated by "
+            "/ . _ __ or -, e.g. team/train",
+        ),
+    ] = "imagekit"
     tag: str = "{torch}-{variant}-py{python}-{os}-{flavor}"
     extra_tags: list[str] = []
     defaults: Block = Block()
