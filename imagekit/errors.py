@@ -24,20 +24,40 @@ class Problem:
     value: str | None = None  # as shown to the user (repr, credentials masked)
 
     def __str__(self) -> str:
-        where = ":".join(str(p) for p in (self.file, self.line) if p is not None)
+        # a file name's control characters escaped: a newline in it would otherwise start a
+        # line (and a CI workflow command) of its own
+        where = ":".join(printable(str(p)) for p in (self.file, self.line) if p is not None)
         parts = [p for p in (where, self.field) if p]
         if self.value is not None:
             parts.append(f"value {self.value}")
         return ": ".join([*parts, self.message])
 
     def annotation(self) -> str:
-        """A GitHub Actions workflow command: the problem shows on the file's line."""
+        """A GitHub Actions workflow command: the problem shows on the file's line. Escaped
+        as @actions/core escapes, so no value can end the command or start another."""
         props = ",".join(
-            f"{key}={value}" for key, value in (("file", self.file), ("line", self.line)) if value
+            f"{key}={escape_property(str(value))}"
+            for key, value in (("file", self.file), ("line", self.line))
+            if value
         )
-        text = ": ".join(p for p in (self.field, self.message) if p)
-        escaped = text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
-        return f"::error {props}::{escaped}" if props else f"::error::{escaped}"
+        text = escape_data(": ".join(p for p in (self.field, self.message) if p))
+        return f"::error {props}::{text}" if props else f"::error::{text}"
+
+
+def escape_data(text: str) -> str:
+    """The message of a workflow command (@actions/core's escapeData)."""
+    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def escape_property(text: str) -> str:
+    """A property value of a workflow command (@actions/core's escapeProperty)."""
+    return escape_data(text).replace(":", "%3A").replace(",", "%2C")
+
+
+def printable(text: str) -> str:
+    """`text` with every unprintable character written as its escape (a newline as \\n), for
+    names shown on a line of their own, such as a file name in a message."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 class SpecError(ImagekitError):

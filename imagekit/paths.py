@@ -7,8 +7,11 @@ Dockerfile, seen from a context) are computed, not hard-coded to a directory dep
 from __future__ import annotations
 
 import os
+import stat
 import tempfile
 from pathlib import Path
+
+from imagekit.errors import UsageError, printable
 
 DOCKERFILES = Path("dockerfiles")  # committed, rendered Dockerfiles
 WORK = Path(".imagekit")  # imagekit's scratch space in the project
@@ -41,6 +44,82 @@ def relative(target: Path, start: Path) -> str:
     """`target` as seen from folder `start` (both relative to the same root), e.g. a bake
     file's dockerfile entry, which buildx resolves against the context."""
     return Path(os.path.relpath(target, start)).as_posix()
+
+
+# -- reading a checkout ----------------------------------------------------------------------
+# Everything imagekit reads from a checkout (matrix files, images.lock, package locks,
+# committed Dockerfiles, .dockerignore) goes through read_checked. On a pull request the
+# checkout is the attacker's: a link to /proc/self/environ would print the runner's
+# environment, a FIFO would hang the job, /dev/zero or a huge file would fill its memory.
+
+KiB = 1 << 10
+MiB = 1 << 20
+LIMITS = {  # what each file may weigh; a real one is a small fraction of it
+    "matrix file": MiB,
+    "images.lock": MiB,
+    "package lock": 4 * MiB,  # a few hundred pins, a few hashes each
+    "Dockerfile": MiB,
+    ".dockerignore": MiB,
+}
+
+
+class UnsafeFile(UsageError):
+    """A file of the checkout that imagekit refuses to read (exit 2); says why, never what
+    the file holds."""
+
+
+def repository_of(folder: Path) -> Path:
+    """The repository `folder` is in: the nearest folder above it with .git (not following
+    links); without git, the working directory when `folder` is inside it, else `folder`."""
+    folder = Path(os.path.abspath(folder))
+    for candidate in (folder, *folder.parents):
+        if (candidate / ".git").exists():
+            return candidate
+    cwd = Path.cwd()
+    return cwd if folder == cwd or cwd in folder.parents else folder
+
+
+def read_checked(path: Path, what: str, root: Path | None = None) -> bytes | None:
+    """The bytes of `path`, a file of the checkout; None when nothing is there. UnsafeFile
+    when it is a link that leaves the repository (`root`, else repository_of its folder), not
+    a regular file (a FIFO, a device, a folder) or larger than LIMITS[what]. Never blocks:
+    the file is opened non-blocking and checked with fstat before a byte is read."""
+    if not os.path.lexists(path):
+        return None
+    limit = LIMITS[what]
+    shown = printable(str(path))
+    top = (root or repository_of(Path(os.path.abspath(path)).parent)).resolve()
+    target = path.resolve()
+    if target != top and top not in target.parents:
+        raise UnsafeFile(
+            f"{shown}: the {what} is a link that leads outside the repository {top}; imagekit "
+            "reads only files inside it. Replace the link with the file itself"
+        )
+    try:
+        fd = os.open(target, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        raise UnsafeFile(f"{shown}: cannot read the {what}: {exc.strerror}") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise UnsafeFile(
+                f"{shown}: the {what} is not a regular file (a folder, a FIFO or a device); "
+                "put the file itself there"
+            )
+        if info.st_size > limit:
+            article = "an" if what[0] in "aeiou." else "a"
+            raise UnsafeFile(
+                f"{shown}: the {what} is {info.st_size} bytes; {article} {what} may be at most "
+                f"{limit} bytes"
+            )
+        data = os.read(fd, limit + 1)
+        while len(data) <= limit and (more := os.read(fd, limit + 1 - len(data))):
+            data += more
+    finally:
+        os.close(fd)
+    if len(data) > limit:  # it grew while being read (a file of /proc has size 0)
+        raise UnsafeFile(f"{shown}: the {what} is more than {limit} bytes")
+    return data
 
 
 def write_atomic(path: Path, text: str) -> bool:

@@ -7,9 +7,11 @@ import urllib.parse
 
 from imagekit.errors import UsageError
 
-_USERINFO = re.compile(
-    r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<user>[^/@:\s]*)(?P<password>:[^/@\s]*)?@"
-)
+# The userinfo runs to the LAST @ of the authority (which ends at / ? # or whitespace): a
+# password may hold an @ of its own (https://alice:p@ss@host), and stopping at the first one
+# would print the rest of it.
+_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<userinfo>[^/?#\s]*)@")
+_SECRET_NAME = re.compile(r"TOKEN|PASSWORD|PASSWD|SECRET|CREDENTIAL|_KEY$|^KEY$|AUTH", re.I)
 
 
 def mask(text: str) -> str:
@@ -17,10 +19,16 @@ def mask(text: str) -> str:
     whole, since tokens are often passed as the user name (https://TOKEN@host)."""
 
     def hide(m: re.Match[str]) -> str:
-        user = m["user"] if m["password"] is not None else "***"
-        return f"{m['scheme']}{user}:***@"
+        user, sep, _ = m["userinfo"].partition(":")
+        return f"{m['scheme']}{user if sep else '***'}:***@"
 
     return _USERINFO.sub(hide, text)
+
+
+def mask_environment(env: dict[str, str]) -> dict[str, str]:
+    """The environment with credentials hidden: a variable named like a secret (…TOKEN,
+    …PASSWORD, …_KEY, …) shown as ***, URLs in the others masked."""
+    return {k: "***" if _SECRET_NAME.search(k) else mask(v) for k, v in sorted(env.items())}
 
 
 def has_credentials(url: str) -> bool:

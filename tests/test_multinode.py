@@ -233,7 +233,10 @@ def test_leftovers_of_a_dead_imagekit_process_are_removed() -> None:
         (["--nodes", "2", "--procs-per-node", "0"], "--procs-per-node 0: give 1 or more"),
         (["--nodes", "2", "--join-timeout", "0"], "--join-timeout 0: give a number of seconds"),
         (["--nodes", "2", "--stamp"], "--stamp with --nodes"),
-        (["--nodes", "2", "--env", "NOEQUALS"], "--env 'NOEQUALS': give NAME=VALUE"),
+        (
+            ["--nodes", "2", "--env", "NOEQUALS"],
+            "Invalid value for '--env': 'NOEQUALS': write NAME=VALUE",
+        ),
     ],
 )
 def test_bad_input_exits_2_naming_the_option(

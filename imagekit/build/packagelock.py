@@ -31,7 +31,7 @@ from packaging.utils import canonicalize_name
 from imagekit.build import groups
 from imagekit.errors import ImagekitError, StaleError, UsageError
 from imagekit.matrix.cells import Cell
-from imagekit.paths import write_atomic
+from imagekit.paths import UnsafeFile, read_checked, write_atomic
 
 DIRNAME = "packages.lock"
 FORMAT = 1
@@ -148,8 +148,14 @@ def parse(text: str, cell_id: str, where: str = "") -> PackageLock:
         inputs = json.loads(header.pop("inputs"))
         stated = header.pop("fingerprint")
         pins = {g: tuple(_pin(line) for line in sections.get(g, ())) for g in GROUPS}
-    except (KeyError, ValueError) as exc:
-        raise _unreadable(where, str(exc)) from None
+    except KeyError as exc:
+        raise _unreadable(where, f"no `# {exc.args[0]}:` line") from None
+    except ValueError as exc:
+        raise _unreadable(where, str(exc)[:200]) from None
+    except RecursionError:
+        raise _unreadable(where, "its inputs are nested too deeply") from None
+    if not isinstance(inputs, dict):
+        raise _unreadable(where, "its inputs are not a JSON object")
     lock = PackageLock(cell_id, inputs, header, pins)
     if lock.fingerprint != stated:
         raise _unreadable(where, "its fingerprint does not match its inputs (edited by hand?)")
@@ -172,9 +178,14 @@ def _unreadable(where: str, why: str) -> UsageError:
 
 def read(folder: Path, cell_id: str) -> PackageLock | None:
     path = lock_path(folder, cell_id)
-    if not path.is_file():
+    data = read_checked(path, "package lock")
+    if data is None:
         return None
-    return parse(path.read_text(encoding="utf-8"), cell_id, str(path))
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise _unreadable(str(path), f"not UTF-8 text at byte {exc.start}") from None
+    return parse(text, cell_id, str(path))
 
 
 def write(folder: Path, lock: PackageLock) -> bool:
@@ -325,6 +336,8 @@ def stale(cells: Sequence[Cell], folder: Path, whole_matrix: bool) -> list[str]:
         path = lock_path(folder, cell.id)
         try:
             lock = read(folder, cell.id)
+        except UnsafeFile:
+            raise  # refused unread (exit 2), not a lock that fell behind
         except UsageError as exc:
             problems.append(str(exc))
             continue
@@ -339,8 +352,9 @@ def stale(cells: Sequence[Cell], folder: Path, whole_matrix: bool) -> list[str]:
         current = inputs_of(cell)
         for key in sorted(set(current) | set(lock.inputs)):
             if current.get(key) != lock.inputs.get(key):
+                locked = json.dumps(lock.inputs.get(key))[:200]
                 problems.append(
-                    f"{path}: {key}: locked {json.dumps(lock.inputs.get(key))}, the matrix now "
+                    f"{path}: {key}: locked {locked}, the matrix now "
                     f"says {json.dumps(current.get(key))}; run `imagekit lock --packages`"
                 )
     if whole_matrix and folder.is_dir():

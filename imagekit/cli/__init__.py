@@ -16,7 +16,9 @@ import click
 
 from imagekit import __version__
 from imagekit.cli.common import Selection, examples, filter_options
+from imagekit.cli.params import IMAGE_REF, OUT_DIR, RUNNER_LABEL, TORCH_VERSION, URL
 from imagekit.errors import ImagekitError, StaleError
+from imagekit.urls import mask
 
 EPILOG_RENDER = """\b
 Examples:
@@ -44,7 +46,7 @@ def cli() -> None:
 @filter_options
 @click.option(
     "--out",
-    type=click.Path(path_type=Path),
+    type=OUT_DIR,
     default=Path("dockerfiles"),
     show_default=True,
     help="Folder for dockerfiles/<cell>/Dockerfile.",
@@ -57,6 +59,7 @@ def cli() -> None:
 @click.option(
     "--syntax",
     default=None,
+    type=IMAGE_REF,
     metavar="IMAGE",
     help="Opt into a '# syntax=IMAGE' line (pulls that frontend at build time).",
 )
@@ -120,6 +123,7 @@ def list_cells(**kwargs: Any) -> None:
 @click.option(
     "--gpu-runner",
     default="gpu",
+    type=RUNNER_LABEL,
     show_default=True,
     help="runs-on label for self-test jobs (github format).",
 )
@@ -170,12 +174,17 @@ def compat_show(driver: str | None, gpu: str | None) -> None:
 )
 @click.option("--write", is_flag=True, help="Write the changes (default: only print the diff).")
 @click.option(
-    "--torch", "versions", multiple=True, help="Only these torch versions (new ones too)."
+    "--torch",
+    "versions",
+    multiple=True,
+    type=TORCH_VERSION,
+    help="Only these torch versions (new ones too).",
 )
 @click.option(
     "--index",
     "torch_index",
     default=None,
+    type=URL,
     metavar="URL",
     help="PyTorch-style wheel index to re-derive the variants from.",
 )
@@ -209,7 +218,7 @@ def main(argv: list[str] | None = None) -> None:
     except Exception as exc:  # a bug: keep the traceback in a log, not on the user's screen
         log = write_crash_log(exc)
         click.echo(
-            f"imagekit: internal error: {type(exc).__name__}: {exc}\n"
+            f"imagekit: internal error: {type(exc).__name__}: {mask(str(exc))}\n"
             f"the traceback and versions are in {log}; please include it in a bug report",
             err=True,
         )
@@ -222,9 +231,15 @@ def write_crash_log(exc: BaseException) -> Path:
     import tempfile
     import traceback
 
-    text = (
+    from imagekit.urls import mask_environment
+
+    # masked as a whole: an argument, a variable or an exception's text may hold a URL with
+    # credentials (--index-url https://user:token@host/simple)
+    environment = "".join(f"  {k}={v}\n" for k, v in mask_environment(dict(os.environ)).items())
+    text = mask(
         f"imagekit {__version__}, Python {platform.python_version()}, {' '.join(os.uname())}\n"
-        f"argv: {sys.argv}\n\n" + "".join(traceback.format_exception(exc))
+        f"argv: {sys.argv}\n\nenvironment:\n{environment}\n"
+        + "".join(traceback.format_exception(exc))
     )
     fd, name = tempfile.mkstemp(prefix="imagekit-crash-", suffix=".log")
     with open(fd, "w", encoding="utf-8") as fh:

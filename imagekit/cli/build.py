@@ -25,6 +25,7 @@ from imagekit.engine.docker import DockerEngine
 from imagekit.engine.interface import MAX_LEVEL, Compression, Engine
 from imagekit.errors import BuildError, UsageError
 from imagekit.matrix.cells import Cell
+from imagekit.matrix.refs import check_tag
 from imagekit.urls import refuse_credentials
 
 
@@ -99,10 +100,24 @@ class BuildRun:
         )
 
 
+def check_tag_suffix(cells: Sequence[Cell], suffix: str) -> None:
+    """Every tag with the suffix must still be a Docker tag (at most 128 characters)."""
+    for cell in cells:
+        for ref in cell.tags:
+            try:
+                check_tag(ref.rsplit(":", 1)[1] + suffix)
+            except ValueError as exc:
+                raise UsageError(
+                    f"--tag-suffix {suffix!r}: {cell.id}'s tag {ref} with it: {exc}; "
+                    "use a shorter suffix"
+                ) from None
+
+
 def run_build(
     cells: Sequence[Cell], options: BuildOptions, resolved: Inputs, run: BuildRun
 ) -> None:
     check_target(cells, options.target)
+    check_tag_suffix(cells, options.tag_suffix)
     if run.dry_run:  # contacts nothing, so no git call for the revision label
         click.echo(f"CA bundle: {resolved.ca_bundle or 'none'} (from {resolved.ca_source})")
         for b in plan(cells, options, resolved):

@@ -9,7 +9,24 @@ from typing import Any
 
 import click
 
-from imagekit.cli.common import Selection, docker_option, examples, filter_options
+from imagekit.cli.common import (
+    Selection,
+    docker_option,
+    examples,
+    filter_options,
+    filter_options_writing_lock,
+)
+from imagekit.cli.params import (
+    CACHE_SPEC,
+    DEBIAN_SUITE,
+    ENV,
+    IMAGE_REF,
+    OUT_DIR,
+    OUT_FILE,
+    TAG_SUFFIX,
+    URL,
+    URL_OR_NONE,
+)
 
 
 @click.command(
@@ -48,10 +65,17 @@ from imagekit.cli.common import Selection, docker_option, examples, filter_optio
     show_default=True,
     help="Network for RUN steps; host reaches a mirror on this machine's 127.0.0.1.",
 )
-@click.option("--cache-from", multiple=True, metavar="REF", help="Image to take inline cache from.")
+@click.option(
+    "--cache-from",
+    multiple=True,
+    type=CACHE_SPEC,
+    metavar="REF",
+    help="Image to take inline cache from.",
+)
 @click.option(
     "--cache-to",
     multiple=True,
+    type=CACHE_SPEC,
     metavar="SPEC",
     help="Cache export, e.g. type=registry,ref=REPO:buildcache,mode=max (buildx only).",
 )
@@ -73,6 +97,7 @@ from imagekit.cli.common import Selection, docker_option, examples, filter_optio
 @click.option(
     "--tag-suffix",
     default="",
+    type=TAG_SUFFIX,
     metavar="SUFFIX",
     help="Append to every tag (CI candidates, promoted after `imagekit test`).",
 )
@@ -94,6 +119,7 @@ from imagekit.cli.common import Selection, docker_option, examples, filter_optio
 @click.option(
     "--index-url",
     default=None,
+    type=URL,
     metavar="URL",
     help="Package-index mirror (may hold credentials: passed as a secret). "
     "Default: $IMAGEKIT_INDEX_URL.",
@@ -107,6 +133,7 @@ from imagekit.cli.common import Selection, docker_option, examples, filter_optio
 @click.option(
     "--torch-index",
     default=None,
+    type=URL_OR_NONE,
     metavar="URL|none",
     help="Override where torch comes from; 'none' = wheelhouse and PyPI only.",
 )
@@ -115,11 +142,11 @@ from imagekit.cli.common import Selection, docker_option, examples, filter_optio
     is_flag=True,
     help="Make missing Debian bases with debootstrap (no registry needed).",
 )
-@click.option("--mirror", default=None, help="Debian mirror for --bootstrap-base.")
+@click.option("--mirror", default=None, type=URL, help="Debian mirror for --bootstrap-base.")
 @docker_option
 @click.option(
     "--report-dir",
-    type=click.Path(path_type=Path),
+    type=OUT_DIR,
     default=Path("reports"),
     show_default=True,
     help="Where <cell>/build.json reports go.",
@@ -150,7 +177,7 @@ def build(**kwargs: Any) -> None:
         "imagekit lock --check                             # CI: exit 4 if a package lock is stale",
     ),
 )
-@filter_options
+@filter_options_writing_lock
 @click.option(
     "--packages",
     is_flag=True,
@@ -167,6 +194,7 @@ def build(**kwargs: Any) -> None:
 @click.option(
     "--torch-index",
     default=None,
+    type=URL_OR_NONE,
     metavar="URL|none",
     help="Resolve torch from here instead of the cell's index; 'none' = wheelhouse and PyPI.",
 )
@@ -231,11 +259,16 @@ def base_group() -> None:
         "sudo imagekit base bootstrap --suite bookworm --mirror http://mirror.internal/debian",
     )
 )
-@click.option("--suite", default="bookworm", show_default=True, help="Debian suite.")
-@click.option("--mirror", default=None, help="Debian mirror URL (default: deb.debian.org).")
+@click.option(
+    "--suite", default="bookworm", type=DEBIAN_SUITE, show_default=True, help="Debian suite."
+)
+@click.option(
+    "--mirror", default=None, type=URL, help="Debian mirror URL (default: deb.debian.org)."
+)
 @click.option(
     "--tag",
     default=None,
+    type=IMAGE_REF,
     help="Image name (default: the matrix's name for the suite, "
     "e.g. debian:bookworm-slim, so FROM lines resolve to it).",
 )
@@ -266,7 +299,7 @@ class GpusChoice(click.ParamType):
 
 
 def report_option(flag: str, dest: str, text: str) -> Callable[[Any], Any]:
-    return click.option(flag, dest, type=click.Path(path_type=Path), default=None, help=text)
+    return click.option(flag, dest, type=OUT_FILE, default=None, help=text)
 
 
 @click.command(
@@ -314,6 +347,7 @@ def report_option(flag: str, dest: str, text: str) -> Callable[[Any], Any]:
     "--env",
     "env",
     multiple=True,
+    type=ENV,
     metavar="NAME=VALUE",
     help="Set in the container(s), over the image's ENV (repeatable), e.g. NCCL_DEBUG=INFO.",
 )

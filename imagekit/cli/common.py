@@ -20,7 +20,17 @@ def examples(*lines: str) -> str:
 
 
 def filter_options(func: Callable[..., Any]) -> Callable[..., Any]:
-    """--cuda/--torch/--python/--os/--flavor/--cell, repeatable; plus --envs and --lock."""
+    """--cuda/--torch/--python/--os/--flavor/--cell, repeatable; plus --envs and --lock
+    (which must be an existing file: a mistyped one would build unpinned, silently)."""
+    return _filter_options(func, lock_exists=True)
+
+
+def filter_options_writing_lock(func: Callable[..., Any]) -> Callable[..., Any]:
+    """filter_options for `imagekit lock`, which may make the --lock file."""
+    return _filter_options(func, lock_exists=False)
+
+
+def _filter_options(func: Callable[..., Any], lock_exists: bool) -> Callable[..., Any]:
     options = [
         click.option(
             "--envs",
@@ -31,7 +41,7 @@ def filter_options(func: Callable[..., Any]) -> Callable[..., Any]:
         ),
         click.option(
             "--lock",
-            type=click.Path(path_type=Path),
+            type=click.Path(path_type=Path, exists=lock_exists, dir_okay=False),
             default=None,
             help="Digest lock file. Default: images.lock beside the matrix files.",
         ),

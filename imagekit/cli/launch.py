@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import click
 
 from imagekit.cli.common import Selection, examples, filter_options
+from imagekit.cli.params import ENV, IMAGE_REF, OUT_DIR
 from imagekit.errors import UsageError
 from imagekit.matrix.cells import Cell
 from imagekit.matrix.profiles import PROFILE_ENV
@@ -49,10 +49,18 @@ from imagekit.matrix.profiles import PROFILE_ENV
 @click.option("--name", default=None, help="Job name (default: train-<variant>-torch<v>-py<v>).")
 @click.option("--namespace", default=None, help="Kubernetes namespace (default: kubectl's).")
 @click.option(
-    "--image", default=None, metavar="REF", help="Run this image instead of the cell's first tag."
+    "--image",
+    default=None,
+    type=IMAGE_REF,
+    metavar="REF",
+    help="Run this image instead of the cell's first tag.",
 )
 @click.option(
-    "--env", multiple=True, metavar="NAME=VALUE", help="Extra environment, e.g. NCCL_IB_HCA=mlx5."
+    "--env",
+    multiple=True,
+    type=ENV,
+    metavar="NAME=VALUE",
+    help="Extra environment, e.g. NCCL_IB_HCA=mlx5.",
 )
 @click.option(
     "--shm-size", default=None, metavar="SIZE", help="/dev/shm, e.g. 64Gi (default: by profile)."
@@ -71,7 +79,7 @@ from imagekit.matrix.profiles import PROFILE_ENV
 )
 @click.option(
     "--out",
-    type=click.Path(path_type=Path, file_okay=False),
+    type=OUT_DIR,
     default=None,
     help="Write DIR/<name>.<kind>.yaml|sbatch instead of printing.",
 )
@@ -99,7 +107,10 @@ def launch(**kwargs: Any) -> None:
         click.echo(text, nl=False)
         return
     path = kwargs["out"] / launch_mod.filename(spec)
-    paths.write_atomic(path, text)
+    try:
+        paths.write_atomic(path, text)
+    except OSError as exc:
+        raise UsageError(f"--out {kwargs['out']}: cannot write {path}: {exc.strerror}") from None
     click.echo(f"wrote {path}")
 
 

@@ -29,7 +29,7 @@ from imagekit.matrix.compat import (
 )
 from imagekit.matrix.profiles import image_env
 from imagekit.matrix.refs import check_tag, pinned
-from imagekit.matrix.spec import AXES, Options, RawCell, merge
+from imagekit.matrix.spec import AXES, Options, RawCell, format_specs, merge
 
 DEFAULT_SIZE_BUDGET = 20 * 10**9
 USER = ("imagekit", 1000)
@@ -220,6 +220,9 @@ def complete(raw: RawCell, compat: Compat, pins: dict[str, str] | None = None) -
 def render_tag(template: str, fields: dict[str, str]) -> str:
     """One tag of a cell; CompatError when the template does not render to a valid Docker
     tag (a comma would split CI's tag list, a colon or slash would name another image)."""
+    specs = format_specs(template)
+    if specs:  # a width would be rendered before the tag's length is checked
+        raise CompatError(f"tag template {template[:80]!r} does not render: {specs}")
     try:
         tag = template.format(**fields)
     except (ValueError, KeyError, IndexError, AttributeError) as exc:

@@ -7,6 +7,7 @@ what an image's self-check would fail on that host.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from imagekit.errors import UsageError
@@ -34,8 +35,12 @@ class Verdict:
     jit: bool = False  # it runs through PTX JIT (which needs the toolkit's own driver)
 
 
+# NVIDIA's driver versions as nvidia-smi prints them: 535.104.05, 580.95.05, 470.82
+DRIVER = re.compile(r"\d+\.\d+(\.\d+)?")
+
+
 def parse_host(driver: str | None, gpu: str | None) -> Host:
-    if driver is not None and not version_tuple(driver):
+    if driver is not None and not DRIVER.fullmatch(driver):
         raise UsageError(
             f"--driver {driver!r} is not a driver version; give it as nvidia-smi prints it, "
             "e.g. --driver 535.104.05"

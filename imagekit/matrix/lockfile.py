@@ -13,7 +13,7 @@ from pathlib import Path
 
 from imagekit.errors import SpecError
 from imagekit.matrix.refs import DIGEST, check_image_ref
-from imagekit.paths import write_atomic
+from imagekit.paths import read_checked, write_atomic
 
 NAME = "images.lock"
 
@@ -30,20 +30,31 @@ def default_path(env_paths: Sequence[Path]) -> Path:
 
 
 def read(path: Path) -> Lock:
-    if not path.is_file():
+    data = read_checked(path, "images.lock")
+    if data is None:
         return Lock()
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-        pins = data["images"]
-        for ref, digest in pins.items():
-            check_image_ref(ref)
-            if not isinstance(digest, str) or not DIGEST.fullmatch(digest):
-                raise ValueError(f"the pin of {ref} must be sha256: and 64 hex digits")
+        pins = _pins(json.loads(data.decode("utf-8")))
+    except RecursionError:
+        why = "nested too deeply to be a lock file"
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
-        raise SpecError(
-            [f"{path}: not a valid lock file ({exc}); delete it and run `imagekit lock`"]
-        ) from None
-    return Lock(pins=dict(pins))
+        why = str(exc)[:200]
+    else:
+        return Lock(pins=pins)
+    raise SpecError(
+        [f"{path}: not a valid lock file ({why}); delete it and run `imagekit lock`"]
+    ) from None
+
+
+def _pins(data: object) -> dict[str, str]:
+    """`{"images": {ref: digest}}`, checked; ValueError saying what is wrong."""
+    if not isinstance(data, dict) or not isinstance(data.get("images"), dict):
+        raise ValueError('expected {"images": {"<image>": "sha256:<64 hex>"}}')
+    for ref, digest in data["images"].items():
+        check_image_ref(ref)
+        if not isinstance(digest, str) or not DIGEST.fullmatch(digest):
+            raise ValueError(f"the pin of {ref} must be sha256: and 64 hex digits")
+    return dict(data["images"])
 
 
 def write(path: Path, lock: Lock) -> bool:

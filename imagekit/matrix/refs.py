@@ -15,6 +15,10 @@ _REFERENCE = re.compile(
     rf"(?::(?P<tag>{_TAG}))?(?:@(?P<digest>[A-Za-z][A-Za-z0-9]*:[0-9a-fA-F]+))?"
 )
 TAG = re.compile(_TAG)
+# registry: and repository: of a matrix file, by the same grammar (a registry may carry a
+# namespace: ghcr.io/org); together with a tag they always make a valid reference.
+REGISTRY = re.compile(rf"{_DOMAIN}(?:/{_COMPONENT})*")
+REPOSITORY = re.compile(rf"{_COMPONENT}(?:/{_COMPONENT})*")
 # Names a FROM would read as a stage of imagekit's own Dockerfile, or as no image at all.
 RESERVED = {"os-base", "builder", "packages", "runtime", "scratch"}
 
@@ -42,10 +46,16 @@ def check_image_ref(text: str) -> str:
 def check_tag(tag: str) -> str:
     if not TAG.fullmatch(tag):
         raise ValueError(
-            f"{tag!r} is not a valid Docker tag: 1 to 128 letters, digits, _ . -, "
+            f"{_short(tag)} is not a valid Docker tag: 1 to 128 letters, digits, _ . -, "
             "not starting with . or -"
         )
     return tag
+
+
+def _short(text: str) -> str:
+    """`text` as repr, cut to 100 characters (a hostile value may be a megabyte)."""
+    shown = repr(text)
+    return shown if len(shown) <= 100 else f"{shown[:100]}... ({len(text)} characters)"
 
 
 def pinned(ref: str, pins: Mapping[str, str]) -> str:

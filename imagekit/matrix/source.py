@@ -18,6 +18,8 @@ import shutil
 from collections.abc import Callable
 from pathlib import Path
 
+from imagekit.paths import UnsafeFile, read_checked
+
 DEFAULT_IGNORE = (  # "**/" also matches at the top of the folder
     ".git",
     ".venv",
@@ -66,9 +68,12 @@ def resolve_source(base_dir: Path, source: str) -> Path:
 
 def ignore_patterns(source: Path, default_ignore: bool) -> list[str]:
     patterns = list(DEFAULT_IGNORE) if default_ignore else []
-    dockerignore = source / ".dockerignore"
-    if dockerignore.is_file():
-        for line in dockerignore.read_text(encoding="utf-8", errors="replace").splitlines():
+    try:
+        data = read_checked(source / ".dockerignore", ".dockerignore")
+    except UnsafeFile as exc:
+        raise SourceError(str(exc)) from None
+    if data is not None:
+        for line in data.decode("utf-8", errors="replace").splitlines():
             line = line.strip()
             if line and not line.startswith("#"):
                 patterns.append(line)

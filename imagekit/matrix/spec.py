@@ -9,6 +9,7 @@ from __future__ import annotations
 import difflib
 import fnmatch
 import itertools
+import math
 import re
 import string
 import sys
@@ -27,8 +28,8 @@ from pydantic import (
     ValidationError,
 )
 
-from imagekit.errors import Problem, SpecError
-from imagekit.matrix.refs import check_image_ref
+from imagekit.errors import Problem, SpecError, printable
+from imagekit.matrix.refs import REGISTRY, REPOSITORY, check_image_ref
 from imagekit.matrix.yamlsrc import Located, YamlSyntaxError
 from imagekit.matrix.yamlsrc import load as load_yaml
 from imagekit.sizes import parse_size
@@ -43,8 +44,6 @@ TAG_FIELDS = ("id", "cuda", "variant", "torch", "python", "os", "flavor")
 
 _APT = re.compile(r"^[a-z0-9][a-z0-9+.-]*(=[A-Za-z0-9.+~:-]+)?$")
 _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_REPOSITORY = re.compile(r"^[a-z0-9]+([._/-][a-z0-9]+)*$")
-_REGISTRY = re.compile(r"^[a-zA-Z0-9.-]+(:[0-9]+)?(/[a-z0-9._-]+)*$")
 
 
 def _not_a_number(value: Any) -> Any:
@@ -219,10 +218,22 @@ class Override(Options):
 
 
 class EnvFile(_Strict):
-    registry: Annotated[str, _pattern(_REGISTRY, "registry (host[:port][/namespace])")] = (
-        "localhost"
-    )
-    repository: Annotated[str, _pattern(_REPOSITORY, "repository name (lowercase)")] = "imagekit"
+    registry: Annotated[
+        str,
+        _pattern(
+            REGISTRY,
+            "registry: host[:port][/namespace] by the OCI reference grammar, e.g. ghcr.io/org "
+            "or localhost:5000 (host labels of letters, digits and -, separated by .)",
+        ),
+    ] = "localhost"
+    repository: Annotated[
+        str,
+        _pattern(
+            REPOSITORY,
+            "repository: lowercase name components of letters and digits, separated by "
+            "/ . _ __ or -, e.g. team/train",
+        ),
+    ] = "imagekit"
     tag: str = "{torch}-{variant}-py{python}-{os}-{flavor}"
     extra_tags: list[str] = []
     defaults: Block = Block()
@@ -281,6 +292,56 @@ def _options_of(model: BaseModel) -> Options:
     return Options(**model.model_dump(include=set(Options.model_fields), exclude_none=True))
 
 
+# Work is bounded before it is done: a block's product is counted before it is expanded
+# (20 values on each of four axes would be 160,000 cells), and so is the matrix's total.
+MAX_BLOCK_CELLS = 1_000
+MAX_CELLS = 5_000
+_GLOB = frozenset("*?[")
+_WARNINGS_SHOWN = 20  # per section and file: 10,000 unused excludes are one note, not a flood
+
+
+class MatchIndex:
+    """Which of `matches` select a cell, in time linear in their number: for each axis and
+    each value the file uses, the bitmask of the matches that accept it (exact values by a
+    dictionary, globs tried once per value); a cell's hits are the AND of its five masks."""
+
+    def __init__(self, matches: list[Match], values: dict[str, set[str]]) -> None:
+        self.none_excluded = (1 << len(matches)) - 1
+        self.masks: dict[str, dict[str, int]] = {}
+        for axis in AXES:
+            unconstrained, exact, globs = 0, dict[str, int](), list[tuple[int, str]]()
+            for i, match in enumerate(matches):
+                patterns = getattr(match, axis)
+                if patterns is None:
+                    unconstrained |= 1 << i
+                    continue
+                for pattern in map(str, patterns):
+                    if _GLOB.isdisjoint(pattern):
+                        exact[pattern] = exact.get(pattern, 0) | 1 << i
+                    else:
+                        globs.append((i, pattern))
+            self.masks[axis] = {
+                value: unconstrained
+                | exact.get(value, 0)
+                | sum({1 << i for i, p in globs if fnmatch.fnmatchcase(value, p)})
+                for value in values[axis]
+            }
+
+    def hits(self, axes: dict[str, str]) -> int:
+        mask = self.none_excluded
+        for axis in AXES:
+            mask &= self.masks[axis][axes[axis]]
+        return mask
+
+
+def bits(mask: int) -> Iterator[int]:
+    """The indices of the set bits of `mask`, lowest first (the order overrides apply in)."""
+    while mask:
+        low = mask & -mask
+        yield low.bit_length() - 1
+        mask ^= low
+
+
 def matches(match: Match, axes: dict[str, str]) -> bool:
     for axis in AXES:
         patterns = getattr(match, axis)
@@ -297,21 +358,38 @@ def _product(block: Block, defaults: Block) -> Iterator[dict[str, str]]:
         yield dict(zip(AXES, combo, strict=True))
 
 
+def _size(block: Block, defaults: Block) -> tuple[int, str]:
+    """How many cells the block makes, and the product written out (20 x 20 x 20 x 20 x 1)."""
+    counts = [len(getattr(block, a) or getattr(defaults, a) or []) for a in AXES]
+    return math.prod(counts), " x ".join(map(str, counts))
+
+
 def _missing_axes(block: Block, defaults: Block) -> list[str]:
     return [a for a in AXES if not (getattr(block, a) or getattr(defaults, a))]
 
 
 def expand(
-    doc: EnvFile, located: Located, base_dir: Path, indices: dict[str, list[int]] | None = None
+    doc: EnvFile,
+    located: Located,
+    base_dir: Path,
+    indices: dict[str, list[int]] | None = None,
+    budget: int = MAX_CELLS,
 ) -> tuple[list[RawCell], list[Problem]]:
-    """Blocks -> cells. Returns the cells and the problems found (missing axes, tags)."""
+    """Blocks -> cells. Returns the cells and the problems found (missing axes, tags, a block
+    or a matrix too large). `budget`: how many cells the matrix may still make."""
     problems = _check_tags(doc, located)
     cells: list[RawCell] = []
     groups = [("matrix", b, True) for b in doc.matrix] + [
         ("include", b, False) for b in doc.include
     ]
+    values = {
+        a: {v for _, b, _ in groups for v in getattr(b, a) or getattr(doc.defaults, a) or []}
+        for a in AXES
+    }
+    excludes = MatchIndex(doc.exclude, values)
+    overrides = MatchIndex([o.match for o in doc.overrides], values)
     counters = {"matrix": 0, "include": 0}
-    used: set[tuple[str, int]] = set()
+    used = {"exclude": 0, "overrides": 0}
     for section, block, excludable in groups:
         index = counters[section]
         counters[section] += 1
@@ -329,16 +407,35 @@ def expand(
                 )
             )
             continue
+        size, product = _size(block, doc.defaults)
+        limit = min(MAX_BLOCK_CELLS, budget - len(cells))
+        if size > limit:
+            whole = size <= MAX_BLOCK_CELLS  # then it is the matrix's total that is too large
+            problems.append(
+                Problem(
+                    f"{product} = {size:,} cells; "
+                    + (
+                        f"the matrix may make at most {MAX_CELLS:,} cells in all"
+                        if whole
+                        else f"a block may make at most {MAX_BLOCK_CELLS:,}"
+                    )
+                    + " (split it into blocks of the combinations you build, or use exclude)",
+                    origin.file,
+                    origin.line,
+                    f"{section}[{index}]",
+                )
+            )
+            continue
         for axes in _product(block, doc.defaults):
-            hits = [i for i, m in enumerate(doc.exclude) if excludable and matches(m, axes)]
-            used.update(("exclude", i) for i in hits)
+            hits = excludes.hits(axes) if excludable else 0
+            used["exclude"] |= hits
             if hits:
                 continue
             options = merge(_options_of(doc.defaults), _options_of(block))
-            for i, override in enumerate(doc.overrides):
-                if matches(override.match, axes):
-                    used.add(("overrides", i))
-                    options = merge(options, _options_of(override))
+            applied = overrides.hits(axes)
+            used["overrides"] |= applied
+            for i in bits(applied):
+                options = merge(options, _options_of(doc.overrides[i]))
             cells.append(
                 RawCell(**axes, options=options, env_file=doc, origin=origin, base_dir=base_dir)
             )
@@ -346,17 +443,23 @@ def expand(
     return cells, problems
 
 
-def _warn_unused(doc: EnvFile, located: Located, used: set[tuple[str, int]]) -> None:
+def _warn_unused(doc: EnvFile, located: Located, used: dict[str, int]) -> None:
     """An exclude or override that selects no cell is almost always a typo: say so."""
     for section, count in (("exclude", len(doc.exclude)), ("overrides", len(doc.overrides))):
-        for i in range(count):
-            if (section, i) not in used:
-                line = located.line_of((section, i))
-                print(
-                    f"imagekit: warning: {located.file}:{line}: {section}[{i}] matches no cell "
-                    "of this file; check its values",
-                    file=sys.stderr,
-                )
+        unused = [i for i in range(count) if not used[section] >> i & 1]
+        if len(unused) > _WARNINGS_SHOWN:
+            print(
+                f"imagekit: warning: {printable(located.file)}: {len(unused)} {section} entries "
+                f"match no cell of this file; the first {_WARNINGS_SHOWN}:",
+                file=sys.stderr,
+            )
+        for i in unused[:_WARNINGS_SHOWN]:
+            line = located.line_of((section, i))
+            print(
+                f"imagekit: warning: {printable(located.file)}:{line}: {section}[{i}] "
+                "matches no cell of this file; check its values",
+                file=sys.stderr,
+            )
 
 
 def _check_tags(doc: EnvFile, located: Located) -> list[str]:
@@ -370,6 +473,7 @@ def _check_tags(doc: EnvFile, located: Located) -> list[str]:
             fields, bad = [], str(exc)
         else:
             bad = ", ".join(f"{{{f}}}" for f in fields if f not in TAG_FIELDS)
+            bad = bad or format_specs(template)
         if bad:
             path = ("tag",) if where == "tag" else ("extra_tags", int(where[11:-1]))
             allowed = ", ".join("{" + f + "}" for f in TAG_FIELDS)
@@ -382,6 +486,21 @@ def _check_tags(doc: EnvFile, located: Located) -> list[str]:
                 )
             )
     return problems
+
+
+def format_specs(template: str) -> str:
+    """A field with a format spec or conversion ({torch:>999999999}, {torch!r}): a tag needs
+    neither, and a width asks for memory the size of the width."""
+    try:
+        parsed = list(string.Formatter().parse(template))
+    except ValueError:  # reported as a template that does not parse
+        return ""
+    specs = [
+        "{" + name + (f"!{conv}" if conv else "") + (f":{spec}" if spec else "") + "}"
+        for _, name, spec, conv in parsed
+        if name is not None and (spec or conv)
+    ]
+    return f"{', '.join(specs)[:80]} (a field takes no format spec or conversion)" if specs else ""
 
 
 # -- errors -------------------------------------------------------------------------------
@@ -453,8 +572,9 @@ def env_files(paths: Iterable[Path]) -> list[Path]:
     found: list[Path] = []
     for path in paths:
         if path.is_dir():
-            found.extend(sorted(p for p in path.glob("*.yaml") if p.is_file()))
-            found.extend(sorted(p for p in path.glob("*.yml") if p.is_file()))
+            # not only regular files: a FIFO or a link named *.yaml is refused, not skipped
+            found.extend(sorted(p for p in path.glob("*.yaml") if not p.is_dir()))
+            found.extend(sorted(p for p in path.glob("*.yml") if not p.is_dir()))
         else:
             found.append(path)
     return found
@@ -471,7 +591,7 @@ def load_spec(paths: Iterable[Path], root: Path | None = None) -> Spec:
         raise SpecError([Problem(f"no matrix files (*.yaml) found in {listed}")])
     for path in files:
         display = _display(path, root)
-        file_cells, file_problems = _load_one(path, display)
+        file_cells, file_problems = _load_one(path, display, MAX_CELLS - len(cells))
         cells.extend(file_cells)
         problems.extend(file_problems)
     return Spec(
@@ -486,9 +606,7 @@ def _display(path: Path, root: Path | None) -> str:
         return str(path)
 
 
-def _load_one(path: Path, display: str) -> tuple[list[RawCell], list[Problem]]:
-    if not path.is_file():
-        return [], [Problem("no such file", file=display)]
+def _load_one(path: Path, display: str, budget: int) -> tuple[list[RawCell], list[Problem]]:
     try:
         located = load_yaml(path, display)
     except YamlSyntaxError as exc:
@@ -499,13 +617,13 @@ def _load_one(path: Path, display: str) -> tuple[list[RawCell], list[Problem]]:
         doc = EnvFile.model_validate(located.data)
     except ValidationError as exc:
         problems = [_describe(e, located) for e in exc.errors()]
-        cells, more = _expand_valid_blocks(located, exc, path.resolve().parent)
+        cells, more = _expand_valid_blocks(located, exc, path.resolve().parent, budget)
         return cells, problems + more
-    return expand(doc, located, path.resolve().parent)
+    return expand(doc, located, path.resolve().parent, budget=budget)
 
 
 def _expand_valid_blocks(
-    located: Located, exc: ValidationError, base_dir: Path
+    located: Located, exc: ValidationError, base_dir: Path, budget: int
 ) -> tuple[list[RawCell], list[Problem]]:
     """When every schema problem sits inside matrix/include blocks, the other blocks still
     expand, so their compatibility problems are shown in the same run, not the next."""
@@ -525,4 +643,4 @@ def _expand_valid_blocks(
         doc = EnvFile.model_validate(data)
     except ValidationError:
         return [], []
-    return expand(doc, located, base_dir, kept)
+    return expand(doc, located, base_dir, kept, budget)

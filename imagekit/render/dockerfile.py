@@ -150,12 +150,14 @@ def write_all(rendered: dict[str, str], out_dir: Path, prune: bool = False) -> l
     try:
         for cell_id, text in sorted(rendered.items()):
             path = paths.committed_dockerfile(out_dir, cell_id)
-            if not (path.is_file() and path.read_bytes() == text.encode("utf-8")):
+            if paths.read_checked(path, "Dockerfile") != text.encode("utf-8"):
                 path.parent.mkdir(parents=True, exist_ok=True)
                 pending.append((paths.temp_beside(path, text), path))
-    except OSError as exc:
+    except (OSError, UsageError) as exc:
         for tmp, _ in pending:
             tmp.unlink(missing_ok=True)
+        if isinstance(exc, UsageError):
+            raise
         raise UsageError(
             f"cannot write under {out_dir}: {exc.strerror} ({exc.filename}); nothing was written"
         ) from None
@@ -171,7 +173,9 @@ def orphans(rendered: dict[str, str], out_dir: Path) -> list[Path]:
         return []
     found = []
     for path in sorted(out_dir.glob("*/Dockerfile")):
-        if path.parent.name not in rendered and HEADER.encode() in path.read_bytes()[:4096]:
+        if path.parent.name in rendered:
+            continue
+        if HEADER.encode() in (paths.read_checked(path, "Dockerfile") or b"")[:4096]:
             found.append(path)
     return found
 
@@ -193,7 +197,7 @@ def check(rendered: dict[str, str], out_dir: Path, prune: bool = True) -> None:
     diffs: list[str] = []
     for cell_id, text in sorted(rendered.items()):
         path = paths.committed_dockerfile(out_dir, cell_id)
-        current = path.read_bytes() if path.is_file() else b""
+        current = paths.read_checked(path, "Dockerfile") or b""
         if current == text.encode("utf-8"):
             continue
         lines = list(

@@ -61,7 +61,9 @@ MODELS: tuple[GpuModel, ...] = (
     GpuModel("GB10", (12, 1), False),  # DGX Spark
 )
 
-_SM = re.compile(r"^(?:sm_?)?(\d{1,2})\.?(\d)$", re.IGNORECASE)
+# sm_90, sm90, 9.0, 90, and the real arch names with a suffix: sm_90a, sm_100a, sm_100f
+# (the a/f variants run on the same capability), compute_90
+_SM = re.compile(r"^(?:sm_?|compute_)?(\d{1,2})\.?(\d)[af]?$", re.IGNORECASE)
 
 
 def model_of(name: str) -> GpuModel | None:

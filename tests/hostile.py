@@ -1,0 +1,91 @@
+"""Helpers of the hostile-input tests: a copy of the test project, the CLI run in-process with
+its exit code and output, and a valid package lock to damage."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from imagekit.build import packagelock
+from imagekit.build.packagelock import Pin
+from imagekit.cli import main
+
+from .conftest import ROOT
+
+CELL = "cpu-torch2.13.0-py3.11-debian12-slim"
+H = {c: c * 64 for c in "abcdef"}
+TORCH_PINS = {
+    "torch==2.13.0": H["a"],
+    "filelock==3.20.0": H["b"],
+    "nvidia-nccl-cu12==2.27.5": H["c"],
+}
+FEATURE_PINS = {"onnx==1.19.1": H["d"], "filelock==3.20.0": H["b"], "numpy==2.3.4": H["e"]}
+
+
+@dataclass(frozen=True)
+class Ran:
+    code: int
+    out: str
+    err: str
+
+    @property
+    def text(self) -> str:
+        return self.out + self.err
+
+
+def run(capsys: pytest.CaptureFixture[str], *args: str) -> Ran:
+    """The CLI in this process: exit code, stdout, stderr. A crash (exit 70) is never a pass."""
+    capsys.readouterr()
+    try:
+        main(list(args))
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    else:
+        raise AssertionError("main() must always exit")
+    out, err = capsys.readouterr()
+    return Ran(code, out, err)
+
+
+def user_error(ran: Ran, *words: str) -> None:
+    """A user's mistake: exit 2, no internal error, and the message names `words`."""
+    assert ran.code == 2, ran
+    assert "internal error" not in ran.text and "Traceback" not in ran.text
+    for word in words:
+        assert word in ran.text, (word, ran.text)
+
+
+def fake_resolver(
+    requirements: Sequence[str],
+    constraints: Sequence[str],
+    index: str,
+    wheelhouse: Path | None,
+    python: str,
+) -> list[Pin]:
+    pins = FEATURE_PINS if constraints else TORCH_PINS
+    return [Pin(req, (digest,)) for req, digest in pins.items()]
+
+
+@pytest.fixture
+def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """tests/data copied into tmp_path/p (the working directory), rendered, with a git folder
+    so that it is a repository of its own."""
+    shutil.copytree(ROOT / "tests" / "data", tmp_path / "p")
+    (tmp_path / "p" / ".git").mkdir()
+    monkeypatch.chdir(tmp_path / "p")
+    monkeypatch.setattr(packagelock, "RESOLVER", fake_resolver)
+    monkeypatch.delenv("GITHUB_ACTIONS", raising=False)
+    try:
+        main(["render", "--envs", "envs"])
+    except SystemExit as exc:
+        assert exc.code == 0
+    return tmp_path / "p"
+
+
+def lock_text(project: Path, capsys: pytest.CaptureFixture[str]) -> Path:
+    """Write the cell's package lock with the fake resolver; its path."""
+    assert run(capsys, "lock", "--envs", "envs", "--packages", "--no-bases").code == 0
+    return project / "envs" / "packages.lock" / f"{CELL}.txt"
