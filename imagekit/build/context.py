@@ -71,7 +71,7 @@ def _stage_lock(cell: Cell, locks: Path | None, dest: Path) -> None:
     """Always the folder (the Dockerfile mounts it); the group files only for a locked cell.
     One fixed date, so the context's bytes alone decide the builder's cache."""
     dest.mkdir()
-    lock = packagelock.read(locks, cell.id) if locks and packagelock.lockable(cell) else None
+    lock = packagelock.read(locks, cell.id, cell) if locks and packagelock.lockable(cell) else None
     if lock is None:
         return
     for group, text in packagelock.group_files(lock).items():

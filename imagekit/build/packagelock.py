@@ -9,6 +9,10 @@ fingerprint, and the pins with every file's sha256, in the venv's layer groups
 the runtime's installs check every wheel against its hashes (pip turns hash checking on for
 a file with hashes, and then requires one for every requirement; uv checks them).
 
+The fingerprint covers only the inputs; the pins are checked against the cell wherever a lock
+is read for use (`lock --check`, `render --check`, `stage`, `build`; see `verify`): hashes
+prove a wheel is the one locked, not that the lock pins what the cell asks for.
+
 Only cells whose venv is installed in layers (`venv_layers: split`) are locked: the others
 compile against the builder's torch step by step. Your `pip:` packages are not part of it.
 """
@@ -27,11 +31,13 @@ from pathlib import Path
 
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
 
 from imagekit.build import groups
-from imagekit.errors import ImagekitError, StaleError, UsageError
+from imagekit.errors import ImagekitError, StaleError, UsageError, printable
 from imagekit.matrix.cells import Cell
 from imagekit.paths import UnsafeFile, read_checked, write_atomic
+from imagekit.urls import mask
 
 DIRNAME = "packages.lock"
 FORMAT = 1
@@ -41,6 +47,27 @@ PLATFORM = "x86_64-manylinux_2_28"
 GROUPS = groups.GROUPS
 _HEADER = re.compile(r"^# (?P<key>[a-z-]+): (?P<value>.*)$")
 _SECTION = re.compile(r"^# \[(?P<group>[a-z]+)\]$")
+# A pin as the lock writer writes it: a PEP 508 name, `==`, a version (PEP 440 characters;
+# packaging.version then parses it), then only `--hash=sha256:<64 hex>` entries.
+_PIN = re.compile(
+    r"(?P<name>[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?)==(?P<version>[A-Za-z0-9.+!_-]+)"
+)
+_HASH = re.compile(r"--hash=sha256:(?P<digest>[0-9a-f]{64})")
+
+# What torch's resolution may put in the torch group besides the cell's own torch requirements
+# (torch, torchvision, nvidia-ml-py): the Requires-Dist of torch, torchvision and triton
+# wheels and theirs, Linux x86_64, torch 2.5 to 2.15 (from `uv pip compile` of each torch
+# release with its torchvision for x86_64-manylinux_2_28; CUDA 13 builds add cuda-toolkit,
+# cuda-bindings and cuda-pathfinder). The nvidia-* CUDA libraries go to the cuda group. A
+# torch that comes to depend on more fails `imagekit lock --packages` naming the package:
+# add it here after reading torch's metadata.
+TORCH_DEPENDENCIES = frozenset(
+    {
+        "cuda-bindings", "cuda-pathfinder", "cuda-toolkit", "filelock", "fsspec", "jinja2",
+        "markupsafe", "mpmath", "networkx", "numpy", "pillow", "setuptools", "sympy", "triton",
+        "typing-extensions",
+    }
+)  # fmt: skip
 
 
 class ResolveError(ImagekitError):
@@ -55,10 +82,15 @@ class Pin:
 
     requirement: str
     hashes: tuple[str, ...]
+    line: int = field(default=0, compare=False)  # where it starts in the lock file read
 
     @property
     def name(self) -> str:
         return canonicalize_name(Requirement(self.requirement).name)
+
+    @property
+    def version(self) -> str:
+        return self.requirement.split("==", 1)[1]
 
     def text(self) -> str:
         return " \\\n".join([self.requirement, *(f"    --hash=sha256:{h}" for h in self.hashes)])
@@ -129,25 +161,66 @@ def render_text(lock: PackageLock) -> str:
 
 
 def parse(text: str, cell_id: str, where: str = "") -> PackageLock:
-    """The inverse of render_text; a file it cannot read is a UsageError naming the fix."""
+    """The inverse of render_text; a file it cannot read is a UsageError naming the fix.
+    Strict: after the header only group lines, `name==version` pins with their
+    `--hash=sha256:` entries (continued as the writer continues them) and blank lines; an
+    option line (`--index-url`, `-r`, ...) or a comment inside a group is refused."""
     where = where or cell_id
     header: dict[str, str] = {}
-    sections: dict[str, list[str]] = {}
-    current: list[str] | None = None
-    for line in text.replace("\\\n", " ").splitlines():
-        section = _SECTION.match(line)
-        if section:
-            current = sections.setdefault(section["group"], [])
-        elif (match := _HEADER.match(line)) and current is None:
-            header[match["key"]] = match["value"]
-        elif line.strip() and not line.startswith("#"):
-            if current is None:
-                raise _unreadable(where, f"a requirement before any group: {line[:80]}")
-            current.append(line)
+    sections: dict[str, list[Pin]] = {}
+    current: list[Pin] | None = None
+    pending: tuple[int, str, list[str], list[Pin]] | None = None  # a pin whose hashes continue
+    for number, raw in enumerate(text.split("\n"), 1):
+        body, continues = _continued(raw)
+        if pending is not None:
+            start, requirement, hashes, into = pending
+            for word in body.split():
+                hashes.append(_hash(word, where, number, raw))
+            if body and not body[0].isspace():
+                raise _bad_line(where, number, raw, "a pin's hashes continue on indented lines")
+            if not continues:
+                into.append(_finished(requirement, hashes, where, start))
+                pending = None
+            continue
+        if section := _SECTION.match(raw):
+            group = section["group"]
+            if group not in GROUPS or group in sections:
+                why = (
+                    "a group twice"
+                    if group in sections
+                    else f"no group {group} (only {', '.join(GROUPS)})"
+                )
+                raise _bad_line(where, number, raw, why)
+            current = sections[group] = []
+        elif current is None:
+            if match := _HEADER.match(raw):
+                header[match["key"]] = match["value"]
+            elif raw.strip() and not raw.startswith("#"):
+                raise _bad_line(where, number, raw, "a requirement before any group")
+        elif not raw.strip():
+            continue
+        elif raw.lstrip().startswith("-"):
+            raise _bad_line(
+                where, number, raw,
+                "an option line: a lock holds pins only (an option would change where "
+                "packages come from or what else is read)",
+            )  # fmt: skip
+        elif raw.startswith("#"):
+            raise _bad_line(where, number, raw, "a comment inside a group (the writer writes none)")
+        else:
+            words = body.split()
+            if not _PIN.fullmatch(words[0]) or not _valid_version(words[0].split("==", 1)[1]):
+                raise _bad_line(where, number, raw, "not `name==version --hash=sha256:...`")
+            hashes = [_hash(word, where, number, raw) for word in words[1:]]
+            if continues:
+                pending = (number, words[0], hashes, current)
+            else:
+                current.append(_finished(words[0], hashes, where, number))
+    if pending is not None:
+        raise _bad_line(where, pending[0], pending[1], "the file ends inside the pin's hashes")
     try:
         inputs = json.loads(header.pop("inputs"))
         stated = header.pop("fingerprint")
-        pins = {g: tuple(_pin(line) for line in sections.get(g, ())) for g in GROUPS}
     except KeyError as exc:
         raise _unreadable(where, f"no `# {exc.args[0]}:` line") from None
     except ValueError as exc:
@@ -156,27 +229,128 @@ def parse(text: str, cell_id: str, where: str = "") -> PackageLock:
         raise _unreadable(where, "its inputs are nested too deeply") from None
     if not isinstance(inputs, dict):
         raise _unreadable(where, "its inputs are not a JSON object")
+    pins = {g: tuple(sections.get(g, ())) for g in GROUPS}
     lock = PackageLock(cell_id, inputs, header, pins)
     if lock.fingerprint != stated:
         raise _unreadable(where, "its fingerprint does not match its inputs (edited by hand?)")
     return lock
 
 
-def _pin(line: str) -> Pin:
-    words = line.split()
-    if not words or "==" not in words[0] or any(not w.startswith("--hash=") for w in words[1:]):
-        raise ValueError(f"not `name==version --hash=sha256:...`: {line[:80]}")
-    hashes = tuple(w.removeprefix("--hash=sha256:") for w in words[1:])
-    if not hashes or any(not re.fullmatch(r"[0-9a-f]{64}", h) for h in hashes):
-        raise ValueError(f"{words[0]}: every pin needs sha256 hashes")
-    return Pin(words[0], hashes)
+def _continued(raw: str) -> tuple[str, bool]:
+    """A physical line without its trailing ` \\`, and whether the next line continues it."""
+    stripped = raw.rstrip()
+    if stripped.endswith("\\"):
+        return stripped[:-1].rstrip(), True
+    return stripped, False
+
+
+def _hash(word: str, where: str, number: int, raw: str) -> str:
+    match = _HASH.fullmatch(word)
+    if not match:
+        raise _bad_line(where, number, raw, "after `name==version` only `--hash=sha256:<64 hex>`")
+    return match["digest"]
+
+
+def _finished(requirement: str, hashes: list[str], where: str, number: int) -> Pin:
+    if not hashes:
+        raise _bad_line(where, number, requirement, "every pin needs sha256 hashes")
+    return Pin(requirement, tuple(hashes), number)
+
+
+def _valid_version(text: str) -> bool:
+    try:
+        Version(text)
+    except InvalidVersion:
+        return False
+    return True
 
 
 def _unreadable(where: str, why: str) -> UsageError:
     return UsageError(f"{where}: not a valid package lock ({why}); run `imagekit lock --packages`")
 
 
-def read(folder: Path, cell_id: str) -> PackageLock | None:
+def _bad_line(where: str, number: int, line: str, why: str) -> UsageError:
+    """The file, the line's number and text (credentials masked, control characters escaped,
+    cut at 120 characters), what is wrong, and the fix."""
+    shown = printable(mask(line.strip()))[:120]
+    return UsageError(
+        f"{where}:{number}: {shown}: {why}; not a valid package lock: regenerate it with "
+        "`imagekit lock --packages`"
+    )
+
+
+def verify(lock: PackageLock, cell: Cell, where: str) -> None:
+    """The pins against the cell (the fingerprint covers only the inputs):
+    - torch and torchvision are pinned to the cell's versions (a local part such as +cu126
+      must be the cell's variant), in the torch group; a torchvision the cell does not ask
+      for is refused;
+    - the cuda group holds only NVIDIA's CUDA library wheels (groups.is_cuda_library), and
+      they are in no other group;
+    - no package is pinned twice;
+    - the torch group holds only the cell's torch requirements and what torch, torchvision
+      and triton depend on (TORCH_DEPENDENCIES). That list is fixed in imagekit, not read
+      from the lock (whose every byte a pull request controls) nor from an index (a check
+      must work offline): an unrelated pin added there is refused. The features group's
+      packages depend on the features and cannot be known without resolving: there only
+      the group rules hold, and the diff is for review.
+    Raises a UsageError naming the file, the line and the fix."""
+    wanted = {canonicalize_name(Requirement(r).name): r for r in cell.torch_requirements}
+    allowed = set(wanted) | TORCH_DEPENDENCIES
+    seen: dict[str, int] = {}
+    for group in GROUPS:
+        for pin in lock.groups.get(group, ()):
+            why = _misplaced(pin, group, allowed, seen)
+            if why:
+                raise _bad_line(where, pin.line, pin.requirement, why)
+            seen[pin.name] = pin.line
+    torch_pins = {p.name: p for p in lock.groups.get("torch", ())}
+    for name in ("torch", "torchvision"):
+        pin = torch_pins.get(name)
+        if name not in wanted:
+            continue  # a torchvision the cell does not ask for is refused above
+        expected = wanted[name].split("==", 1)[1]  # the matrix pins them: torch==X
+        if pin is None:
+            raise _unreadable(
+                where, f"no {name} pin in the torch group; the cell asks for {wanted[name]}"
+            )
+        why = _version_mismatch(pin.version, expected, cell.variant)
+        if why:
+            raise _bad_line(where, pin.line, pin.requirement, f"{name}: {why}")
+
+
+def _misplaced(pin: Pin, group: str, allowed: set[str], seen: dict[str, int]) -> str:
+    name = pin.name
+    if name in seen:
+        return f"{name} is pinned twice (first on line {seen[name]})"
+    cuda = groups.is_cuda_library(pin.requirement)
+    if group == "cuda" and not cuda:
+        return "the cuda group holds only NVIDIA's CUDA library wheels (nvidia-*)"
+    if group != "cuda" and cuda:
+        return f"a CUDA library belongs in the cuda group, not the {group} group"
+    if name in ("torch", "torchvision") and name not in allowed:
+        return f"the cell asks for no {name}"
+    if name in ("torch", "torchvision") and group != "torch":
+        return f"{name} belongs in the torch group, not the {group} group"
+    if group == "torch" and name not in allowed:
+        return (
+            f"{name} is neither one of the cell's torch requirements nor a package torch "
+            "depends on: the torch group holds what torch's resolution brings, nothing added"
+        )
+    return ""
+
+
+def _version_mismatch(pinned: str, expected: str, variant: str) -> str:
+    """'' when `pinned` is `expected` (public part), its local part if any the variant."""
+    version = Version(pinned)
+    if version.public != Version(expected).public:
+        return f"pinned {pinned}, the cell's is {expected}"
+    if version.local is not None and version.local != variant:
+        return f"pinned {pinned}: the local part +{version.local} is not the cell's {variant}"
+    return ""
+
+
+def read(folder: Path, cell_id: str, cell: Cell | None = None) -> PackageLock | None:
+    """The cell's lock, parsed; with `cell`, its pins verified against the cell."""
     path = lock_path(folder, cell_id)
     data = read_checked(path, "package lock")
     if data is None:
@@ -185,7 +359,10 @@ def read(folder: Path, cell_id: str) -> PackageLock | None:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise _unreadable(str(path), f"not UTF-8 text at byte {exc.start}") from None
-    return parse(text, cell_id, str(path))
+    lock = parse(text, cell_id, str(path))
+    if cell is not None:
+        verify(lock, cell, str(path))
+    return lock
 
 
 def write(folder: Path, lock: PackageLock) -> bool:
@@ -296,6 +473,21 @@ def pins_from_compile(text: str) -> list[Pin]:
 RESOLVER: Resolver = uv_resolver  # tests put a fake one here
 
 
+def _verify_resolved(lock: PackageLock, cell: Cell) -> None:
+    """A lock is checked before it is written, so `lock --check` never refuses what
+    `lock --packages` wrote: a torch that comes to depend on a package imagekit does not know
+    fails here, naming it."""
+    text = render_text(lock)
+    try:
+        verify(parse(text, cell.id), cell, f"the lock resolved for {cell.id}")
+    except UsageError as exc:
+        raise ResolveError(
+            f"{exc}\nNothing was written. If torch now depends on that package, add its name "
+            "to TORCH_DEPENDENCIES in imagekit/build/packagelock.py after reading torch's "
+            "metadata."
+        ) from None
+
+
 def lock_cells(
     cells: Sequence[Cell],
     folder: Path,
@@ -310,7 +502,7 @@ def lock_cells(
             notes.append(f"{cell.id}: packages not locked (its venv is one layer: it compiles)")
             continue
         try:
-            locks.append(resolve(cell, resolver, index, wheelhouse))
+            lock = resolve(cell, resolver, index, wheelhouse)
         except ResolveError as exc:
             raise ResolveError(
                 f"{cell.id}: its packages could not be resolved from "
@@ -319,6 +511,8 @@ def lock_cells(
                 f"wheelhouse (`imagekit lock --packages --torch-index none --wheelhouse DIR`)."
                 f"\n{exc}"
             ) from None
+        _verify_resolved(lock, cell)
+        locks.append(lock)
     for lock in locks:
         changed = write(folder, lock)
         notes.append(f"{lock_path(folder, lock.cell)}: {'written' if changed else 'unchanged'}")
@@ -350,13 +544,22 @@ def stale(cells: Sequence[Cell], folder: Path, whole_matrix: bool) -> list[str]:
             )
             continue
         current = inputs_of(cell)
-        for key in sorted(set(current) | set(lock.inputs)):
-            if current.get(key) != lock.inputs.get(key):
-                locked = json.dumps(lock.inputs.get(key))[:200]
-                problems.append(
-                    f"{path}: {key}: locked {locked}, the matrix now "
-                    f"says {json.dumps(current.get(key))}; run `imagekit lock --packages`"
-                )
+        moved = [
+            k
+            for k in sorted(set(current) | set(lock.inputs))
+            if current.get(k) != lock.inputs.get(k)
+        ]
+        for key in moved:
+            locked = json.dumps(lock.inputs.get(key))[:200]
+            problems.append(
+                f"{path}: {key}: locked {locked}, the matrix now "
+                f"says {json.dumps(current.get(key))}; run `imagekit lock --packages`"
+            )
+        if not moved:  # pins are checked against the matrix the lock was made from
+            try:
+                verify(lock, cell, str(path))
+            except UsageError as exc:
+                problems.append(str(exc))
     if whole_matrix and folder.is_dir():
         for path in sorted(folder.glob("*.txt")):
             if path.stem not in ids:
