@@ -338,3 +338,33 @@ def test_check_links_lists_every_finding_and_keeps_the_readings() -> None:
     m = result["measurements"]
     assert (m["p2p_pairs"], m["nccl_transport"], m["nccl_busbw_GBps"]) == (56, "NVLS", 478.0)
     assert links.check_links({})["status"] == "skipped"
+
+
+# -- the ddp check's all-reduce -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("free", "world", "size"),
+    [
+        (79 * 2**30, 8, 2**30),  # an idle H100: 1 GiB
+        (4 * 2**30, 2, 512 * 2**20),  # 4 GiB free: an eighth
+        (100 * 2**20, 2, 64 * 2**20),  # almost nothing free: the 64 MiB floor
+        (79 * 2**30, 3, 2**30 - 4),  # whole fp32 elements for each of 3 ranks
+    ],
+)
+def test_allreduce_bytes(free: int, world: int, size: int) -> None:
+    from imagekit.selfcheck.ddp import allreduce_bytes
+
+    assert allreduce_bytes(free, world) == size
+    assert size % (4 * world) == 0
+
+
+def test_nccl_writes_its_info_log_to_the_ranks_file(tmp_path: Any) -> None:
+    from imagekit.selfcheck.ddp import nccl_log_env
+
+    env = nccl_log_env(tmp_path / "rank0.log")
+    assert env == {
+        "NCCL_DEBUG": "INFO",
+        "NCCL_DEBUG_SUBSYS": "INIT,NET",
+        "NCCL_DEBUG_FILE": str(tmp_path / "rank0.log"),
+    }
