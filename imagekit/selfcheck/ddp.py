@@ -114,7 +114,9 @@ def merge_ranks(reports: list[Result]) -> Result:
     if not failures:
         return reports[0]
     root = sorted(failures, key=lambda r: not r["reason"].startswith("rank "))
-    root = sorted(root, key=lambda r: "died" not in r["reason"] and "report" not in r["reason"])
+    root = sorted(
+        root, key=lambda r: "died with" not in r["reason"] and "did not report" not in r["reason"]
+    )
     reasons = list(dict.fromkeys(r["reason"] for r in root))
     merged = dict(root[0])
     merged["reason"] = "; ".join(reasons[:2])
