@@ -19,11 +19,7 @@ from imagekit.selfcheck.registry import ORDER
 from imagekit.sizes import QUANTITY, quantity_kib
 
 KINDS = {"kubernetes": ("trainjob", "jobset"), "slurm": ("pyxis", "apptainer")}
-# The self-check's hardware checks. NOTE for the lead: "gpus", "health" and "links" are not in
-# selfcheck.registry.ORDER on this branch; they are accepted here until the registry has them
-# (then KNOWN_CHECKS is ORDER alone).
-HARDWARE_CHECKS = ("gpus", "health", "perf", "links")
-KNOWN_CHECKS = (*ORDER, *(n for n in HARDWARE_CHECKS if n not in ORDER))
+KNOWN_CHECKS = ORDER
 # A few minutes on every node: the stack, the GPUs the node should have and their health,
 # their speed, NCCL across the node's GPUs, and the links between them.
 DEFAULT_CHECKS = ("stack", "gpus", "health", "perf", "ddp", "links")
