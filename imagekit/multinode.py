@@ -30,11 +30,13 @@ from typing import Any
 from imagekit.engine.interface import ContainerState, Engine, RunOptions, SubnetTaken
 from imagekit.errors import EngineError, SelfCheckFailed, UsageError
 from imagekit.paths import write_atomic
+from imagekit.selfcheck.links import transport_problem
 from imagekit.selfcheck_host import checkable_image, selfcheck_env, wants_gpus
 
 RUN_LABEL = "io.imagekit.run"
 OWNER_LABEL = "io.imagekit.run.owner"  # host:pid of the imagekit process that made it
 NODE_LABEL = "io.imagekit.node"
+PROFILE_LABEL = "io.imagekit.profile"
 PORT = 29400
 REPORTS = "/imagekit-reports"
 STARTUP_S = 60  # container start and torch's import, before the rendezvous can begin
@@ -309,8 +311,17 @@ def run_nodes(
         run = plan(info.labels, options, gpus, new_run_id(), Path(tmp))
         make_report_dirs(run)
         report = execute(engine, image, run, options, say)
-    report["profile"] = info.env.get("IMAGEKIT_PROFILE", "")
-    return report
+    report["profile"] = info.env.get("IMAGEKIT_PROFILE") or info.labels.get(PROFILE_LABEL, "")
+    return judge_transport(report)
+
+
+def judge_transport(report: dict[str, Any]) -> dict[str, Any]:
+    """A passing run of a multi-node-ib image fails where NCCL moved the data over anything
+    but InfiniBand (the check in the image judges too; this covers what it did not see)."""
+    if report["status"] != "passed" or report.get("backend") != "nccl":
+        return report
+    problem = transport_problem(report.get("profile"), report.get("transport"))
+    return {**report, "status": "failed", "reason": problem} if problem else report
 
 
 def execute(
@@ -402,6 +413,8 @@ def failure(run: Plan, watched: Watched, outcomes: list[NodeOutcome], check: dic
     """One line for the first thing that went wrong ("" when nothing did), naming nodes."""
     if watched.timed_out:
         return timeout_reason(run, outcomes)
+    if check.get("status") == "failed":  # rank 0 judged, then its node exited 1
+        return str(check.get("reason") or "the check failed")
     failed = [o for o in outcomes if is_failure(o.state)]
     arrived = [o for o in failed if "RendezvousTimeoutError" in o.log]
     if failed and len(arrived) == len(failed):
@@ -410,8 +423,6 @@ def failure(run: Plan, watched: Watched, outcomes: list[NodeOutcome], check: dic
     if failed:
         first = min(failed, key=lambda o: (o.state.finished_at if o.state else 0) or 0)
         return died_reason(first)
-    if check.get("status") == "failed":
-        return str(check.get("reason") or "the check failed")
     if not check:
         return "every node exited 0 but no rank 0 wrote a report (see the logs below)"
     return ""
@@ -517,6 +528,8 @@ def rows(report: dict[str, Any]) -> list[tuple[str, str]]:
         )
     elif ar.get("note"):
         out.append(("all-reduce", ar["note"]))
+    if "transport" in report:
+        out.append(("transport", f"{report['transport'] or 'not read'} (what NCCL or gloo used)"))
     return out
 
 

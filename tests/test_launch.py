@@ -210,7 +210,10 @@ def test_the_pod_runs_the_self_check_before_torchrun_and_passes_command_verbatim
     ]
     assert args[:2] == ["/bin/bash", "-c"]
     script = args[2]
-    check = script.index("python -m imagekit.selfcheck --checks stack,ddp --require gpu")
+    check = script.index(
+        "python -m imagekit.selfcheck --checks stack,gpus,health,perf,ddp,links "
+        "--require gpu --expect-gpus 8"
+    )
     assert check < script.index('exec torchrun "$@"')
     assert "exit 1" in script[check:]
     assert args[3:] == ["imagekit-launch", "train.py", "--note", "it's $HOME"]
@@ -281,7 +284,10 @@ def shellcheck() -> str | None:
 @pytest.mark.subprocess
 @pytest.mark.parametrize("profile", PROFILES)
 @pytest.mark.parametrize("kind", ["pyxis", "apptainer"])
-def test_sbatch_scripts_pass_bash_n_and_shellcheck(kind: str, profile: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("drain", [False, True], ids=["", "drain"])
+def test_sbatch_scripts_pass_bash_n_and_shellcheck(
+    kind: str, profile: str, drain: bool, tmp_path: Path
+) -> None:
     tool = shellcheck()
     if tool is None:
         pytest.skip(
@@ -289,7 +295,8 @@ def test_sbatch_scripts_pass_bash_n_and_shellcheck(kind: str, profile: str, tmp_
         )
     path = tmp_path / "job.sbatch"
     command = ("-m", "pkg.train", "--name", "it's", "$HOME")
-    path.write_text(render(spec_of(engine="slurm", kind=kind, profile=profile, command=command)))
+    spec = spec_of(engine="slurm", kind=kind, profile=profile, command=command, drain_on_fail=drain)
+    path.write_text(render(spec))
     subprocess.run(["bash", "-n", str(path)], check=True)
     result = subprocess.run([tool, "-S", "warning", str(path)], capture_output=True, text=True)
     assert result.returncode == 0, result.stdout
@@ -317,7 +324,8 @@ def test_sbatch_directives_and_steps() -> None:
         '--container-env="NCCL_IB_DISABLE,NCCL_SOCKET_IFNAME"',
         'ulimit -l "$(ulimit -H -l)"',
         "if (( shm_kib < 67108864 )); then",
-        "exec python -m imagekit.selfcheck --checks stack,ddp --require gpu",
+        "exec python -m imagekit.selfcheck --checks stack,gpus,health,perf,ddp,links "
+        "--require gpu --expect-gpus 8",
         '--rdzv-backend=c10d --rdzv-endpoint="$head_node:$rdzv_port" --rdzv-id="$SLURM_JOB_ID"',
         'torchrun --nnodes="$SLURM_NNODES" --nproc-per-node=8',
     ):
@@ -363,7 +371,15 @@ def test_apptainer_passes_the_nccl_env_explicitly() -> None:
             ["--rdma-resource", "multi-node-ib"],
         ),
         ({"rdma_resource": "rdma/ib=0"}, ["--rdma-resource rdma/ib=0", "count"]),
-        ({"checks": "stack,bogus"}, ["--checks stack,bogus", "ddp"]),
+        ({"checks": "stack,bogus"}, ["--checks stack,bogus", "ddp", "links"]),
+        (
+            {"engine": "kubernetes", "drain_on_fail": True},
+            ["--drain-on-fail: only for --engine slurm", "GPU operator"],
+        ),
+        (
+            {"engine": "slurm", "drain_on_fail": True, "checks": "none"},
+            ["--drain-on-fail with --checks none"],
+        ),
         ({"image": "Not A Ref"}, ["--image Not A Ref"]),
     ],
 )
@@ -465,3 +481,116 @@ def test_single_node_profile_on_many_nodes_gets_a_note() -> None:
     )
     assert result.exit_code == 0
     assert "profile single-node sets no NCCL transport" in result.output
+
+
+# -- the fleet gate: hardware checks on every node, and Slurm's drain ----------------------------
+
+
+def test_every_node_runs_the_hardware_checks_by_default_and_cpu_jobs_the_stack() -> None:
+    assert spec_of().checks == ("stack", "gpus", "health", "perf", "ddp", "links")
+    assert spec_of().selfcheck_argv()[-4:] == ("--require", "gpu", "--expect-gpus", "8")
+    cpu = spec_of(gpus_per_node=0, profile="single-node")
+    assert cpu.checks == ("stack", "ddp")
+    assert cpu.selfcheck_argv() == ("python", "-m", "imagekit.selfcheck", "--checks", "stack,ddp")
+    assert spec_of(checks="gpus,links").checks == ("gpus", "links")
+
+
+def test_without_drain_on_fail_the_script_has_no_drain() -> None:
+    text = render(spec_of(engine="slurm"))
+    assert "scontrol update" not in text and "imagekit-preflight-" not in text
+    assert "--kill-on-bad-exit=1" in text.split("# Step 2")[0]
+
+
+def test_drain_on_fail_keeps_every_node_checking_then_drains_the_failed_ones() -> None:
+    text = render(spec_of(engine="slurm", drain_on_fail=True))
+    step1 = text[text.index("checking $SLURM_NNODES") : text.index("# Step 2")]
+    # Every node finishes its checks, so every bad node is found in one job.
+    assert "--kill-on-bad-exit" not in step1
+    assert 'bash -c "$preflight" imagekit-preflight "$reports"' in step1
+    # The drain step enters no container: scontrol runs on the node itself.
+    drain_line = next(line for line in step1.splitlines() if "$drain" in line)
+    assert drain_line.strip() == (
+        'srun --ntasks-per-node=1 bash -c "$drain" imagekit-drain "$reports" || true'
+    )
+    assert step1.index("$drain") < step1.index("exit 1")
+    assert '--json "$reports/$node.json"' in text
+    assert "python -m imagekit.selfcheck.failures" in text
+
+
+def preflight_and_drain(tmp_path: Path, fake_selfcheck: str) -> tuple[str, list[str]]:
+    """Run the generated preflight (with a stand-in `python`) and then the drain script (with
+    a stand-in `scontrol` that records its arguments); returns the stderr and scontrol's argv."""
+    spec = spec_of(engine="slurm", drain_on_fail=True, shm_size="1Mi", profile="single-node")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "python").write_text(f"#!/bin/bash\n{fake_selfcheck}\n")
+    calls = tmp_path / "scontrol.args"
+    (bin_dir / "scontrol").write_text(f'#!/bin/bash\nprintf "%s\\n" "$@" > {calls}\n')
+    for tool in bin_dir.iterdir():
+        tool.chmod(0o755)
+    reports = tmp_path / "reports"
+    reports.mkdir()
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "SLURMD_NODENAME": "gpu-017"}
+    script = (
+        slurm.preflight(spec)
+        + slurm.drain()
+        + 'bash -c "$preflight" imagekit-preflight "$1" || bash -c "$drain" imagekit-drain "$1"\n'
+    )
+    result = subprocess.run(
+        ["bash", "-c", script, "job", str(reports)], env=env, capture_output=True, text=True
+    )
+    argv = calls.read_text().splitlines() if calls.exists() else []
+    return result.stderr, argv
+
+
+@pytest.mark.subprocess
+def test_a_node_whose_self_check_fails_drains_itself_with_the_checks_as_reason(
+    tmp_path: Path,
+) -> None:
+    # The stand-in self-check fails; the summary module (the real one) reads its JSON.
+    report = {
+        "checks": [
+            {"name": "stack", "status": "passed", "reason": ""},
+            {"name": "ddp", "status": "failed", "reason": "gloo (2 ranks): rank 1 died with exit code 3"},
+            {"name": "links", "status": "failed", "reason": "GPU 2: peer copy to GPU 5 at 140 GB/s"},
+        ]
+    }  # fmt: skip
+    fake = (
+        'if [[ "$1 $2" == "-m imagekit.selfcheck.failures" ]]; then\n'
+        f'  exec {sys.executable} "$@"\nfi\n'
+        f"printf '%s' '{json.dumps(report)}' > \"${{@: -1}}\"\nexit 1"
+    )
+    stderr, argv = preflight_and_drain(tmp_path, fake)
+    reason = (
+        "reason=imagekit preflight: ddp,links failed: ddp: gloo (2 ranks): rank 1 died with "
+        "exit code 3"
+    )
+    assert argv == ["update", "nodename=gpu-017", "state=drain", reason], stderr
+    assert "imagekit launch: drained gpu-017: imagekit preflight: ddp,links failed" in stderr
+
+
+@pytest.mark.subprocess
+def test_a_node_that_fails_without_a_report_still_drains(tmp_path: Path) -> None:
+    _, argv = preflight_and_drain(tmp_path, "exit 1")  # no JSON, summary fails too
+    assert argv[-1] == "reason=imagekit preflight: the self-check failed and wrote no report"
+
+
+@pytest.mark.subprocess
+def test_a_node_that_passes_is_not_drained(tmp_path: Path) -> None:
+    stderr, argv = preflight_and_drain(tmp_path, "exit 0")
+    assert argv == [], stderr
+
+
+def test_the_failures_summary_is_safe_for_scontrol_and_short() -> None:
+    from imagekit.selfcheck import failures
+
+    report = {
+        "checks": [
+            {"name": "gpus", "status": "failed", "reason": 'expected 8 GPUs, "saw" 7; `x` $HOME=1\n' * 20},
+            {"name": "ddp", "status": "passed", "reason": ""},
+        ]
+    }  # fmt: skip
+    line = failures.one_line(report)
+    assert line.startswith("gpus failed: gpus: expected 8 GPUs, saw 7; x HOME 1 expected")
+    assert len(line) <= failures.LIMIT and not set(line) & set("\"'`$=\n")
+    assert failures.one_line({"checks": []}) == "the self-check failed, no check in its report did"

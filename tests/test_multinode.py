@@ -8,6 +8,7 @@ import os
 import signal
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -34,13 +35,20 @@ class NodesEngine(FakeEngine):
     """Containers 'run' the in-image check: each writes its rank file and rank 0 the report,
     unless told that a node dies, never arrives, or that starting it fails."""
 
-    def __init__(self, outcome: str = "pass", taken: int = 0) -> None:
+    def __init__(
+        self,
+        outcome: str = "pass",
+        taken: int = 0,
+        profile: str = "multi-node-ethernet",
+        report: dict[str, Any] | None = None,
+    ) -> None:
         super().__init__()
-        self.outcome, self.taken = outcome, taken
+        self.outcome, self.taken, self.profile = outcome, taken, profile
+        self.report = report or PASSED
         self.commands: dict[str, Sequence[str]] = {}
 
     def inspect(self, ref: str) -> ImageInfo | None:
-        env = {"IMAGEKIT_PROFILE": "multi-node-ethernet"}
+        env = {"IMAGEKIT_PROFILE": self.profile}
         return ImageInfo(ref, 1, LABELS, env, "1000", (), ())
 
     def create_network(self, name: str, subnet: str, labels: dict[str, str]) -> None:
@@ -62,7 +70,7 @@ class NodesEngine(FakeEngine):
             joined = {"rank": rank, "host": options.hostname, "joined_at": 1.0}
             (report / f"rank-{rank}.json").write_text(json.dumps(joined))
             if rank == 0 and self.outcome == "pass":
-                (report / "multinode.json").write_text(json.dumps(PASSED))
+                (report / "multinode.json").write_text(json.dumps(self.report))
         return started
 
     def state(self, container: str) -> ContainerState | None:
@@ -95,7 +103,10 @@ PASSED = {
     "grads_identical": True,
     "max_grad_difference": 0.0,
     "allreduce": {"megabytes": 64, "iterations": 5, "algbw_GBps": 0.9, "busbw_GBps": 0.9},
+    "transport": "gloo/TCP",
 }
+# Two 8-GPU nodes whose NCCL fell back to TCP sockets (no HCA in the containers).
+OVER_SOCKETS = {**PASSED, "backend": "nccl", "device": "cuda", "transport": "Socket"}
 
 
 @pytest.fixture(autouse=True)
@@ -302,3 +313,50 @@ def test_docker_run_kwargs_for_a_node_and_dockers_times() -> None:
     assert kwargs["labels"] == {multinode.RUN_LABEL: "1"}
     assert epoch("2026-11-23T11:22:13.500000000Z") == 1795432933.5
     assert epoch("0001-01-01T00:00:00Z") is None
+
+
+def test_a_multi_node_ib_run_whose_nccl_used_sockets_fails(tmp_path: Path) -> None:
+    engine = NodesEngine(profile="multi-node-ib", report=OVER_SOCKETS)
+    options = NodesOptions(nodes=2, json_path=tmp_path / "r.json")
+    with pytest.raises(SelfCheckFailed) as err:
+        multinode.check_nodes(engine, IMAGE, options, say=lambda s: None)
+    assert str(err.value).endswith(
+        "NCCL used Socket, profile multi-node-ib needs InfiniBand/RDMA (check NCCL_IB_HCA, "
+        "the RDMA device plugin, /dev/infiniband)"
+    )
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert (report["status"], report["transport"]) == ("failed", "Socket")
+    assert "  transport         Socket (what NCCL or gloo used)" in err.value.report
+    assert nothing_left(engine)
+
+
+@pytest.mark.parametrize(
+    ("profile", "report"),
+    [
+        ("multi-node-ib", {**OVER_SOCKETS, "transport": "IB"}),
+        ("multi-node-ethernet", OVER_SOCKETS),  # TCP is what that profile asks for
+        ("multi-node-ib", PASSED),  # gloo on the CPU: no NCCL transport to judge
+    ],
+)
+def test_the_transport_rule_keeps_what_the_profile_allows(
+    profile: str, report: dict[str, Any]
+) -> None:
+    engine = NodesEngine(profile=profile, report=report)
+    result = multinode.run_nodes(engine, IMAGE, NodesOptions(nodes=2), say=lambda s: None)
+    assert result["status"] == "passed", result["reason"]
+    assert result["profile"] == profile
+
+
+def test_in_image_transport_and_verdict(tmp_path: Path) -> None:
+    from imagekit.selfcheck import multinode as inside
+
+    log = tmp_path / "rank0.log"
+    log.write_text("h:1:2 [0] NCCL INFO Channel 00/0 : 0[0] -> 8[0] [send] via NET/IB/0/GDRDMA\n")
+    assert inside.transport_of("nccl", log) == "IB"
+    assert inside.transport_of("nccl", tmp_path / "missing.log") is None
+    assert inside.transport_of("gloo", None) == "gloo/TCP"
+    assert inside.verdict(0.0, 0.0, "NCCL used Socket, ...") == ("failed", "NCCL used Socket, ...")
+    assert inside.verdict(1e-3, 0.0, "NCCL used Socket")[1].startswith("gradients differ")
+    labels = {"io.imagekit.profile": "multi-node-ib"}
+    assert inside.image_profile({}, labels) == "multi-node-ib"
+    assert inside.image_profile({"IMAGEKIT_PROFILE": "single-node"}, labels) == "single-node"

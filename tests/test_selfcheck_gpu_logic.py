@@ -471,6 +471,16 @@ def test_the_rank_that_died_is_named_before_its_peers_echo() -> None:
     ok = {"status": "passed", "reason": "", "measurements": {}}
     assert merge_ranks([echo, died])["reason"].startswith("rank 1 died with exit code 3")
     assert merge_ranks([ok, ok]) is ok
+    # gloo's own words for the echo (torch 2.13, seen in the launch's real Slurm test) say
+    # "reporting": still only the echo.
+    gloo = {
+        "status": "failed",
+        "reason": "rank 0: RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:537] "
+        "Read error [127.0.0.1]:7607: Connection reset by peer. This is typically caused by a "
+        "remote worker hanging or bugs in the application. Check the logs of the remote worker "
+        "before reporting an error.",
+    }
+    assert merge_ranks([gloo, died])["reason"].startswith("rank 1 died with exit code 3")
 
 
 def test_a_flash_attn_that_fails_to_import_fails_instead_of_not_installed(

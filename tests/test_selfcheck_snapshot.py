@@ -96,8 +96,8 @@ def test_assemble_merges_nvml_and_the_perf_probe_by_index() -> None:
             backend="gloo+nccl",
             nccl_world_size=3,
             allreduce_busbw_GBps=355.0,
-            nccl_allreduce_message_bytes=1 << 30,
-            nccl_nccl_transport="P2P/NVLink",
+            allreduce_message_bytes=1 << 30,
+            nccl_transport="P2P/NVLink",
         ),
     }
     snap = snapshot.assemble(host, results)
@@ -195,6 +195,7 @@ def test_an_unreadable_snapshot_exits_2_naming_the_field(
     assert str(path) in err and field in err
 
 
+@pytest.mark.subprocess
 def test_judge_runs_without_torch_or_a_gpu(tmp_path: Path) -> None:
     """The CLI judges in a fresh interpreter that has neither torch nor pynvml to lean on."""
     path = tmp_path / "host.json"

@@ -75,7 +75,14 @@ from imagekit.matrix.profiles import PROFILE_ENV
     "--checks",
     default=None,
     metavar="LIST",
-    help="Self-check before training, on every node (default: stack,ddp; none: skip).",
+    help="Self-check before training, on every node (default: stack,gpus,health,perf,ddp,"
+    "links; with --gpus-per-node 0: stack,ddp; none: skip).",
+)
+@click.option(
+    "--drain-on-fail",
+    is_flag=True,
+    help="slurm: a node whose preflight fails drains itself (scontrol, with the failing checks "
+    "as the reason; needs a Slurm operator account).",
 )
 @click.option(
     "--out",
@@ -147,4 +154,5 @@ def options_from(kwargs: dict[str, Any]) -> Any:
         shm_size=kwargs["shm_size"],
         rdma_resource=kwargs["rdma_resource"],
         checks=kwargs["checks"],
+        drain_on_fail=kwargs["drain_on_fail"],
     )

@@ -2,7 +2,9 @@
 Apptainer (`srun apptainer exec`).
 
 One task per node. Step 1 runs on every node, inside the container: /dev/shm and locked memory
-as the task sees them, then the self-check; any failure ends the job before training. Step 2
+as the task sees them, then the self-check; any failure ends the job before training. With
+--drain-on-fail each failing node then drains itself, outside the container (a step of its
+own: Pyxis puts a whole srun step in the container). Step 2
 runs torchrun per node; the allocation's first node hosts the c10d rendezvous.
 IMAGEKIT_LAUNCHER, when set, replaces the container with a command prefix (a site's wrapper,
 or `docker run ...` in imagekit's own tests).
@@ -24,6 +26,7 @@ def render(spec: LaunchSpec) -> str:
         environment(spec),
         container(spec),
         preflight(spec),
+        *([drain()] if spec.drain_on_fail else []),
         steps(spec),
     ]
     return "\n".join(parts)
@@ -144,32 +147,91 @@ def _without_tag(name: str) -> str:
 
 
 def preflight(spec: LaunchSpec) -> str:
-    """The script step 1 runs in each container: node limits, then the self-check."""
+    """The script step 1 runs in each container: node limits, then the self-check. With
+    --drain-on-fail its first argument is a folder under the submit directory (mounted in
+    the container) where a failing node writes why, for the drain step outside it."""
     lines = [
         "# Step 1, on every node in its container: fail before training on a bad node.",
         "read -r -d '' preflight <<'EOF' || true",
         "set -euo pipefail",
         "node=$(hostname)",
+        'reports="${1:-}"',
+        "fail() {",
+        '  echo "imagekit launch: $node: $1" >&2',
+        '  if [[ -n "$reports" ]]; then printf \'%s\\n\' "$1" > "$reports/$node.reason"; fi',
+        "  exit 1",
+        "}",
         "shm_kib=$(df -k --output=size /dev/shm | tail -n 1 | tr -d ' ')",
         f"if (( shm_kib < {spec.shm_kib} )); then",
-        f'  echo "imagekit launch: $node: /dev/shm has $shm_kib KiB; profile {spec.profile}'
-        f' needs {spec.shm_size} (ask for a larger tmpfs, or pass --shm-size)" >&2',
-        "  exit 1",
+        f'  fail "/dev/shm has $shm_kib KiB; profile {spec.profile}'
+        f' needs {spec.shm_size} (ask for a larger tmpfs, or pass --shm-size)"',
         "fi",
     ]
     if spec.locked_memory:
         lines += [
             'if [[ "$(ulimit -l)" != unlimited ]]; then',
-            '  echo "imagekit launch: $node: locked memory is limited to $(ulimit -l) KiB;'
+            '  fail "locked memory is limited to $(ulimit -l) KiB;'
             " RDMA needs unlimited (slurmd's LimitMEMLOCK=infinity and"
-            ' PropagateResourceLimitsExcept=MEMLOCK)" >&2',
-            "  exit 1",
+            ' PropagateResourceLimitsExcept=MEMLOCK)"',
             "fi",
         ]
-    if check := spec.selfcheck_argv():
+    if (check := spec.selfcheck_argv()) and spec.drain_on_fail:
+        # The failing checks' names and first reason, from the self-check's own JSON.
+        lines += [
+            f'if ! {" ".join(check)} --json "$reports/$node.json"; then',
+            '  fail "$(python -m imagekit.selfcheck.failures "$reports/$node.json" 2>/dev/null'
+            ' || echo "the self-check failed and wrote no report")"',
+            "fi",
+        ]
+    elif check:
         lines.append(f"exec {' '.join(check)}")
     lines += ["EOF", ""]
     return "\n".join(lines)
+
+
+def drain() -> str:
+    """The script a node runs outside its container when the preflight failed: where its own
+    preflight left a reason, it drains itself (as health-check programs do), so the next job
+    does not land on it. Needs a Slurm operator or admin (root, SlurmUser, or AdminLevel)."""
+    return "\n".join(
+        [
+            "# --drain-on-fail: on every node, outside the container.",
+            "read -r -d '' drain <<'EOF' || true",
+            "set -euo pipefail",
+            'reason_file="$1/$(hostname).reason"',
+            'if [[ -s "$reason_file" ]]; then',
+            "  # Letters, digits and plain punctuation only, at most 200 characters.",
+            "  why=$(tr -c 'A-Za-z0-9 .,:;()/_+-' ' ' < \"$reason_file\" | tr -s ' ')",
+            '  reason="imagekit preflight: ${why% }"',
+            '  reason="${reason:0:200}"',
+            '  scontrol update nodename="$SLURMD_NODENAME" state=drain reason="$reason"',
+            '  echo "imagekit launch: drained $SLURMD_NODENAME: $reason" >&2',
+            "fi",
+            "EOF",
+            "",
+        ]
+    )
+
+
+def checking(spec: LaunchSpec, run: str) -> list[str]:
+    """Step 1's srun. With --drain-on-fail every node finishes its checks (no kill on the
+    first failure), then each failed one drains itself and the job ends."""
+    lines = ['echo "imagekit launch: checking $SLURM_NNODES nodes: $SLURM_JOB_NODELIST" >&2']
+    if not spec.drain_on_fail:
+        return [*lines, f'{run} bash -c "$preflight"']
+    step = 'srun --ntasks-per-node=1 "${srun_opts[@]}" "${prefix[@]}"'
+    return [
+        'reports="$SLURM_SUBMIT_DIR/imagekit-preflight-$SLURM_JOB_ID"',
+        'mkdir -p "$reports"',
+        *lines,
+        f'if ! {step} bash -c "$preflight" imagekit-preflight "$reports"; then',
+        '  echo "imagekit launch: preflight failed (reports in $reports);'
+        ' draining the nodes that failed" >&2',
+        '  srun --ntasks-per-node=1 bash -c "$drain" imagekit-drain "$reports" || true',
+        "  exit 1",
+        "fi",
+        'rm -rf "$reports"',
+    ]
 
 
 def steps(spec: LaunchSpec) -> str:
@@ -177,8 +239,7 @@ def steps(spec: LaunchSpec) -> str:
     run = 'srun --ntasks-per-node=1 --kill-on-bad-exit=1 "${srun_opts[@]}" "${prefix[@]}"'
     return "\n".join(
         [
-            'echo "imagekit launch: checking $SLURM_NNODES nodes: $SLURM_JOB_NODELIST" >&2',
-            f'{run} bash -c "$preflight"',
+            *checking(spec, run),
             "",
             "# Step 2: torchrun on every node; ranks meet at the first node.",
             'echo "imagekit launch: rendezvous at $head_node:$rdzv_port" >&2',

@@ -19,7 +19,11 @@ from imagekit.selfcheck.registry import ORDER
 from imagekit.sizes import QUANTITY, quantity_kib
 
 KINDS = {"kubernetes": ("trainjob", "jobset"), "slurm": ("pyxis", "apptainer")}
-DEFAULT_CHECKS = ("stack", "ddp")  # a minute or two: GPUs, driver, NCCL across local GPUs
+KNOWN_CHECKS = ORDER
+# A few minutes on every node: the stack, the GPUs the node should have and their health,
+# their speed, NCCL across the node's GPUs, and the links between them.
+DEFAULT_CHECKS = ("stack", "gpus", "health", "perf", "ddp", "links")
+CPU_CHECKS = ("stack", "ddp")  # a CPU job's nodes have no GPU to check
 DEFAULT_RDMA = "rdma/ib"  # the NVIDIA network operator's shared RDMA device plugin
 RDZV_PORT = 29500  # Kubeflow Trainer's trainer port; torchrun's default too
 # torchrun reads these from the environment; the Trainer injects them and rejects a TrainJob
@@ -49,6 +53,7 @@ class LaunchOptions:
     shm_size: str | None = None
     rdma_resource: str | None = None
     checks: str | None = None
+    drain_on_fail: bool = False
 
 
 @dataclass(frozen=True)
@@ -70,6 +75,7 @@ class LaunchSpec:
     rdma: tuple[str, int] | None  # (resource name, count per node)
     checks: tuple[str, ...]
     port: int = RDZV_PORT
+    drain_on_fail: bool = False  # Slurm: a node whose preflight fails drains itself
 
     @property
     def procs_per_node(self) -> int:
@@ -89,8 +95,11 @@ class LaunchSpec:
         if not self.checks:
             return ()
         argv = ("python", "-m", "imagekit.selfcheck", "--checks", ",".join(self.checks))
-        # A node whose GPUs are not visible must fail here, not train on the CPU.
-        return (*argv, "--require", "gpu") if self.gpus_per_node else argv
+        if not self.gpus_per_node:
+            return argv
+        # A node whose GPUs are not visible must fail here, not train on the CPU; one that
+        # shows fewer GPUs than the job asked for fails the gpus check.
+        return (*argv, "--require", "gpu", "--expect-gpus", str(self.gpus_per_node))
 
 
 def build(cell: Cell, pins: Mapping[str, str], opts: LaunchOptions) -> LaunchSpec:
@@ -111,7 +120,8 @@ def build(cell: Cell, pins: Mapping[str, str], opts: LaunchOptions) -> LaunchSpe
         env=_env(profile, opts.env),
         shm_size=_shm(opts.shm_size or PROFILE_SHM[profile]),
         rdma=_rdma(profile, opts.rdma_resource),
-        checks=_checks(opts.checks),
+        checks=_checks(opts.checks, opts.gpus_per_node),
+        drain_on_fail=_drain(opts),
     )
 
 
@@ -213,13 +223,28 @@ def _rdma(profile: str, resource: str | None) -> tuple[str, int] | None:
     return name, int(count) if sep else 1
 
 
-def _checks(text: str | None) -> tuple[str, ...]:
+def _checks(text: str | None, gpus_per_node: int) -> tuple[str, ...]:
     if text is None:
-        return DEFAULT_CHECKS
+        return DEFAULT_CHECKS if gpus_per_node else CPU_CHECKS
     if text == "none":
         return ()
     names = tuple(n for n in text.split(",") if n)
-    unknown = [n for n in names if n not in ORDER]
+    unknown = [n for n in names if n not in KNOWN_CHECKS]
     if unknown or not names:
-        raise UsageError(f"--checks {text}: choose from {', '.join(ORDER)} (comma list), or none")
+        raise UsageError(
+            f"--checks {text}: choose from {', '.join(KNOWN_CHECKS)} (comma list), or none"
+        )
     return names
+
+
+def _drain(opts: LaunchOptions) -> bool:
+    if not opts.drain_on_fail:
+        return False
+    if opts.engine != "slurm":
+        raise UsageError(
+            "--drain-on-fail: only for --engine slurm; on Kubernetes a failed preflight fails "
+            "the pod, and tainting bad nodes is the GPU operator's health checks' job"
+        )
+    if opts.checks == "none":
+        raise UsageError("--drain-on-fail with --checks none: there is no preflight to fail")
+    return True

@@ -6,9 +6,12 @@ from __future__ import annotations
 import os
 import queue as queues
 import socket
+import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
+from imagekit.selfcheck.links import transport_from_log
 from imagekit.selfcheck.results import (
     Result,
     bus_bandwidth,
@@ -23,6 +26,25 @@ from imagekit.selfcheck.verdicts import DdpRun, ddp_runs, launched_by_torchrun
 
 # A rank that has not reported by then is dead or stuck; the check's own limit is longer.
 RANK_WAIT_S = float(os.environ.get("IMAGEKIT_DDP_WAIT", "90"))
+# nccl-tests reaches bus bandwidth at 1 GiB and up (256 MB is too small for NVLS on 8 GPUs:
+# https://github.com/NVIDIA/nccl-tests/issues/212); less where the GPU has little free.
+ALLREDUCE_BYTES = 2**30
+ALLREDUCE_MIN_BYTES = 64 * 2**20
+ALLREDUCE_FREE_FRACTION = 8  # at most 1/8 of free memory: NCCL's buffers and others' checks
+
+
+def allreduce_bytes(free_bytes: int, world: int) -> int:
+    """The all-reduce message: 1 GiB, capped to an eighth of the GPU's free memory, at least
+    64 MiB; a whole number of fp32 elements per rank."""
+    size = max(ALLREDUCE_MIN_BYTES, min(ALLREDUCE_BYTES, free_bytes // ALLREDUCE_FREE_FRACTION))
+    unit = 4 * max(1, world)
+    return size - size % unit
+
+
+def nccl_log_env(path: Path) -> dict[str, str]:
+    """NCCL's INFO log of this rank into `path` (not the check's output): the channel lines
+    say which transport it used. INIT and NET carry the connection and network lines."""
+    return {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,NET", "NCCL_DEBUG_FILE": str(path)}
 
 
 def free_port() -> int:
@@ -42,7 +64,8 @@ def check_ddp() -> Result:
     problems = []
     for run, result in results:
         for key, value in result["measurements"].items():
-            merged[f"{run.backend}_{key}" if key not in ("backend",) else key] = value
+            keep = key == "backend" or key.startswith(f"{run.backend}_")  # nccl_transport
+            merged[key if keep else f"{run.backend}_{key}"] = value
         if result["status"] == "failed":
             problems.append(f"{run.backend} ({run.world_size} ranks): {result['reason']}")
     merged["backend"] = "+".join(run.backend for run, _ in results)
@@ -51,7 +74,7 @@ def check_ddp() -> Result:
     merged["max_grad_difference"] = max(
         r["measurements"].get("max_grad_difference", 0.0) for _, r in results
     )
-    for key in ("allreduce_busbw_GBps", "note"):
+    for key in ("allreduce_busbw_GBps", "allreduce_message_bytes", "note"):
         if f"nccl_{key}" in merged:
             merged[key] = merged[f"nccl_{key}"]
     return failed("; ".join(problems), **merged) if problems else passed(**merged)
@@ -91,7 +114,9 @@ def merge_ranks(reports: list[Result]) -> Result:
     if not failures:
         return reports[0]
     root = sorted(failures, key=lambda r: not r["reason"].startswith("rank "))
-    root = sorted(root, key=lambda r: "died" not in r["reason"] and "report" not in r["reason"])
+    root = sorted(
+        root, key=lambda r: "died with" not in r["reason"] and "did not report" not in r["reason"]
+    )
     reasons = list(dict.fromkeys(r["reason"] for r in root))
     merged = dict(root[0])
     merged["reason"] = "; ".join(reasons[:2])
@@ -129,8 +154,14 @@ def ddp_worker(rank: int, world: int, backend: str | None) -> Result:
 
     backend = backend or ("nccl" if torch.cuda.is_available() else "gloo")
     device = f"cuda:{rank % max(1, torch.cuda.device_count())}" if backend == "nccl" else "cpu"
+    log = None
     if backend == "nccl":
         torch.cuda.set_device(device)
+        # Before the group starts: NCCL reads its environment when it first initialises.
+        fd, name = tempfile.mkstemp(prefix=f"imagekit-nccl-rank{rank}-", suffix=".log")
+        os.close(fd)
+        log = Path(name)
+        os.environ.update(nccl_log_env(log))
     dist.init_process_group(backend, rank=rank, world_size=world)
     try:
         torch.manual_seed(0)
@@ -152,20 +183,35 @@ def ddp_worker(rank: int, world: int, backend: str | None) -> Result:
             "max_grad_difference": spread,
         }
         if backend == "nccl" and world > 1:
-            m["allreduce_busbw_GBps"] = round(_busbw(torch, dist, world, device), 1)
+            nbytes = _message_bytes(torch, dist, world, device)
+            m["allreduce_busbw_GBps"] = round(_busbw(torch, dist, world, device, nbytes), 1)
+            m["allreduce_message_bytes"] = nbytes
         elif backend == "nccl":
             dist.all_reduce(grads)  # NCCL's kernel runs; one rank moves no data to time
             torch.cuda.synchronize()
             m["note"] = "1 GPU: NCCL ran; bus bandwidth needs 2 or more GPUs"
+        if log is not None:
+            m["nccl_transport"] = transport_from_log(log.read_text(errors="replace"))
         if spread > 1e-6:
             return failed(f"gradients differ across ranks by {spread:g} after a DDP step", **m)
         return passed(**m)
     finally:
         dist.destroy_process_group()
+        if log is not None:
+            log.unlink(missing_ok=True)
 
 
-def _busbw(torch: Any, dist: Any, world: int, device: str) -> float:
-    """nccl-tests' bus bandwidth of an all-reduce, GB/s."""
-    tensor = torch.ones(64 * 1024 * 1024, device=device)  # 256 MB of fp32
+def _message_bytes(torch: Any, dist: Any, world: int, device: str) -> int:
+    """allreduce_bytes for the rank with the least free memory: every rank must reduce a
+    tensor of the same size, or the collective hangs."""
+    free, _ = torch.cuda.mem_get_info(device)
+    mine = torch.tensor([allreduce_bytes(free, world)], dtype=torch.int64, device=device)
+    dist.all_reduce(mine, op=dist.ReduceOp.MIN)
+    return int(mine.item())
+
+
+def _busbw(torch: Any, dist: Any, world: int, device: str, nbytes: int) -> float:
+    """nccl-tests' bus bandwidth of an all-reduce of `nbytes`, GB/s."""
+    tensor = torch.ones(nbytes // 4, device=device)  # fp32
     seconds = timed(lambda: dist.all_reduce(tensor), 10, torch.cuda.synchronize)
     return bus_bandwidth(tensor.numel() * 4 / seconds / 1e9, world)

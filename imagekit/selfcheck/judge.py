@@ -35,7 +35,8 @@ def judge(snap: Snapshot, names: list[str] | None = None) -> dict[str, Result]:
         if name in VERDICTS:
             out[name] = _verdict(name, snap, recorded.get(name))
         elif name in recorded:
-            out[name] = dict(recorded[name])
+            # A hand-written or older snapshot may leave out the runner's bookkeeping.
+            out[name] = {"seconds": 0.0, "timed_out": False, **recorded[name], "name": name}
     need = runner.required(set(snap.get("require", [])), snap.get("labels", {}), gpu(snap))
     runner.apply_requirements(out, need)
     return out

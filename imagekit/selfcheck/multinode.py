@@ -2,7 +2,9 @@
 `imagekit test IMAGE --nodes N` starts it in N containers.
 
 Every rank records its host, then one DDP step runs and the gradients and parameters must
-be the same on every rank, then an all-reduce is timed for bus bandwidth. Each rank writes
+be the same on every rank, then an all-reduce is timed for bus bandwidth, and the transport
+NCCL used is read from its INFO log (gloo's is TCP: "gloo/TCP"); a multi-node-ib image that
+moved its data over anything but InfiniBand fails. Each rank writes
 rank-R.json when it has joined (so the host can tell a node that never arrived from one that
 died later); rank 0 writes the report. Standard library and torch only.
 
@@ -17,15 +19,19 @@ import json
 import os
 import socket
 import sys
+import tempfile
 import time
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from imagekit.selfcheck.ddp import nccl_log_env
+from imagekit.selfcheck.links import GLOO_TRANSPORT, transport_from_log, transport_problem
 from imagekit.selfcheck.results import (
     bus_bandwidth,
     fault,
     gather,
+    labels,
     max_difference,
     sync_of,
     timed,
@@ -64,12 +70,30 @@ def bandwidth(nbytes: int, seconds: float, world: int) -> dict[str, float]:
     }
 
 
-def verdict(grad_diff: float, param_diff: float) -> tuple[str, str]:
+def verdict(grad_diff: float, param_diff: float, transport: str = "") -> tuple[str, str]:
+    """`transport`: what transport_problem said of NCCL's transport ("" when kept)."""
     if grad_diff > GRAD_TOLERANCE:
         return "failed", f"gradients differ across ranks by {grad_diff:g} after a DDP step"
     if param_diff > GRAD_TOLERANCE:
         return "failed", f"parameters differ across ranks by {param_diff:g} after a DDP step"
+    if transport:
+        return "failed", transport
     return "passed", ""
+
+
+def image_profile(env: dict[str, str], promise: dict[str, str]) -> str:
+    """The image's NCCL profile: its IMAGEKIT_PROFILE, else its io.imagekit.profile label."""
+    return env.get("IMAGEKIT_PROFILE") or promise.get("io.imagekit.profile", "")
+
+
+def transport_of(backend: str, log: Path | None) -> str | None:
+    """What moved the data: NCCL's own log says for NCCL; gloo has only TCP (GLOO_TRANSPORT)."""
+    if backend != "nccl":
+        return GLOO_TRANSPORT
+    try:
+        return transport_from_log(log.read_text(errors="replace")) if log else None
+    except OSError:
+        return None
 
 
 def ddp_step(torch: Any, device: str, rank: int) -> tuple[Any, Any]:
@@ -124,8 +148,10 @@ def run_rank(args: argparse.Namespace, ids: dict[str, int]) -> dict[str, Any]:
 
     backend = "nccl" if torch.cuda.is_available() else "gloo"
     device = f"cuda:{ids['local_rank']}" if backend == "nccl" else "cpu"
+    log = None
     if backend == "nccl":
         torch.cuda.set_device(device)
+        log = nccl_log(ids["rank"])
     started = time.time()
     # The timeout bounds every collective: a peer that hangs or vanishes (its container
     # killed: no TCP reset ever comes) fails the others instead of blocking them for 30 min.
@@ -143,7 +169,10 @@ def run_rank(args: argparse.Namespace, ids: dict[str, int]) -> dict[str, Any]:
         grad_diff = max_difference(gather(torch, dist, grads, ids["world_size"]))
         param_diff = max_difference(gather(torch, dist, params, ids["world_size"]))
         allreduce = time_allreduce(torch, dist, device, args)
-        status, reason = verdict(grad_diff, param_diff)
+        profile = image_profile(dict(os.environ), labels())
+        transport = transport_of(backend, log)
+        problem = transport_problem(profile, transport) if backend == "nccl" else ""
+        status, reason = verdict(grad_diff, param_diff, problem)
         dist.barrier()  # every rank done before any tears its group down
         return {
             "status": status,
@@ -160,10 +189,23 @@ def run_rank(args: argparse.Namespace, ids: dict[str, int]) -> dict[str, Any]:
             "max_param_difference": param_diff,
             "grads_identical": grad_diff <= GRAD_TOLERANCE and param_diff <= GRAD_TOLERANCE,
             "allreduce": allreduce,
+            "transport": transport,
+            "profile": profile,
             "torch": torch.__version__,
         }
     finally:
         dist.destroy_process_group()
+        if log is not None:
+            log.unlink(missing_ok=True)
+
+
+def nccl_log(rank: int) -> Path:
+    """A file for this rank's NCCL INFO log, set in the environment before the process group
+    starts (NCCL reads it at its first initialisation)."""
+    fd, name = tempfile.mkstemp(prefix=f"imagekit-nccl-rank{rank}-", suffix=".log")
+    os.close(fd)
+    os.environ.update(nccl_log_env(Path(name)))
+    return Path(name)
 
 
 def inject_faults(ids: dict[str, int]) -> None:

@@ -24,6 +24,7 @@ KEYS = (
     "world_size",
     "max_grad_difference",
     "allreduce_busbw_GBps",
+    "nccl_transport",
     "dtype",
     "max_error_vs_fp64",
     "math_kernel_error_vs_fp64",

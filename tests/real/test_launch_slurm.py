@@ -53,13 +53,19 @@ def slurm() -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-def submit(project: Path, folder: Path, docker_shm: str | None) -> tuple[int, str]:
+def submit(
+    project: Path,
+    folder: Path,
+    docker_shm: str | None,
+    launch: tuple[str, ...] = (),
+    docker: tuple[str, ...] = (),
+) -> tuple[int, str]:
     folder.mkdir()
     (folder / "train.py").write_text(TRAIN, encoding="utf-8")
     result = imagekit(
         "launch", "--engine", "slurm", "--nodes", "1", "--gpus-per-node", "0",
         "--cell", "cpu-*", "--profile", "multi-node-ethernet", "--shm-size", "1Gi",
-        "--checks", "stack,ddp", "--name", "smoke", "--out", str(folder),
+        "--checks", "stack,ddp", "--name", "smoke", "--out", str(folder), *launch,
         "--", "train.py", "--note", "it's",
         cwd=project,
     )  # fmt: skip
@@ -68,13 +74,16 @@ def submit(project: Path, folder: Path, docker_shm: str | None) -> tuple[int, st
     assert TAG in script.read_text()
     shm = ["--shm-size", docker_shm] if docker_shm else []
     launcher = [
-        DOCKER, "run", "--rm", "--network", "host", *shm,
+        DOCKER, "run", "--rm", "--network", "host", *shm, *docker,
         "-v", f"{folder}:{folder}", "-w", str(folder),
         "-e", "NCCL_IB_DISABLE", "-e", "NCCL_SOCKET_IFNAME", TAG,
     ]  # fmt: skip
     env = {**os.environ, "IMAGEKIT_LAUNCHER": " ".join(launcher)}
+    # Submitted from the job's folder: $SLURM_SUBMIT_DIR is where sbatch ran, and the
+    # container mounts the folder (Pyxis mounts $SLURM_SUBMIT_DIR the same way).
     job = subprocess.run(
         ["sbatch", "--wait", "--parsable", f"--chdir={folder}", str(script)],
+        cwd=folder,
         env=env,
         capture_output=True,
         text=True,
@@ -104,3 +113,45 @@ def test_a_node_with_too_little_shm_fails_before_training(
     assert "/dev/shm has 65536 KiB; profile multi-node-ethernet needs 1Gi" in output
     assert "rank 0" not in output
     assert "rendezvous at" not in output
+
+
+def node_name() -> str:
+    return subprocess.run(
+        ["sinfo", "-h", "-N", "-o", "%N"], capture_output=True, text=True, check=True
+    ).stdout.split()[0]
+
+
+def scontrol(*args: str) -> str:
+    return subprocess.run(
+        ["scontrol", *args], capture_output=True, text=True, check=True, timeout=60
+    ).stdout
+
+
+def test_a_node_whose_preflight_fails_drains_itself_with_the_reason(
+    slurm: None, project: Path, tmp_path: Path
+) -> None:
+    node = node_name()
+    assert "DRAIN" not in scontrol("show", "node", node)  # a clean start
+    # ddp's rank 1 dies in the container; Pyxis runs the container as the job's user (root
+    # here), so the container may write its report into the submit folder.
+    fault = ("--user", "0:0", "-e", "IMAGEKIT_SELFCHECK_FAULT=ddp-die")
+    try:
+        code, output = submit(
+            project, tmp_path / "job", "2g", launch=("--drain-on-fail",), docker=fault
+        )
+        shown = scontrol("show", "node", node)
+        reasons = subprocess.run(
+            ["sinfo", "-R", "-h", "-o", "%N|%200E"], capture_output=True, text=True, check=True
+        ).stdout
+    finally:
+        subprocess.run(["scontrol", "update", f"nodename={node}", "state=resume"], check=False)
+    assert code != 0
+    assert "rank 0 of 1: sum" not in output  # no training
+    state = next(w for w in shown.split() if w.startswith("State="))
+    assert "DRAIN" in state, shown
+    reason = "imagekit preflight: ddp failed: ddp: gloo (2 ranks): rank 1 died with exit code 3"
+    assert f"Reason={reason}" in shown, shown
+    assert f"{node}|{reason}" in reasons, reasons
+    assert f"imagekit launch: drained {node}: {reason}" in output
+    assert "DRAIN" not in scontrol("show", "node", node).split("Reason")[0]  # resumed
+    print(f"drained {node}: {reason}")

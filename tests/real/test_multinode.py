@@ -40,6 +40,10 @@ def test_two_containers_pass(project: Path, tmp_path: Path, procs: int) -> None:
     assert report["status"] == "passed" and report["world_size"] == 2 * procs
     assert report["hosts"] == ["node0", "node1"]  # two distinct hosts took part
     assert report["backend"] == "gloo" and report["grads_identical"] is True
+    # gloo has no log to read: it moves tensors over TCP, recorded as such (NCCL's runs
+    # record what its INFO log says: IB, Socket, P2P, SHM or NVLS).
+    assert report["transport"] == "gloo/TCP"
+    assert "transport         gloo/TCP (what NCCL or gloo used)" in result.stdout
     assert report["max_grad_difference"] == 0
     assert report["allreduce"]["busbw_GBps"] > 0
     assert "hosts             node0 (rank" in result.stdout

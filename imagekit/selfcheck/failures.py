@@ -1,0 +1,47 @@
+"""One line that names a self-check run's failed checks and the first one's reason, from the
+run's JSON: what a node that failed `imagekit launch --drain-on-fail`'s preflight gives Slurm
+as its drain reason. Standard library only.
+
+    python -m imagekit.selfcheck.failures REPORT.json
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+# Slurm keeps a node's reason as free text, but it travels through scontrol's KEY=VALUE
+# arguments and the job's shell: letters, digits and plain punctuation only.
+UNSAFE = re.compile(r"[^A-Za-z0-9 .,:;()/_+-]+")
+LIMIT = 180  # the drain reason is "imagekit preflight: " and this, at most 200 characters
+
+
+def sanitized(text: str, limit: int = LIMIT) -> str:
+    return " ".join(UNSAFE.sub(" ", text).split())[:limit].rstrip()
+
+
+def one_line(report: dict[str, Any], limit: int = LIMIT) -> str:
+    """e.g. "ddp,links failed: ddp: rank 1 died with exit code 3"."""
+    failed = [c for c in report.get("checks") or [] if c.get("status") == "failed"]
+    if not failed:
+        return "the self-check failed, no check in its report did"
+    names = ",".join(str(c.get("name", "?")) for c in failed)
+    first = failed[0]
+    reason = first.get("reason") or "no reason given"
+    return sanitized(f"{names} failed: {first.get('name', '?')}: {reason}", limit)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: python -m imagekit.selfcheck.failures REPORT.json", file=sys.stderr)
+        return 2
+    print(one_line(json.loads(Path(args[0]).read_text())))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
