@@ -342,7 +342,8 @@ def test_sbatch_for_ethernet_needs_no_unlimited_memlock() -> None:
 
 def test_apptainer_passes_the_nccl_env_explicitly() -> None:
     text = render(spec_of(engine="slurm", kind="apptainer"))
-    assert '--env "NCCL_IB_DISABLE=$NCCL_IB_DISABLE"' in text
+    assert '--env-file "$env_file"' in text and "\nNCCL_IB_DISABLE='0'\n" in text
+    assert "\n    --env " not in text  # Apptainer's --env splits values at commas
     assert "--nv" in text
 
 

@@ -12,6 +12,7 @@ or `docker run ...` in imagekit's own tests).
 
 from __future__ import annotations
 
+import hashlib
 import re
 import shlex
 
@@ -24,6 +25,7 @@ def render(spec: LaunchSpec) -> str:
     parts = [
         directives(spec),
         environment(spec),
+        *([env_file(spec)] if spec.kind == "apptainer" and spec.env else []),
         container(spec),
         preflight(spec),
         *([drain()] if spec.drain_on_fail else []),
@@ -56,7 +58,9 @@ def environment(spec: LaunchSpec) -> str:
         lines += [f"export {name}={shlex.quote(value)}" for name, value in spec.env]
     lines += [
         "# Rendezvous: torchrun on the allocation's first node hosts the c10d store.",
-        'head_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
+        # sed reads to the end: `head -n 1` would exit early and, under pipefail, a large
+        # allocation's list (written in several blocks) would end the job with SIGPIPE.
+        'head_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | sed -n 1p)',
         f"rdzv_port={spec.port}",
     ]
     if spec.locked_memory:
@@ -97,9 +101,11 @@ def pyxis(spec: LaunchSpec) -> list[str]:
 
 
 def apptainer(spec: LaunchSpec) -> list[str]:
-    # Apptainer too lets the image's ENV win over the job's, unless passed with --env.
+    # Apptainer too lets the image's ENV win over the job's, unless passed explicitly; its
+    # --env splits a value at commas and reads `=` in it as another assignment, so the values
+    # go in an env file, which Apptainer reads as shell: every value single-quoted.
     opts = ["exec", *(["--nv"] if spec.gpus_per_node else [])]
-    opts += [f'--env "{name}=${name}"' for name, _ in spec.env]
+    opts += ['--env-file "$env_file"'] if spec.env else []
     opts += ['--bind "$SLURM_SUBMIT_DIR"', '--pwd "$SLURM_SUBMIT_DIR"', '"$sif"']
     return [
         "# Converted once into the submit folder (shared), not by every node.",
@@ -114,11 +120,36 @@ def apptainer(spec: LaunchSpec) -> list[str]:
     ]
 
 
+def env_file(spec: LaunchSpec) -> str:
+    """The environment as Apptainer's --env-file, written in the submit folder (every node
+    reads it) from a quoted heredoc: nothing in it is expanded by this script, and Apptainer
+    sources single-quoted values as they are. Values are one line (checked), so no line of
+    the heredoc can be its delimiter."""
+    lines = [
+        "# Apptainer's --env-file: its --env would split values at commas and '='.",
+        'env_file="$SLURM_SUBMIT_DIR/imagekit-env-$SLURM_JOB_ID"',
+        "trap 'rm -f \"$env_file\"' EXIT",
+        "(umask 077 && cat > \"$env_file\") <<'IMAGEKIT_ENV'",
+        *(f"{name}={single_quoted(value)}" for name, value in spec.env),
+        "IMAGEKIT_ENV",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def single_quoted(value: str) -> str:
+    """`value` in single quotes for a shell, each ' written as '\\'' (nothing expands)."""
+    return "'" + value.replace("'", "'\\''") + "'"
+
+
 def sif_name(ref: str) -> str:
-    """A file per image and version, so a new digest or tag is pulled, not a stale file run."""
+    """A file per full reference: a readable stem (the last path part, tag and a short
+    digest) and the first 16 hex of the reference's sha256, so ghcr.io/a/train:1.0 and
+    registry.example.com/b/train:1.0 never share a file, nor two digests of one tag."""
     last = ref.rsplit("/", 1)[-1].replace("@sha256:", "@")
     name, _, digest = last.partition("@")
-    return re.sub(r"[^A-Za-z0-9._-]", "_", f"{name}-{digest[:12]}" if digest else name) + ".sif"
+    stem = re.sub(r"[^A-Za-z0-9._-]", "_", f"{name}-{digest[:12]}" if digest else name)
+    key = hashlib.sha256(ref.encode("utf-8")).hexdigest()[:16]
+    return f"{stem}-{key}.sif"
 
 
 def enroot_uri(ref: str) -> str:

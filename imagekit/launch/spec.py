@@ -26,9 +26,56 @@ DEFAULT_CHECKS = ("stack", "gpus", "health", "perf", "ddp", "links")
 CPU_CHECKS = ("stack", "ddp")  # a CPU job's nodes have no GPU to check
 DEFAULT_RDMA = "rdma/ib"  # the NVIDIA network operator's shared RDMA device plugin
 RDZV_PORT = 29500  # Kubeflow Trainer's trainer port; torchrun's default too
-# torchrun reads these from the environment; the Trainer injects them and rejects a TrainJob
-# that sets them, and imagekit sets them itself for JobSet and Slurm.
-RESERVED_ENV = ("PET_", "MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK")
+# Names --env may not set, each family with why. The values are exported by the sbatch script
+# itself (then srun, apptainer and scontrol inherit them on the host) and set in the
+# container, where bash runs the preflight: a name either reads is not the user's to set.
+RESERVED_FAMILIES: tuple[tuple[re.Pattern[str], str, str], ...] = tuple(
+    (re.compile(pattern), why, fix)
+    for pattern, why, fix in [
+        # bash's own: readonly (UID, EUID, PPID, SHELLOPTS, BASHOPTS: "readonly variable" at
+        # run time), or changing how every later line is read or run: BASH_ENV and ENV name a
+        # file bash sources on start, IFS splits words, PS4 is expanded by xtrace, CDPATH
+        # and GLOBIGNORE change cd and globs, PATH which srun and apptainer run
+        (r"UID|EUID|PPID|SHELLOPTS|BASHOPTS|BASH|BASH_.*|IFS|PS4|ENV|CDPATH|GLOBIGNORE|PATH",
+         "the shell's own (readonly, or it changes how the script's lines are read or which "
+         "programs run)", "leave it out; set it in the image if the program needs it"),
+        # the dynamic loader's: exported by the script they reach srun, apptainer and scontrol
+        # on the host, not only the container, and they replace the image's library path
+        (r"LD_.*", "the dynamic loader's: it would reach srun, apptainer and scontrol on the "
+         "host too", "set it in the image (ENV), or in a wrapper the COMMAND runs"),
+        # the scheduler's: srun reads its options from SLURM_*/SRUN_* (SLURM_NNODES is -N),
+        # the script reads the allocation from SLURM_* (torchrun's --nnodes, the head node),
+        # SBATCH_*/SALLOC_* are sbatch's and salloc's options, SLURMD_NODENAME names the node
+        # --drain-on-fail drains
+        (r"SLURM_.*|SLURMD_.*|SRUN_.*|SBATCH_.*|SALLOC_.*",
+         "the scheduler's: srun and the script read the allocation and their options from it "
+         "(SLURM_NNODES is torchrun's node count)",
+         "pass sbatch or srun options when you submit (sbatch -N 2 FILE), not --env"),
+        # the process managers' wire-up between srun and the ranks (PMI, PMIx, Open MPI)
+        (r"PMI_.*|PMIX_.*|OMPI_.*", "the process manager's wire-up between srun and the ranks",
+         "leave it out; Slurm sets it for each task"),
+        # the container runtimes' own configuration, read from the environment
+        (r"APPTAINER_.*|APPTAINERENV_.*|SINGULARITY_.*|SINGULARITYENV_.*|ENROOT_.*",
+         "the container runtime's configuration (binds, images, what the container sees)",
+         "configure the runtime on the cluster, not through the job's environment"),
+        # imagekit's: IMAGEKIT_LAUNCHER replaces the container with a command of its own
+        (r"IMAGEKIT_.*", "imagekit's own (IMAGEKIT_LAUNCHER replaces the container)",
+         "set it in the environment you submit from, not in the launch file"),
+        # torchrun's rendezvous: the Trainer injects it and rejects a TrainJob that sets it;
+        # imagekit sets it itself for JobSet and Slurm
+        (r"PET_.*|MASTER_ADDR|MASTER_PORT|WORLD_SIZE|RANK|LOCAL_RANK",
+         "torchrun's rendezvous, which the launch file sets from the job", "leave it out"),
+    ]
+)  # fmt: skip
+# What --rdma-resource is for: an RDMA device plugin's extended resource. Those carry a
+# domain (rdma/ib, rdma/hca_shared_devices_a from the k8s-rdma-shared-dev-plugin,
+# nvidia.com/hostdev and nvidia.com/rdma_shared_device_a from the NVIDIA network operator,
+# openshift.io/mlnxnics from the SR-IOV operator); a name without one is Kubernetes' own
+# (cpu, memory, ephemeral-storage, hugepages-2Mi), as is the kubernetes.io domain, and the
+# GPU's resource is --gpus-per-node's: a pod that asked for it here would lose its GPUs.
+_NATIVE_DOMAIN = re.compile(r"(.+\.)?kubernetes\.io|k8s\.io|requests|limits")
+_GPU_RESOURCE = re.compile(r"gpu|gpu[-.].*|.*[-.]gpu|mig-.*|i915|xe", re.I)
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _DNS_LABEL = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _RESOURCE = re.compile(
@@ -191,11 +238,11 @@ def _env(profile: str, extra: Sequence[str]) -> tuple[tuple[str, str], ...]:
         name, sep, value = item.partition("=")
         if not sep or not _ENV_NAME.fullmatch(name):
             raise UsageError(f"--env {item}: write NAME=VALUE, e.g. --env NCCL_IB_HCA=mlx5")
-        if name.startswith(RESERVED_ENV[0]) or name in RESERVED_ENV[1:]:
-            raise UsageError(
-                f"--env {item}: {name} is torchrun's rendezvous, which the launch file sets "
-                "from the job; leave it out"
-            )
+        if _CONTROL.search(value):  # a newline would start a line of the script its own
+            raise UsageError(f"--env {name}=...: the value holds a control character; one line")
+        for pattern, why, fix in RESERVED_FAMILIES:
+            if pattern.fullmatch(name):
+                raise UsageError(f"--env {item}: {name} is {why}; {fix}")
         env[name] = value
     return tuple(sorted(env.items()))
 
@@ -220,7 +267,24 @@ def _rdma(profile: str, resource: str | None) -> tuple[str, int] | None:
             f"--rdma-resource {resource}: write a device-plugin resource, optionally with a "
             "count per node, e.g. rdma/ib or nvidia.com/hostdev=8 (or none)"
         )
+    _check_rdma_name(resource or DEFAULT_RDMA, name)
     return name, int(count) if sep else 1
+
+
+def _check_rdma_name(resource: str, name: str) -> None:
+    domain, slash, plain = name.rpartition("/")
+    why = ""
+    if not slash:
+        why = f"{name} is one of Kubernetes' own resources, not a device plugin's"
+    elif _NATIVE_DOMAIN.fullmatch(domain):
+        why = f"{domain}/ is Kubernetes' own domain, not a device plugin's"
+    elif _GPU_RESOURCE.fullmatch(plain) or "gpu" in domain.lower().split("."):
+        why = f"{name} is a GPU resource, which --gpus-per-node sets (this would replace it)"
+    if why:
+        raise UsageError(
+            f"--rdma-resource {resource}: {why}; name the RDMA device plugin's resource, "
+            "e.g. rdma/ib, rdma/hca_shared_devices_a or nvidia.com/hostdev=8 (or none)"
+        )
 
 
 def _checks(text: str | None, gpus_per_node: int) -> tuple[str, ...]:

@@ -1,0 +1,276 @@
+"""Launch files run as written (issue 29, item 8): each generated sbatch script (Pyxis and
+Apptainer) runs under bash with stand-ins for srun, apptainer, scontrol, enroot and hostname
+that record what they received, and Slurm's variables set as Slurm sets them. Values with
+commas, `=`, spaces, quotes, `$` and backslashes reach the container intact; two references
+get two .sif files; the names the shell or the scheduler own are refused at the edge."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from imagekit.launch import slurm
+
+from .test_launch import render, run_main, spec_of
+
+# Every character that has broken a launcher: Apptainer's --env splits at `,` and reads `=`;
+# shells expand `$`, split at spaces, and quote with ' " and \.
+HOSTILE = "a,b=c d 'e' \"f\" $HOME ${X:-y} `id` \\n\\ %s ;|&*? end "
+
+# Each stand-in records its argv (one argument per line) and, for the container's commands,
+# its environment (NUL-separated), under $RECORD.
+RECORDER = """#!/bin/bash
+n=$(ls "$RECORD" | wc -l)
+printf '%s\\n' "$@" > "$RECORD/$n.$(basename "$0").argv"
+"""
+SRUN = (
+    RECORDER
+    + """\
+# Slurm passes the job's environment to the task; run the step on this one "node".
+while [[ "${1:-}" == --* ]]; do shift; done
+exec "$@"
+"""
+)
+# Apptainer: `pull FILE URI` makes the file; `exec [opts] SIF CMD...` runs CMD with a clean
+# environment plus the --env-file, sourced as shell as Apptainer does (nothing inherited).
+APPTAINER = (
+    RECORDER
+    + """\
+if [[ "$1" == pull ]]; then echo "$3" > "$2"; exit 0; fi
+shift
+env_file=""
+while [[ "$1" == --* ]]; do
+  case "$1" in
+    --nv) shift ;;
+    --env-file) env_file="$2"; shift 2 ;;
+    --env) env_list+="${env_list:+,}$2"; shift 2 ;;  # Apptainer splits these at commas
+    *) shift 2 ;;
+  esac
+done
+[[ -f "$1" ]] || { echo "apptainer: no image $1" >&2; exit 255; }
+shift
+exec env -i PATH="$PATH" RECORD="$RECORD" ENV_LIST="${env_list:-}" bash -c '
+  IFS=, read -r -a pairs <<< "$ENV_LIST"; unset ENV_LIST
+  for pair in "${pairs[@]}"; do export "${pair%%=*}=${pair#*=}"; done
+  set -a; [[ -z "$1" ]] || . "$1"; set +a; shift; exec "$@"' env "$env_file" "$@"
+"""
+)
+INSIDE = RECORDER + 'env -0 > "$RECORD/$n.$(basename "$0").env"\n'
+TOOLS = {
+    "srun": SRUN,
+    "apptainer": APPTAINER,
+    "scontrol": RECORDER + "echo node-1; echo node-2\n",
+    "enroot": RECORDER,
+    "hostname": "#!/bin/bash\necho node-1\n",
+    # inside the container: the self-check and torchrun record what they were given
+    "python": INSIDE,
+    "torchrun": INSIDE,
+}
+
+
+def stand_ins(tmp_path: Path) -> Path:
+    folder = tmp_path / "bin"
+    folder.mkdir()
+    for name, text in TOOLS.items():
+        (folder / name).write_text(text)
+        (folder / name).chmod(0o755)
+    return folder
+
+
+def sbatch(tmp_path: Path, text: str, submit: Path, job: str = "4242") -> Path:
+    """Run the script as sbatch would on the first node; the folder of records."""
+    record = tmp_path / f"record-{job}"
+    record.mkdir()
+    script = tmp_path / f"job-{job}.sbatch"
+    script.write_text(text)
+    tools = tmp_path / "bin" if (tmp_path / "bin").is_dir() else stand_ins(tmp_path)
+    env = {
+        "PATH": f"{tools}:/usr/bin:/bin",
+        "RECORD": str(record),
+        "HOME": "/home/someone",
+        "SLURM_NNODES": "2",
+        "SLURM_JOB_NODELIST": "node-[1-2]",
+        "SLURM_JOB_ID": job,
+        "SLURMD_NODENAME": "node-1",
+        "SLURM_SUBMIT_DIR": str(submit),
+    }
+    result = subprocess.run(
+        ["bash", str(script)], env=env, cwd=submit, capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    return record
+
+
+def recorded(record: Path, tool: str, what: str = "argv") -> list[str]:
+    """Each call's record of `tool`, in order."""
+    calls = sorted(record.glob(f"*.{tool}.{what}"), key=lambda p: int(p.name.split(".")[0]))
+    return [p.read_text() for p in calls]
+
+
+def container_env(record: Path, tool: str) -> dict[str, str]:
+    (text,) = recorded(record, tool, "env")
+    return dict(item.split("=", 1) for item in text.split("\0") if item)
+
+
+def job_text(kind: str, **changes: object) -> str:
+    values: dict[str, object] = {
+        "engine": "slurm",
+        "kind": kind,
+        "nodes": 2,
+        "gpus_per_node": 8,
+        "profile": "multi-node-ethernet",  # no memlock to raise here
+        "shm_size": "1Mi",
+        "env": (f"HOSTILE={HOSTILE}", "EMPTY=", "NCCL_DEBUG=INFO"),
+        "command": ("train.py", "--name", "it's $HOME", "a,b=c"),
+    }
+    values.update(changes)
+    return render(spec_of(**values))
+
+
+@pytest.mark.subprocess
+@pytest.mark.parametrize("kind", ["pyxis", "apptainer"])
+def test_values_reach_the_container_byte_for_byte(tmp_path: Path, kind: str) -> None:
+    submit = tmp_path / "submit"
+    submit.mkdir()
+    record = sbatch(tmp_path, job_text(kind), submit)
+    for tool in ("python", "torchrun"):  # the preflight's self-check, then training
+        env = container_env(record, tool)
+        assert env["HOSTILE"] == HOSTILE, (tool, env.get("HOSTILE"))
+        assert env["EMPTY"] == "" and env["NCCL_DEBUG"] == "INFO"
+        assert env["NCCL_SOCKET_IFNAME"] == "^docker,lo"  # the profile's, with its comma
+    (torchrun,) = recorded(record, "torchrun")
+    assert torchrun.splitlines() == [
+        "--nnodes=2", "--nproc-per-node=8", "--rdzv-backend=c10d",
+        "--rdzv-endpoint=node-1:29500", "--rdzv-id=4242",
+        "train.py", "--name", "it's $HOME", "a,b=c",
+    ]  # fmt: skip
+    sruns = [call.splitlines() for call in recorded(record, "srun")]
+    assert len(sruns) == 2  # the preflight, then training
+    if kind == "pyxis":
+        # Pyxis takes names; the values come from the job's environment, exported as written
+        (names,) = [a.split("=", 1)[1] for a in sruns[1] if a.startswith("--container-env=")]
+        assert set(names.split(",")) >= {"HOSTILE", "EMPTY", "NCCL_DEBUG", "NCCL_SOCKET_IFNAME"}
+    else:
+        execs = [c.splitlines() for c in recorded(record, "apptainer") if c.startswith("exec")]
+        assert len(execs) == 2 and all("--env-file" in e and "--env" not in e for e in execs)
+        assert not list(submit.glob("imagekit-env-*"))  # the env file goes when the job ends
+
+
+@pytest.mark.subprocess
+def test_two_references_get_two_sif_files(tmp_path: Path) -> None:
+    submit = tmp_path / "submit"
+    submit.mkdir()
+    sifs = []
+    for job, image in [
+        ("1", "ghcr.io/team-a/train:1.0"),
+        ("2", "registry.example.com/team-b/train:1.0"),
+        ("3", "ghcr.io/team-a/train:1.0@sha256:" + "ab" * 32),
+    ]:
+        record = sbatch(tmp_path, job_text("apptainer", image=image), submit, job)
+        (pull,) = [c.splitlines() for c in recorded(record, "apptainer") if c.startswith("pull")]
+        sif = Path(pull[1])
+        assert sif.read_text().strip() == pull[2]  # this job pulled its own image
+        assert all(sif.name in c for c in recorded(record, "apptainer") if c.startswith("exec"))
+        sifs.append(sif.name)
+    assert len(set(sifs)) == 3, sifs
+    assert sifs[0].startswith("train_1.0-") and sifs[1].startswith("train_1.0-")
+    # the same reference again reuses its file
+    record = sbatch(tmp_path, job_text("apptainer", image="ghcr.io/team-a/train:1.0"), submit, "4")
+    assert not [c for c in recorded(record, "apptainer") if c.startswith("pull")]
+
+
+def test_sif_names_are_unique_per_full_reference() -> None:
+    refs = [
+        "ghcr.io/team-a/train:1.0",
+        "registry.example.com/team-b/train:1.0",
+        "ghcr.io/team-a/train:1.0@sha256:" + "ab" * 32,
+        "ghcr.io/team-a/train:1.0@sha256:" + "cd" * 32,
+        "ghcr.io/team-a/train_1.0",  # the same readable stem as train:1.0
+    ]
+    names = [slurm.sif_name(ref) for ref in refs]
+    assert len(set(names)) == len(refs)
+    assert all(n.endswith(".sif") and "/" not in n for n in names)
+
+
+@pytest.mark.parametrize(
+    ("env", "words"),
+    [
+        ("UID=1000", ["--env UID=1000", "the shell's own", "leave it out"]),
+        ("BASH_ENV=/tmp/x", ["--env BASH_ENV=/tmp/x", "the shell's own"]),
+        ("IFS=,", ["--env IFS=,", "the shell's own"]),
+        ("PATH=/evil", ["--env PATH=/evil", "the shell's own"]),
+        ("SLURM_NNODES=1", ["--env SLURM_NNODES=1", "scheduler", "sbatch -N 2 FILE"]),
+        ("SRUN_CPUS_PER_TASK=4", ["scheduler"]),
+        ("SLURMD_NODENAME=x", ["scheduler"]),
+        ("PMIX_RANK=0", ["process manager"]),
+        ("OMPI_COMM_WORLD_SIZE=2", ["process manager"]),
+        ("LD_PRELOAD=/tmp/x.so", ["dynamic loader", "set it in the image"]),
+        ("APPTAINER_BIND=/", ["container runtime"]),
+        ("ENROOT_MOUNT_HOME=y", ["container runtime"]),
+        ("IMAGEKIT_LAUNCHER=sh", ["imagekit's own"]),
+        ("MASTER_ADDR=x", ["rendezvous"]),
+    ],
+)
+def test_names_the_shell_or_the_scheduler_own_are_refused(
+    env: str, words: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, err = run_main(launch_args("--env", env), capsys)
+    assert code == 2, err
+    for word in words:
+        assert word in err, (word, err)
+
+
+def test_names_like_them_are_not(capsys: pytest.CaptureFixture[str]) -> None:
+    for env in ("NCCL_IB_HCA=mlx5", "UIDX=1", "MY_SLURM_NOTE=x", "BASHFUL=1", "HOME_DIR=/x"):
+        assert run_main(launch_args("--env", env), capsys)[0] == 0, env
+
+
+@pytest.mark.parametrize(
+    ("resource", "ok"),
+    [
+        ("nvidia.com/gpu=1", False),
+        ("amd.com/gpu", False),
+        ("nvidia.com/mig-1g.10gb", False),
+        ("nvidia.com/gpu.shared", False),
+        ("gpu.intel.com/i915", False),
+        ("cpu", False),
+        ("memory=1", False),
+        ("ephemeral-storage", False),
+        ("hugepages-2Mi=1", False),
+        ("kubernetes.io/batch", False),
+        ("rdma/ib", True),
+        ("rdma/hca_shared_devices_a", True),
+        ("nvidia.com/hostdev=8", True),
+        ("nvidia.com/rdma_shared_device_a", True),
+        ("openshift.io/mlnxnics=2", True),
+    ],
+)
+def test_rdma_resource_is_checked_against_what_it_is_for(
+    resource: str, ok: bool, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, err = run_main(
+        launch_args("--rdma-resource", resource, engine="kubernetes", profile="multi-node-ib"),
+        capsys,
+    )
+    assert (code == 0) == ok, err
+    if not ok:
+        assert code == 2 and f"--rdma-resource {resource}" in err and "rdma/ib" in err
+
+
+def launch_args(
+    *extra: str, engine: str = "slurm", profile: str = "multi-node-ethernet"
+) -> list[str]:
+    return [
+        "launch", "--engine", engine, "--nodes", "2", "--gpus-per-node", "8",
+        "--profile", profile, "--cell", "cu128-torch2.10.0-py3.12-ubuntu24.04-nvidia",
+        *extra, "--", "train.py",
+    ]  # fmt: skip
+
+
+def test_a_value_with_a_newline_is_refused_before_it_reaches_a_heredoc() -> None:
+    from imagekit.errors import UsageError
+
+    with pytest.raises(UsageError, match="control character"):
+        spec_of(engine="slurm", kind="apptainer", env=("X=a\nIMAGEKIT_ENV\nrm -rf ~",))
