@@ -27,16 +27,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from imagekit.contract.labels import NODE, PROFILE, RUN, RUN_OWNER
 from imagekit.engine.interface import ContainerState, Engine, RunOptions, SubnetTaken
 from imagekit.errors import EngineError, SelfCheckFailed, UsageError
 from imagekit.paths import write_atomic
 from imagekit.selfcheck.links import transport_problem
 from imagekit.selfcheck_host import checkable_image, selfcheck_env, wants_gpus
 
-RUN_LABEL = "io.imagekit.run"
-OWNER_LABEL = "io.imagekit.run.owner"  # host:pid of the imagekit process that made it
-NODE_LABEL = "io.imagekit.node"
-PROFILE_LABEL = "io.imagekit.profile"
+RUN_LABEL = RUN
+OWNER_LABEL = RUN_OWNER  # host:pid of the imagekit process that made it
+NODE_LABEL = NODE
+PROFILE_LABEL = PROFILE
 PORT = 29400
 REPORTS = "/imagekit-reports"
 STARTUP_S = 60  # container start and torch's import, before the rendezvous can begin

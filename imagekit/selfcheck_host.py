@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
+from imagekit.contract import labels as label
 from imagekit.engine.interface import Engine, ImageInfo, RunOptions, RunResult
 from imagekit.errors import SelfCheckFailed, UsageError
 from imagekit.selfcheck import registry
@@ -109,7 +110,7 @@ def run_selfcheck(engine: Engine, image: str, options: SelfCheckOptions) -> tupl
 
 def has_selfcheck(labels: dict[str, str]) -> bool:
     """imagekit's images carry the self-check and say so with their io.imagekit.* labels."""
-    return "io.imagekit.version" in labels or "io.imagekit.cell" in labels
+    return label.VERSION in labels or label.CELL in labels
 
 
 def wants_gpus(choice: str, engine_has_runtime: bool) -> bool:
@@ -158,10 +159,10 @@ def stamp_labels(report: dict) -> dict[str, str]:  # type: ignore[type-arg]
         for c in checks
     }
     return {
-        "io.imagekit.validated": "true",
-        "io.imagekit.validated.at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "io.imagekit.validated.on": validated_on(checks),
-        "io.imagekit.selfcheck": json.dumps(per_check, sort_keys=True),
+        label.VALIDATED: "true",
+        label.VALIDATED_AT: datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        label.VALIDATED_ON: validated_on(checks),
+        label.SELFCHECK: json.dumps(per_check, sort_keys=True),
     }
 
 

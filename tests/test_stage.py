@@ -63,7 +63,7 @@ def check_helpers(context: Path, labels: dict[str, str]) -> None:
         assert (helpers / name).read_bytes() == (PACKAGE / "build" / name).read_bytes()
     lib = helpers / "lib" / "imagekit"
     assert (lib / "__init__.py").read_bytes() == (PACKAGE / "__init__.py").read_bytes()
-    for package in ("selfcheck", "runtime"):
+    for package in ("contract", "selfcheck", "runtime"):
         copied = files_under(lib / package)
         assert copied == files_under(PACKAGE / package) and "__main__.py" in files_under(
             lib / "selfcheck"

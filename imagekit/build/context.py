@@ -4,7 +4,7 @@ imagekit/build-env.sh      turns the ca/index secrets into installer settings (b
 imagekit/entrypoint.sh     sets OMP_NUM_THREADS from the cgroup quota at container start
 imagekit/pyc_cache.py      compiles the pip packages' bytecode, reusing a cache mount (bind-mounted)
 imagekit/venv_delta.py     lists what the pip packages step changed in the venv (bind-mounted)
-imagekit/lib/imagekit/     the self-check and runtime packages (stdlib-only), copied into the image
+imagekit/lib/imagekit/     the contract, self-check and runtime packages (stdlib-only), copied in
 imagekit/lib/imagekit-threads.pth  sets OMP_NUM_THREADS when the venv's Python starts
 imagekit/labels.json       the io.imagekit.* labels of the cell, read by the self-check
 imagekit/groups.py         resolves the venv's package groups in the builder (bind-mounted)
@@ -21,6 +21,7 @@ import shutil
 from pathlib import Path
 
 from imagekit.build import packagelock
+from imagekit.contract import labels as label
 from imagekit.matrix.cells import Cell
 from imagekit.matrix.source import copy_source
 from imagekit.render.dockerfile import LAYER_EPOCH
@@ -44,7 +45,7 @@ def stage(
     for name in ("groups.py", "pyc_cache.py", "venv_delta.py"):
         shutil.copy2(PACKAGE_DIR / "build" / name, helpers / name)
     lib = helpers / "lib" / "imagekit"
-    for package in ("selfcheck", "runtime"):
+    for package in ("contract", "selfcheck", "runtime"):
         shutil.copytree(PACKAGE_DIR / package, lib / package, ignore=IGNORE)
     # Run at every start of the venv's Python, entrypoint or not (see runtime/threads.py).
     pth = "import imagekit.runtime.threads as _threads; _threads.at_start()\n"
@@ -56,7 +57,7 @@ def stage(
     for name in ("hosts", "resolv.conf"):
         (helpers / "etc" / name).touch()
         os.utime(helpers / "etc" / name, (LAYER_EPOCH, LAYER_EPOCH))
-    labels = {k: v for k, v in cell.labels if k.startswith("io.imagekit.")}
+    labels = {k: v for k, v in cell.labels if k.startswith(label.PREFIX)}
     (helpers / "labels.json").write_text(json.dumps(labels, indent=2, sort_keys=True) + "\n")
     _stage_lock(cell, locks, helpers / "locked")
     _link_wheels(wheelhouse, dest / "wheelhouse")

@@ -16,6 +16,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 from imagekit import __version__
+from imagekit.contract import labels as label
 from imagekit.errors import CompatError, Problem, SpecError
 from imagekit.matrix import source as source_mod
 from imagekit.matrix.compat import (
@@ -341,20 +342,20 @@ def _with_labels(cell: Cell, repo: str) -> Cell:
         ),
         "org.opencontainers.image.version": cell.tags[0].rsplit(":", 1)[1],
         "org.opencontainers.image.base.name": cell.runtime_image,
-        "io.imagekit.cell": cell.id,
-        "io.imagekit.cuda": cell.cuda,
-        "io.imagekit.torch": cell.torch,
-        "io.imagekit.python": cell.python,
-        "io.imagekit.os": cell.os,
-        "io.imagekit.flavor": cell.flavor,
-        "io.imagekit.variant": cell.variant,
-        "io.imagekit.features": ",".join(cell.features),
-        "io.imagekit.compile": str(cell.compile).lower(),
-        "io.imagekit.profile": cell.profile,
-        "io.imagekit.archs": " ".join(cell.archs),
-        "io.imagekit.min-driver": cell.min_driver or "",
-        "io.imagekit.forward-branches": " ".join(map(str, cell.forward_branches)),
-        "io.imagekit.version": __version__,
+        label.CELL: cell.id,
+        label.CUDA: cell.cuda,
+        label.TORCH: cell.torch,
+        label.PYTHON: cell.python,
+        label.OS: cell.os,
+        label.FLAVOR: cell.flavor,
+        label.VARIANT: cell.variant,
+        label.FEATURES: ",".join(cell.features),
+        label.COMPILE: str(cell.compile).lower(),
+        label.PROFILE: cell.profile,
+        label.ARCHS: " ".join(cell.archs),
+        label.MIN_DRIVER: cell.min_driver or "",
+        label.FORWARD_BRANCHES: " ".join(map(str, cell.forward_branches)),
+        label.VERSION: __version__,
     }
     return replace(cell, labels=tuple(sorted(labels.items())))
 

@@ -25,6 +25,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from imagekit.contract import labels as label
 from imagekit.runtime import gpus
 from imagekit.selfcheck.gpu import PROC_DRIVER, read_driver, version_tuple
 
@@ -147,8 +148,8 @@ def main(labels_path: str = LABELS) -> int:
         labels = json.loads(Path(labels_path).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return 0
-    need = labels.get("io.imagekit.min-driver", "")
-    branches = tuple(int(b) for b in labels.get("io.imagekit.forward-branches", "").split())
+    need = labels.get(label.MIN_DRIVER, "")
+    branches = tuple(int(b) for b in labels.get(label.FORWARD_BRANCHES, "").split())
     if not need:
         return 0
     compat_driver = read_compat_driver()

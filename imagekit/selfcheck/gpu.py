@@ -12,6 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from imagekit.contract import labels as label
+
 # Oldest Linux driver each CUDA major runs on under minor-version compatibility
 # (CUDA Toolkit release notes, table "CUDA Toolkit and Minimum Required Driver Version for
 # CUDA Minor Version Compatibility"). The image's io.imagekit.min-driver label wins.
@@ -37,7 +39,7 @@ def version_tuple(version: str) -> tuple[int, ...]:
 
 def is_cuda_image(labels: Mapping[str, str], torch_cuda: str | None) -> bool:
     """A CUDA image by its label; without labels (run natively), by the torch build."""
-    cuda = labels.get("io.imagekit.cuda")
+    cuda = labels.get(label.CUDA)
     if cuda is not None:
         return cuda not in ("", "cpu")
     return bool(torch_cuda)
@@ -50,8 +52,8 @@ def gpu_expected(host: Host, cuda_image: bool) -> bool:
 
 def min_driver(labels: Mapping[str, str], torch_cuda: str | None) -> str | None:
     """The driver the image needs: its label, else the floor of torch's CUDA major."""
-    if labels.get("io.imagekit.min-driver"):
-        return labels["io.imagekit.min-driver"]
+    if labels.get(label.MIN_DRIVER):
+        return labels[label.MIN_DRIVER]
     if not torch_cuda:
         return None
     return MAJOR_DRIVER_FLOOR.get(version_tuple(torch_cuda)[0])

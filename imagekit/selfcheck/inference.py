@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from imagekit.contract import labels as label
 from imagekit.selfcheck.int8 import dot_product, int8_scheme, int8_verdict, read_cpu
 from imagekit.selfcheck.results import Result, failed, features, labels, passed, skipped
 from imagekit.selfcheck.verdicts import (
@@ -102,7 +103,7 @@ def check_onnx(workdir: str) -> Result:
         tensorrt_ran=ran[0] == TRT,
         device="cpu" if ran[0] == CPU else "cuda",
     )
-    gpu_promised = bool(promised) and promise.get("io.imagekit.cuda", "cpu") != "cpu"
+    gpu_promised = bool(promised) and promise.get(label.CUDA, "cpu") != "cpu"
     judged = provider_verdict(
         gpu, available, ran, gpu_promised, want_trt, provider_errors("".join(log))
     )

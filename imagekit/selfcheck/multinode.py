@@ -25,6 +25,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from imagekit.contract import labels as label
 from imagekit.selfcheck.ddp import nccl_log_env
 from imagekit.selfcheck.links import GLOO_TRANSPORT, transport_from_log, transport_problem
 from imagekit.selfcheck.results import (
@@ -83,7 +84,7 @@ def verdict(grad_diff: float, param_diff: float, transport: str = "") -> tuple[s
 
 def image_profile(env: dict[str, str], promise: dict[str, str]) -> str:
     """The image's NCCL profile: its IMAGEKIT_PROFILE, else its io.imagekit.profile label."""
-    return env.get("IMAGEKIT_PROFILE") or promise.get("io.imagekit.profile", "")
+    return env.get("IMAGEKIT_PROFILE") or promise.get(label.PROFILE, "")
 
 
 def transport_of(backend: str, log: Path | None) -> str | None:

@@ -9,6 +9,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from imagekit.contract import labels as label
+
 Result = dict[str, Any]
 LABELS_FILE = Path("/etc/imagekit/labels.json")
 
@@ -46,7 +48,7 @@ def labels() -> dict[str, str]:
 
 
 def features(promise: dict[str, str]) -> set[str]:
-    return set(filter(None, promise.get("io.imagekit.features", "").split(",")))
+    return set(filter(None, promise.get(label.FEATURES, "").split(",")))
 
 
 def timed(fn: Callable[[], Any], repeat: int, sync: Callable[[], None]) -> float:

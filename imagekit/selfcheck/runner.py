@@ -17,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from imagekit.contract import labels as label
 from imagekit.selfcheck.registry import BY_NAME, ORDER, limit
 
 REQUIREMENTS = ("gpu", "flash", "flash-attn", "onnx", "tensorrt", "compile")
@@ -115,12 +116,12 @@ def _result(returncode: int, result_file: Path, output: str) -> dict[str, Any]:
 def required(requested: set[str], labels: dict[str, str], gpu: bool) -> set[str]:
     """--require plus what the image's labels promise (features need a GPU to be proven)."""
     need = set(requested)
-    features = set(filter(None, labels.get("io.imagekit.features", "").split(",")))
+    features = set(filter(None, labels.get(label.FEATURES, "").split(",")))
     if "flash-attn" in features:
         need |= {"flash", "flash-attn"} if gpu else {"flash"}
     if "onnx" in features:
         need.add("onnx")
-    if labels.get("io.imagekit.compile") == "true":
+    if labels.get(label.COMPILE) == "true":
         need.add("compile")
     if "onnx-tensorrt" in features:
         need |= {"onnx", "tensorrt"} if gpu else {"onnx"}

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from imagekit import __version__
+from imagekit.contract import labels as label
 from imagekit.selfcheck import gpu as gpuinfo
 from imagekit.selfcheck.results import Result, labels
 
@@ -75,7 +76,7 @@ def read_host(expect_gpus: int | None, require: str = "") -> Snapshot:
         "driver": host.driver,
         "nvml": nvml_status,
         "gpus": gpus,
-        "profile": promised.get("io.imagekit.profile") or os.environ.get("IMAGEKIT_PROFILE"),
+        "profile": promised.get(label.PROFILE) or os.environ.get("IMAGEKIT_PROFILE"),
         "labels": promised,
         "require": sorted(filter(None, require.split(","))),
     }

@@ -7,6 +7,7 @@ import os
 import warnings
 from typing import Any
 
+from imagekit.contract import labels as label
 from imagekit.runtime.threads import cgroup_quota
 from imagekit.selfcheck import gpu as gpuinfo
 from imagekit.selfcheck.archs import arch_verdict
@@ -42,16 +43,15 @@ def check_stack() -> Result:
 def _promises(torch: Any, promise: dict[str, str]) -> list[str]:
     problems = []
     base = torch.__version__.split("+")[0]
-    if promise.get("io.imagekit.torch") and promise["io.imagekit.torch"] != base:
+    if promise.get(label.TORCH) and promise[label.TORCH] != base:
         problems.append(
-            f"label io.imagekit.torch promises torch {promise['io.imagekit.torch']}, "
-            f"the image has torch {base}"
+            f"label {label.TORCH} promises torch {promise[label.TORCH]}, the image has torch {base}"
         )
-    want_cuda = promise.get("io.imagekit.cuda")
+    want_cuda = promise.get(label.CUDA)
     have_cuda = ".".join((torch.version.cuda or "cpu").split(".")[:2])
     if want_cuda and want_cuda != have_cuda:
         problems.append(
-            f"label io.imagekit.cuda promises CUDA {want_cuda}, torch was built for {have_cuda}"
+            f"label {label.CUDA} promises CUDA {want_cuda}, torch was built for {have_cuda}"
         )
     return problems
 
