@@ -1,15 +1,18 @@
-"""One exception type per exit code. Only the CLI turns them into exits."""
+"""One exception type per exit code (the codes: contract/exits.py). Only the CLI turns them
+into exits."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from imagekit.contract import exits
+
 
 class ImagekitError(Exception):
     """Base: a failure the user can act on. `exit_code` is what the CLI exits with."""
 
-    exit_code = 1
+    exit_code = exits.FAILURE
 
 
 @dataclass(frozen=True)
@@ -63,7 +66,7 @@ def printable(text: str) -> str:
 class SpecError(ImagekitError):
     """The matrix files are invalid. Carries every problem found, not just the first."""
 
-    exit_code = 2
+    exit_code = exits.USAGE
 
     def __init__(self, problems: Sequence[Problem | str]) -> None:
         self.records = [p if isinstance(p, Problem) else Problem(message=p) for p in problems]
@@ -76,44 +79,44 @@ class SpecError(ImagekitError):
 class UsageError(ImagekitError):
     """Bad command-line input (a path that does not exist, a filter that selects nothing)."""
 
-    exit_code = 2
+    exit_code = exits.USAGE
 
 
 class CompatError(ImagekitError):
     """A CUDA / torch / Python / OS combination that does not exist."""
 
-    exit_code = 3
+    exit_code = exits.COMPAT
 
 
 class StaleError(ImagekitError):
     """Committed Dockerfiles differ from what the matrix renders (`render --check`)."""
 
-    exit_code = 4
+    exit_code = exits.STALE
 
 
 class EngineError(ImagekitError):
     """The Docker engine, CLI or BuildKit is missing, too old or unreachable."""
 
-    exit_code = 5
+    exit_code = exits.ENGINE
 
 
 class BuildError(ImagekitError):
     """One or more cells failed to build (or went over their size budget)."""
 
-    exit_code = 6
+    exit_code = exits.BUILD
 
 
 class PushError(ImagekitError):
     """A push to the registry failed; the local image is kept."""
 
-    exit_code = 7
+    exit_code = exits.PUSH
 
 
 class SelfCheckFailed(ImagekitError):
     """The self-check ran and at least one check failed. `report` is its output, which the
     CLI prints before the one-line error."""
 
-    exit_code = 8
+    exit_code = exits.SELFCHECK
 
     def __init__(self, message: str, report: str = "") -> None:
         super().__init__(message)
@@ -123,4 +126,4 @@ class SelfCheckFailed(ImagekitError):
 class Interrupted(ImagekitError):
     """Ctrl-C: builds were stopped and their tags removed."""
 
-    exit_code = 130
+    exit_code = exits.INTERRUPTED

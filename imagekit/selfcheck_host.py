@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
+from imagekit.contract import exits
 from imagekit.contract import labels as label
 from imagekit.engine.interface import Engine, ImageInfo, RunOptions, RunResult
 from imagekit.errors import SelfCheckFailed, UsageError
@@ -172,7 +173,7 @@ def check_image(engine: Engine, image: str, options: SelfCheckOptions) -> tuple[
     output = "\n".join([result.output.rstrip(), *(f"note: {n}" for n in result.notes)])
     if result.timed_out:
         raise SelfCheckFailed(f"the self-check of {image} did not finish in time", output)
-    if result.exit_code != 0:
+    if result.exit_code != exits.CHECK_PASSED:
         raise SelfCheckFailed(failure_line(image, report, result.exit_code), output)
     validated = None
     if options.stamp:

@@ -34,6 +34,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from imagekit.build import groups
+from imagekit.contract import exits
 from imagekit.errors import ImagekitError, StaleError, UsageError, printable
 from imagekit.matrix.cells import Cell
 from imagekit.paths import UnsafeFile, read_checked, write_atomic
@@ -73,7 +74,7 @@ TORCH_DEPENDENCIES = frozenset(
 class ResolveError(ImagekitError):
     """An index could not be reached, or the requirements cannot be resolved."""
 
-    exit_code = 9
+    exit_code = exits.RESOLVE
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ import click
 from imagekit import __version__
 from imagekit.cli.common import Selection, examples, filter_options
 from imagekit.cli.params import IMAGE_REF, OUT_DIR, RUNNER_LABEL, TORCH_VERSION, URL
+from imagekit.contract import exits
 from imagekit.errors import ImagekitError, StaleError
 from imagekit.urls import mask
 
@@ -211,7 +212,7 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(exc.exit_code)
     except click.exceptions.Abort:
         click.echo("imagekit: interrupted", err=True)
-        sys.exit(130)
+        sys.exit(exits.INTERRUPTED)
     except click.ClickException as exc:
         exc.show()
         sys.exit(exc.exit_code)
@@ -222,8 +223,8 @@ def main(argv: list[str] | None = None) -> None:
             f"the traceback and versions are in {log}; please include it in a bug report",
             err=True,
         )
-        sys.exit(70)
-    sys.exit(0)
+        sys.exit(exits.INTERNAL)
+    sys.exit(exits.OK)
 
 
 def write_crash_log(exc: BaseException) -> Path:

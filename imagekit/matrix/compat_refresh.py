@@ -32,6 +32,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
+from imagekit.contract import exits
 from imagekit.errors import ImagekitError
 from imagekit.matrix import compat as compat_mod
 from imagekit.paths import write_atomic
@@ -51,7 +52,7 @@ _ROW_KEYS = ("python", "pypi_cuda", "variants", "torchvision", "source", "note")
 
 
 class RefreshError(ImagekitError):
-    exit_code = 9
+    exit_code = exits.RESOLVE
 
 
 def http_fetch(url: str, headers: dict[str, str]) -> bytes:

@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from imagekit.contract import exits
 from imagekit.selfcheck import judge, report, runner, snapshot
 from imagekit.selfcheck.registry import probes_for
 
@@ -103,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
             snap = snapshot.load(args.judge)
         except snapshot.SnapshotError as exc:
             print(f"error: {exc}", file=sys.stderr)
-            return 2
+            return exits.CHECK_USAGE
     else:
         snap = live(args)
     results = judge.judge(snap)

@@ -13,6 +13,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from imagekit.contract import exits
+
 # Slurm keeps a node's reason as free text, but it travels through scontrol's KEY=VALUE
 # arguments and the job's shell: letters, digits and plain punctuation only.
 UNSAFE = re.compile(r"[^A-Za-z0-9 .,:;()/_+-]+")
@@ -38,9 +40,9 @@ def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
         print("usage: python -m imagekit.selfcheck.failures REPORT.json", file=sys.stderr)
-        return 2
+        return exits.CHECK_USAGE
     print(one_line(json.loads(Path(args[0]).read_text())))
-    return 0
+    return exits.CHECK_PASSED
 
 
 if __name__ == "__main__":

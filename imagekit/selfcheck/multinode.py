@@ -25,6 +25,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from imagekit.contract import exits
 from imagekit.contract import labels as label
 from imagekit.selfcheck.ddp import nccl_log_env
 from imagekit.selfcheck.links import GLOO_TRANSPORT, transport_from_log, transport_problem
@@ -230,13 +231,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     if not launched_by_torchrun(os.environ):
         print("imagekit.selfcheck.multinode runs under torchrun (one process a rank)")
-        return 2
+        return exits.CHECK_USAGE
     ids = rank_env(dict(os.environ))
     report = run_rank(args, ids)
     if ids["rank"] == 0:
         write(args.report_dir / REPORT, report)
         print(json.dumps({k: report[k] for k in ("status", "reason", "hosts", "allreduce")}))
-    return 0 if report["status"] == "passed" else 1
+    return exits.CHECK_PASSED if report["status"] == "passed" else exits.CHECK_FAILED
 
 
 if __name__ == "__main__":

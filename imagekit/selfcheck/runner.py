@@ -17,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from imagekit.contract import exits
 from imagekit.contract import labels as label
 from imagekit.selfcheck.registry import BY_NAME, ORDER, limit
 
@@ -159,4 +160,5 @@ def apply_requirements(results: dict[str, dict[str, Any]], need: set[str]) -> No
 
 
 def exit_code(results: dict[str, dict[str, Any]]) -> int:
-    return 1 if any(r["status"] == "failed" for r in results.values()) else 0
+    failed = any(r["status"] == "failed" for r in results.values())
+    return exits.CHECK_FAILED if failed else exits.CHECK_PASSED
