@@ -10,13 +10,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from imagekit.contract.driver import version_tuple
 from imagekit.errors import UsageError
 from imagekit.matrix import compat as compat_mod
 from imagekit.matrix.compat import Compat, CudaRelease, TorchRelease
 from imagekit.runtime import fwdcompat, gpus
 from imagekit.selfcheck.archs import arch_verdict
 from imagekit.selfcheck.gpu import driver_problem as gpu_driver_problem
-from imagekit.selfcheck.gpu import version_tuple
 from imagekit.text_table import render_table
 
 

@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from imagekit.contract import labels as label
+from imagekit.contract.driver import PROC_DRIVER, read_driver, version_tuple
 from imagekit.runtime import gpus
-from imagekit.selfcheck.gpu import PROC_DRIVER, read_driver, version_tuple
 
 COMPAT_DIR = "/usr/local/cuda/compat"
 LABELS = "/etc/imagekit/labels.json"

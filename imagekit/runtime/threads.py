@@ -13,21 +13,7 @@ import math
 import os
 from collections.abc import Mapping, MutableMapping
 
-
-def cgroup_quota(root: str = "/sys/fs/cgroup") -> float | None:
-    """CPUs the cgroup allows (v2 cpu.max, else v1 cfs quota), None when unlimited."""
-    try:
-        with open(f"{root}/cpu.max") as fh:
-            quota, period = fh.read().split()[:2]
-        return None if quota == "max" else int(quota) / int(period)
-    except (OSError, ValueError):
-        pass
-    try:
-        with open(f"{root}/cpu/cpu.cfs_quota_us") as q, open(f"{root}/cpu/cpu.cfs_period_us") as p:
-            quota_us, period_us = int(q.read()), int(p.read())
-        return None if quota_us <= 0 else quota_us / period_us
-    except (OSError, ValueError):
-        return None
+from imagekit.contract.cgroup import cgroup_quota
 
 
 def threads_for(cpus_visible: int, quota: float | None, local_ranks: int) -> int:

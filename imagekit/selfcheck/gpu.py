@@ -13,13 +13,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from imagekit.contract import labels as label
+from imagekit.contract.driver import PROC_DRIVER, read_driver, version_tuple
 
 # Oldest Linux driver each CUDA major runs on under minor-version compatibility
 # (CUDA Toolkit release notes, table "CUDA Toolkit and Minimum Required Driver Version for
 # CUDA Minor Version Compatibility"). The image's io.imagekit.min-driver label wins.
 MAJOR_DRIVER_FLOOR = {11: "450.80.02", 12: "525.60.13", 13: "580.65.06"}
-
-PROC_DRIVER = "/proc/driver/nvidia/version"
 
 
 @dataclass(frozen=True)
@@ -31,10 +30,6 @@ class Host:
     driver: str | None  # its version, e.g. "580.159.04"
     visible_devices: str | None  # $NVIDIA_VISIBLE_DEVICES
     gpus_requested: bool  # `imagekit test` passed GPUs ($IMAGEKIT_EXPECT_GPU=1)
-
-
-def version_tuple(version: str) -> tuple[int, ...]:
-    return tuple(int(p) for p in re.findall(r"\d+", version))
 
 
 def is_cuda_image(labels: Mapping[str, str], torch_cuda: str | None) -> bool:
@@ -102,15 +97,6 @@ def no_gpu_cause(host: Host, need_driver: str | None, torch_cuda: str | None, wa
 
 
 # -- thin readers -------------------------------------------------------------------------
-
-
-def read_driver(path: str = PROC_DRIVER) -> str | None:
-    try:
-        text = Path(path).read_text()
-    except OSError:
-        return None
-    match = re.search(r"\s(\d+\.\d+(?:\.\d+)?)\s", text)
-    return match.group(1) if match else None
 
 
 def read_host(env: Mapping[str, str] = os.environ, dev: str = "/dev") -> Host:

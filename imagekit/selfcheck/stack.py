@@ -8,7 +8,7 @@ import warnings
 from typing import Any
 
 from imagekit.contract import labels as label
-from imagekit.runtime.threads import cgroup_quota
+from imagekit.contract.cgroup import cgroup_quota
 from imagekit.selfcheck import gpu as gpuinfo
 from imagekit.selfcheck.archs import arch_verdict
 from imagekit.selfcheck.results import Result, labels, verdict
