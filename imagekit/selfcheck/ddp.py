@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from imagekit.contract.tolerances import DDP_GRAD_SPREAD
 from imagekit.selfcheck.links import transport_from_log
 from imagekit.selfcheck.results import (
     Result,
@@ -22,7 +23,7 @@ from imagekit.selfcheck.results import (
     passed,
     timed,
 )
-from imagekit.selfcheck.verdicts import DdpRun, ddp_runs, launched_by_torchrun
+from imagekit.selfcheck.verdicts import DdpRun, ddp_runs, differs, launched_by_torchrun
 
 # A rank that has not reported by then is dead or stuck; the check's own limit is longer.
 RANK_WAIT_S = float(os.environ.get("IMAGEKIT_DDP_WAIT", "90"))
@@ -192,7 +193,7 @@ def ddp_worker(rank: int, world: int, backend: str | None) -> Result:
             m["note"] = "1 GPU: NCCL ran; bus bandwidth needs 2 or more GPUs"
         if log is not None:
             m["nccl_transport"] = transport_from_log(log.read_text(errors="replace"))
-        if spread > 1e-6:
+        if differs(spread, DDP_GRAD_SPREAD):
             return failed(f"gradients differ across ranks by {spread:g} after a DDP step", **m)
         return passed(**m)
     finally:

@@ -13,11 +13,13 @@ from pathlib import Path
 from typing import Any
 
 from imagekit.contract import labels as label
+from imagekit.contract.tolerances import ONNX_VS_TORCH, TENSORRT_VS_TORCH
 from imagekit.selfcheck.int8 import dot_product, int8_scheme, int8_verdict, read_cpu
 from imagekit.selfcheck.results import Result, failed, features, labels, passed, skipped
 from imagekit.selfcheck.verdicts import (
     CPU,
     TRT,
+    differs,
     provider_errors,
     provider_verdict,
     providers_to_ask,
@@ -109,7 +111,7 @@ def check_onnx(workdir: str) -> Result:
     )
     if not judged.ok:
         return failed(judged.reason, **m)
-    if error > 1e-3:
+    if differs(error, ONNX_VS_TORCH):
         return failed(f"onnxruntime ({ran[0]}) differs from torch by {error:g}", **m)
     return passed(judged.reason, **m)
 
@@ -220,7 +222,7 @@ def check_tensorrt(workdir: str) -> Result:
     with torch.no_grad():
         error = float((out.cpu() - model(x)).abs().max())
     m = {"device": "cuda", "tensorrt": trt.__version__, "max_error_vs_torch": error}
-    if error > 1e-2:
+    if differs(error, TENSORRT_VS_TORCH):
         return failed(f"the TensorRT engine differs from torch by {error:g}", **m)
     return passed(**m)
 

@@ -27,6 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from imagekit.contract.tolerances import INT8_U8S8, INT8_U8U8
+
 # x86 VNNI: VPDPBUSD multiplies u8 x s8 and adds straight into 32 bits, no 16-bit step.
 # /proc/cpuinfo names: avx512_vnni (Cascade Lake and later Xeons, Zen 4 and later), avx_vnni
 # (Alder Lake clients without AVX-512, Sapphire Rapids), avx_vnni_int8 where a kernel lists
@@ -38,13 +40,9 @@ X86_VNNI = ("avx512_vnni", "avx_vnni", "avx_vnni_int8")
 # issue on ... ARM").
 ARM_DOT = ("i8mm", "asimddp")
 
-# Dynamic INT8 (per-tensor weights, dynamic uint8 activations) of the check's MLP stays
-# within 1.3-1.7% of fp32 on every non-saturating path measured above; 5% of the output
-# range flags a broken kernel (or saturation, 10%), not quantization noise.
-U8S8_TOLERANCE = 0.05
-# U8U8 keeps 8-bit weights (same step as U8S8, unlike reduce_range's 7 bits) and never
-# saturates: 1.3% natively and under emulation without VNNI, so the same 5% holds.
-U8U8_TOLERANCE = 0.05
+# The tolerance of each scheme and why: contract/tolerances.py.
+U8S8_TOLERANCE = INT8_U8S8
+U8U8_TOLERANCE = INT8_U8U8
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,7 @@ from typing import Any
 
 from imagekit.contract import exits
 from imagekit.contract import labels as label
+from imagekit.contract.tolerances import DDP_GRAD_SPREAD
 from imagekit.selfcheck.ddp import nccl_log_env
 from imagekit.selfcheck.links import GLOO_TRANSPORT, transport_from_log, transport_problem
 from imagekit.selfcheck.results import (
@@ -38,10 +39,10 @@ from imagekit.selfcheck.results import (
     sync_of,
     timed,
 )
-from imagekit.selfcheck.verdicts import launched_by_torchrun
+from imagekit.selfcheck.verdicts import differs, launched_by_torchrun
 
 REPORT = "multinode.json"
-GRAD_TOLERANCE = 1e-6  # DDP's all-reduce gives every rank the same sum; allow fp noise only
+GRAD_TOLERANCE = DDP_GRAD_SPREAD  # the single-node ddp check's: contract/tolerances.py
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
@@ -74,9 +75,9 @@ def bandwidth(nbytes: int, seconds: float, world: int) -> dict[str, float]:
 
 def verdict(grad_diff: float, param_diff: float, transport: str = "") -> tuple[str, str]:
     """`transport`: what transport_problem said of NCCL's transport ("" when kept)."""
-    if grad_diff > GRAD_TOLERANCE:
+    if differs(grad_diff, GRAD_TOLERANCE):
         return "failed", f"gradients differ across ranks by {grad_diff:g} after a DDP step"
-    if param_diff > GRAD_TOLERANCE:
+    if differs(param_diff, GRAD_TOLERANCE):
         return "failed", f"parameters differ across ranks by {param_diff:g} after a DDP step"
     if transport:
         return "failed", transport

@@ -12,6 +12,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from imagekit.contract.tolerances import WARM_TIMINGS_AGREE
+
 DS = {
     "a100": "https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/a100/pdf/nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf",
     "h100": "https://resources.nvidia.com/en-us-tensor-core/nvidia-tensor-core-gpu-datasheet",
@@ -152,7 +154,7 @@ def gemm_dtype(capability: tuple[int, int]) -> str:
     return "bfloat16" if capability >= (8, 0) else "float16"
 
 
-def stable(timings: list[float], tolerance: float = 0.03) -> bool:
+def stable(timings: list[float], tolerance: float = WARM_TIMINGS_AGREE) -> bool:
     """Two consecutive timings agree: clocks have ramped up and the figure can be trusted."""
     if len(timings) < 2:
         return False

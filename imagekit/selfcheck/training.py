@@ -10,6 +10,12 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
+from imagekit.contract.tolerances import (
+    AMP_LOSS_ABS,
+    AMP_LOSS_FALL,
+    AMP_LOSS_REL,
+    COMPILE_GRAD_RTOL,
+)
 from imagekit.selfcheck.results import (
     Result,
     device_of,
@@ -55,9 +61,11 @@ def loss_problems(losses: dict[str, list[float]]) -> list[str]:
     for name, values in losses.items():
         if not all(math.isfinite(v) for v in values):
             problems.append(f"{name} loss is not finite")
-        elif values[-1] > 0.7 * values[0]:
+        elif values[-1] > AMP_LOSS_FALL * values[0]:
             problems.append(f"{name} loss did not fall ({values[0]:.4f} -> {values[-1]:.4f})")
-        elif abs(values[-1] - losses["fp32"][-1]) > 0.05 + 0.1 * losses["fp32"][-1]:
+        elif (
+            abs(values[-1] - losses["fp32"][-1]) > AMP_LOSS_ABS + AMP_LOSS_REL * losses["fp32"][-1]
+        ):
             problems.append(
                 f"{name} final loss {values[-1]:.4f} is far from fp32 {losses['fp32'][-1]:.4f}"
             )
@@ -186,6 +194,6 @@ def check_compile() -> Result:
         "loss_difference": abs(loss - eager_loss),
         "max_grad_difference": diff,
     }
-    if not gradients_match(diff, float(eager_grads.abs().max()), rtol=1e-3):
+    if not gradients_match(diff, float(eager_grads.abs().max()), rtol=COMPILE_GRAD_RTOL):
         return failed(f"compiled gradients differ from eager by {diff:g}", **m)
     return passed(**m)

@@ -11,6 +11,8 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from imagekit.contract.tolerances import ATTENTION_MATH_FACTOR, ATTENTION_ULPS, CHECKPOINT_GRAD_RTOL
+
 TRT = "TensorrtExecutionProvider"
 CUDA = "CUDAExecutionProvider"
 CPU = "CPUExecutionProvider"
@@ -90,7 +92,7 @@ def attention_close(error: float, math_error: float, dtype: str) -> tuple[bool, 
     times what the math kernel itself makes in the same dtype, plus a few ulps. A fixed atol
     fails healthy GPUs on long sequences, where the low-precision error grows for every
     kernel; a broken kernel is off by the size of the values themselves."""
-    limit = 3.0 * math_error + 8.0 * EPS[dtype]
+    limit = ATTENTION_MATH_FACTOR * math_error + ATTENTION_ULPS * EPS[dtype]
     return (math.isfinite(error) and error <= limit), limit
 
 
@@ -98,8 +100,16 @@ def relative_error(max_abs_diff: float, reference_max_abs: float) -> float:
     return max_abs_diff / max(reference_max_abs, 1e-12)
 
 
-def gradients_match(max_diff: float, reference_max_abs: float, rtol: float = 1e-4) -> bool:
+def gradients_match(
+    max_diff: float, reference_max_abs: float, rtol: float = CHECKPOINT_GRAD_RTOL
+) -> bool:
     return max_diff <= rtol * max(reference_max_abs, 1.0)
+
+
+def differs(error: float, tolerance: float) -> bool:
+    """An output (or a gradient across ranks) is off by more than its tolerance
+    (contract/tolerances.py)."""
+    return error > tolerance
 
 
 # -- distributed --------------------------------------------------------------------------
