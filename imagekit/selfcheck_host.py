@@ -17,6 +17,7 @@ from pathlib import Path
 
 from imagekit.contract import exits
 from imagekit.contract import labels as label
+from imagekit.contract.refs import parse
 from imagekit.engine.interface import Engine, ImageInfo, RunOptions, RunResult
 from imagekit.errors import SelfCheckFailed, UsageError
 from imagekit.selfcheck import registry
@@ -194,7 +195,5 @@ def failure_line(image: str, report: dict, exit_code: int) -> str:  # type: igno
 def validated_ref(image: str) -> str:
     if "@" in image:
         raise UsageError("--stamp needs a tagged image (repo:tag), not a digest reference")
-    name, _, tag = image.rpartition(":")
-    if not name or "/" in tag:
-        return f"{image}:latest{VALIDATED_SUFFIX}"
-    return f"{name}:{tag}{VALIDATED_SUFFIX}"
+    reference = parse(image)
+    return str(reference.with_tag(f"{reference.tag or 'latest'}{VALIDATED_SUFFIX}"))

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from imagekit.contract.refs import parse
 from imagekit.engine.interface import Engine
 from imagekit.errors import EngineError, ImagekitError
 from imagekit.matrix.cells import Cell
@@ -63,7 +64,7 @@ def bootstrappable() -> dict[str, str]:
 
 
 def unpinned(ref: str) -> str:
-    return ref.split("@", 1)[0]
+    return str(parse(ref).without_digest())
 
 
 def bases_of(cells: Sequence[Cell]) -> list[str]:

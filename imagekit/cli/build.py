@@ -21,6 +21,7 @@ from imagekit.build.runner import (
     raise_for_failures,
     summary,
 )
+from imagekit.contract.refs import parse
 from imagekit.engine.docker import DockerEngine
 from imagekit.engine.interface import MAX_LEVEL, Compression, Engine
 from imagekit.errors import BuildError, UsageError
@@ -105,7 +106,7 @@ def check_tag_suffix(cells: Sequence[Cell], suffix: str) -> None:
     for cell in cells:
         for ref in cell.tags:
             try:
-                check_tag(ref.rsplit(":", 1)[1] + suffix)
+                check_tag(f"{parse(ref).tag}{suffix}")
             except ValueError as exc:
                 raise UsageError(
                     f"--tag-suffix {suffix!r}: {cell.id}'s tag {ref} with it: {exc}; "

@@ -20,6 +20,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from imagekit.contract.refs import parse
 from imagekit.engine.discover import (
     Builder,
     check_engine_version,
@@ -484,14 +485,12 @@ def run_kwargs(options: RunOptions, api_version: str = "1.41") -> dict[str, Any]
 
 def split_ref(ref: str) -> tuple[str, str]:
     """'host:5000/a/b:tag' -> ('host:5000/a/b', 'tag'); no tag means 'latest'."""
-    name, _, tag = ref.rpartition(":")
-    if not name or "/" in tag:
-        return ref, "latest"
-    return name, tag
+    reference = parse(ref)
+    return reference.name, reference.tag or "latest"
 
 
 def _push_failure(ref: str, reason: str) -> str:
-    registry = ref.split("/", 1)[0] if "/" in ref else "docker.io"
+    registry = parse(ref).registry or "docker.io"
     return (
         f"push of {ref} failed: {reason}. The local image {ref} is kept; check that the "
         f"registry {registry} is reachable and that you are logged in (`docker login {registry}`)"

@@ -16,6 +16,7 @@ import hashlib
 import re
 import shlex
 
+from imagekit.contract.refs import Reference, parse
 from imagekit.launch.spec import LaunchSpec
 
 SHEBANG = "#!/bin/bash"
@@ -145,8 +146,9 @@ def sif_name(ref: str) -> str:
     """A file per full reference: a readable stem (the last path part, tag and a short
     digest) and the first 16 hex of the reference's sha256, so ghcr.io/a/train:1.0 and
     registry.example.com/b/train:1.0 never share a file, nor two digests of one tag."""
-    last = ref.rsplit("/", 1)[-1].replace("@sha256:", "@")
-    name, _, digest = last.partition("@")
+    reference = parse(ref)
+    name = str(Reference(None, reference.repository.rsplit("/", 1)[-1], reference.tag))
+    digest = (reference.digest or "").partition(":")[2]
     stem = re.sub(r"[^A-Za-z0-9._-]", "_", f"{name}-{digest[:12]}" if digest else name)
     key = hashlib.sha256(ref.encode("utf-8")).hexdigest()[:16]
     return f"{stem}-{key}.sif"
@@ -155,26 +157,17 @@ def sif_name(ref: str) -> str:
 def enroot_uri(ref: str) -> str:
     """REGISTRY#NAME:TAG, the form Pyxis passes to enroot. Enroot 3.x parses no @digest but
     fetches the manifest by whatever follows the colon, so a pin becomes NAME:sha256:<hex>."""
-    name, _, digest = ref.partition("@")
-    if digest:
-        name = f"{_without_tag(name)}:{digest}"
-    first, _, rest = name.partition("/")
-    if rest and ("." in first or ":" in first or first == "localhost"):
-        return f"{first}#{rest}"
-    return name
+    reference = parse(ref)
+    version = reference.digest or reference.tag
+    name = f"{reference.repository}:{version}" if version else reference.repository
+    return f"{reference.registry}#{name}" if reference.registry else name
 
 
 def docker_uri(ref: str) -> str:
     """docker://NAME@sha256:<hex> when pinned (tag and digest together are not accepted
     everywhere), else docker://NAME:TAG."""
-    name, _, digest = ref.partition("@")
-    return f"docker://{_without_tag(name)}@{digest}" if digest else f"docker://{name}"
-
-
-def _without_tag(name: str) -> str:
-    # A colon after the last slash starts the tag; one before it is a registry port.
-    head, slash, last = name.rpartition("/")
-    return f"{head}{slash}{last.split(':', 1)[0]}"
+    reference = parse(ref)
+    return f"docker://{reference.without_tag() if reference.digest else reference}"
 
 
 def preflight(spec: LaunchSpec) -> str:

@@ -17,6 +17,7 @@ from packaging.version import Version
 
 from imagekit import __version__
 from imagekit.contract import labels as label
+from imagekit.contract.refs import parse
 from imagekit.errors import CompatError, Problem, SpecError
 from imagekit.matrix import source as source_mod
 from imagekit.matrix.compat import (
@@ -90,7 +91,7 @@ class Cell:
 
     @property
     def repository(self) -> str:
-        return self.tags[0].rsplit(":", 1)[0]
+        return parse(self.tags[0]).name
 
     @property
     def python_bin(self) -> str:
@@ -340,7 +341,7 @@ def _with_labels(cell: Cell, repo: str) -> Cell:
             f"PyTorch {cell.torch} ({cell.variant}), Python {cell.python}, {cell.os}, "
             f"{cell.flavor} flavor; built by imagekit"
         ),
-        "org.opencontainers.image.version": cell.tags[0].rsplit(":", 1)[1],
+        "org.opencontainers.image.version": parse(cell.tags[0]).tag,
         "org.opencontainers.image.base.name": cell.runtime_image,
         label.CELL: cell.id,
         label.CUDA: cell.cuda,

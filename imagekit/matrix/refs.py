@@ -1,24 +1,14 @@
-"""Image references and digests, parsed by Docker's grammar (distribution/reference)."""
+"""Image references and tags as the matrix and the CLI accept them: the grammar and the
+parser are contract/refs.py's; here what imagekit refuses beyond it."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 
-_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
-_DOMAIN_PART = r"(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])"
-_DOMAIN = rf"(?:{_DOMAIN_PART}(?:\.{_DOMAIN_PART})*|\[[0-9a-fA-F:]+\])(?::[0-9]+)?"
-_TAG = r"[\w][\w.-]{0,127}"
-DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
-_REFERENCE = re.compile(
-    rf"(?:(?P<domain>{_DOMAIN})/)?(?P<path>{_COMPONENT}(?:/{_COMPONENT})*)"
-    rf"(?::(?P<tag>{_TAG}))?(?:@(?P<digest>[A-Za-z][A-Za-z0-9]*:[0-9a-fA-F]+))?"
-)
-TAG = re.compile(_TAG)
-# registry: and repository: of a matrix file, by the same grammar (a registry may carry a
-# namespace: ghcr.io/org); together with a tag they always make a valid reference.
-REGISTRY = re.compile(rf"{_DOMAIN}(?:/{_COMPONENT})*")
-REPOSITORY = re.compile(rf"{_COMPONENT}(?:/{_COMPONENT})*")
+from imagekit.contract.refs import DIGEST, REGISTRY, REPOSITORY, TAG, parse
+
+__all__ = ["DIGEST", "REGISTRY", "REPOSITORY", "RESERVED", "TAG", "check_image_ref", "pinned"]
+
 # Names a FROM would read as a stage of imagekit's own Dockerfile, or as no image at all.
 RESERVED = {"os-base", "builder", "packages", "runtime", "scratch"}
 
@@ -30,16 +20,9 @@ def check_image_ref(text: str) -> str:
             f"{text!r} is a stage of imagekit's Dockerfile or no image at all; name an image "
             "such as debian:bookworm-slim or registry.example.com/team/base:1"
         )
-    match = _REFERENCE.fullmatch(text)
-    first = text.split("/", 1)[0]
-    looks_like_domain = "/" in text and ("." in first or ":" in first or first == "localhost")
-    if not match or (match["domain"] is None and looks_like_domain):
-        raise ValueError(
-            "not an image reference: [registry[:port]/]name[:tag][@sha256:<64 hex>], "
-            "name in lowercase letters, digits and . _ -"
-        )
-    if match["digest"] and not DIGEST.fullmatch(match["digest"]):
-        raise ValueError(f"digest {match['digest']!r} is not sha256: followed by 64 hex digits")
+    reference = parse(text)  # ValueError: not the grammar
+    if reference.digest and not DIGEST.fullmatch(reference.digest):
+        raise ValueError(f"digest {reference.digest!r} is not sha256: followed by 64 hex digits")
     return text
 
 
