@@ -501,3 +501,10 @@ def test_a_flash_attn_that_fails_to_import_fails_instead_of_not_installed(
     assert found["flash_attn_package"] == "unknown (import failed)"
     assert "does not import: ImportError" in found["flash_attn_error"]
     assert "undefined symbol" in found["flash_attn_error"]
+
+
+def test_a_nan_or_infinite_difference_is_never_within_tolerance() -> None:
+    from imagekit.selfcheck.verdicts import differs
+
+    assert differs(float("nan"), 1e-3) and differs(float("inf"), 1e-3)
+    assert differs(2e-3, 1e-3) and not differs(1e-3, 1e-3) and not differs(0.0, 1e-6)

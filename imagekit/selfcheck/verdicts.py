@@ -108,8 +108,9 @@ def gradients_match(
 
 def differs(error: float, tolerance: float) -> bool:
     """An output (or a gradient across ranks) is off by more than its tolerance
-    (contract/tolerances.py)."""
-    return error > tolerance
+    (contract/tolerances.py). NaN or infinity is off too: `nan > tol` is False, and a
+    kernel that returns NaN must not pass."""
+    return not error <= tolerance
 
 
 # -- distributed --------------------------------------------------------------------------
