@@ -12,7 +12,6 @@ from typing import Any
 
 import pytest
 
-from imagekit import multinode
 from imagekit.cli import main
 from imagekit.engine.fake import FakeEngine
 from imagekit.engine.interface import (
@@ -24,7 +23,8 @@ from imagekit.engine.interface import (
     SubnetTaken,
 )
 from imagekit.errors import SelfCheckFailed, UsageError
-from imagekit.multinode import NodesOptions
+from imagekit.imagetest import nodes_plan, nodes_report, nodes_run, nodes_verdict, signals
+from imagekit.imagetest.nodes_plan import NodesOptions
 
 IMAGE = "reg/train:1"
 LABELS = {"io.imagekit.version": "0.1.0"}
@@ -61,7 +61,7 @@ class NodesEngine(FakeEngine):
     def start(self, image: str, command: Sequence[str], options: RunOptions) -> Started:
         if self.outcome == "start-fails" and options.hostname == "node1":
             self.containers[str(options.name)] = options  # made, then failed to start
-            raise multinode.EngineError("could not start node1: no such device")
+            raise nodes_run.EngineError("could not start node1: no such device")
         started = super().start(image, command, options)
         self.commands[str(options.hostname)] = command
         if self.outcome in ("pass", "dies"):  # the ranks joined
@@ -111,8 +111,8 @@ OVER_SOCKETS = {**PASSED, "backend": "nccl", "device": "cuda", "transport": "Soc
 
 @pytest.fixture(autouse=True)
 def fast(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(multinode, "GRACE_S", 0)
-    monkeypatch.setattr(multinode.time, "sleep", lambda s: None)
+    monkeypatch.setattr(nodes_run, "GRACE_S", 0)
+    monkeypatch.setattr(nodes_run.time, "sleep", lambda s: None)
 
 
 def nothing_left(engine: FakeEngine) -> bool:
@@ -121,7 +121,7 @@ def nothing_left(engine: FakeEngine) -> bool:
 
 def test_plan_commands_names_and_labels(tmp_path: Path) -> None:
     options = NodesOptions(nodes=3, procs_per_node=2, join_timeout=90, env={"NCCL_DEBUG": "INFO"})
-    run = multinode.plan(LABELS, options, True, "0abc1234", tmp_path)
+    run = nodes_plan.plan(LABELS, options, True, "0abc1234", tmp_path)
     assert run.network == "imagekit-mn-0abc1234" and run.endpoint == "node0:29400"
     node = run.nodes[2]
     assert node.container == "imagekit-mn-0abc1234-node2" and node.host == "node2"
@@ -136,22 +136,24 @@ def test_plan_commands_names_and_labels(tmp_path: Path) -> None:
     assert o.gpus and o.gpu_ids == ("4", "5")  # each node its own GPUs: NCCL sees no twins
     assert o.memlock_unlimited and o.shm_size == "8g"
     assert o.env["NCCL_DEBUG"] == "INFO" and json.loads(o.env["IMAGEKIT_LABELS"]) == LABELS
-    assert o.labels[multinode.RUN_LABEL] == "0abc1234" and o.labels[multinode.NODE_LABEL] == "node2"
+    assert (
+        o.labels[nodes_plan.RUN_LABEL] == "0abc1234" and o.labels[nodes_plan.NODE_LABEL] == "node2"
+    )
     assert o.volumes == {str(tmp_path / "node2"): "/imagekit-reports"}
-    assert run.limit_s == multinode.STARTUP_S + 90 + 120
+    assert run.limit_s == nodes_plan.STARTUP_S + 90 + 120
 
 
 def test_subnets_are_private_distinct_and_sized_for_the_nodes() -> None:
-    nets = [ipaddress.ip_network(s) for s in multinode.subnets("ffffffff", 2)]
-    assert len(set(nets)) == multinode.SUBNET_TRIES
+    nets = [ipaddress.ip_network(s) for s in nodes_plan.subnets("ffffffff", 2)]
+    assert len(set(nets)) == nodes_plan.SUBNET_TRIES
     assert all(n.subnet_of(ipaddress.ip_network("10.200.0.0/13")) for n in nets)
-    big = ipaddress.ip_network(next(multinode.subnets("0abc1234", 300)))
+    big = ipaddress.ip_network(next(nodes_plan.subnets("0abc1234", 300)))
     assert big.num_addresses >= 300 + 2
 
 
 def test_a_passing_run_reports_hosts_and_removes_everything(tmp_path: Path) -> None:
     engine = NodesEngine()
-    text = multinode.check_nodes(
+    text = nodes_run.check_nodes(
         engine, IMAGE, NodesOptions(nodes=2, json_path=tmp_path / "r.json"), say=lambda s: None
     )
     report = json.loads((tmp_path / "r.json").read_text())
@@ -167,17 +169,17 @@ def test_a_passing_run_reports_hosts_and_removes_everything(tmp_path: Path) -> N
 
 def test_a_taken_subnet_is_retried(tmp_path: Path) -> None:
     engine = NodesEngine(taken=2)
-    multinode.run_nodes(engine, IMAGE, NodesOptions(nodes=2), say=lambda s: None)
+    nodes_run.run_nodes(engine, IMAGE, NodesOptions(nodes=2), say=lambda s: None)
     assert [kind for kind, _ in engine.calls[:3]] == ["taken", "taken", "create_network"]
     with pytest.raises(UsageError, match="--subnet 10.9.0.0/24: overlaps"):
         options = NodesOptions(nodes=2, subnet="10.9.0.0/24")
-        multinode.run_nodes(NodesEngine(taken=1), IMAGE, options, say=lambda s: None)
+        nodes_run.run_nodes(NodesEngine(taken=1), IMAGE, options, say=lambda s: None)
 
 
 def test_a_node_that_dies_is_named_and_everything_is_removed() -> None:
     engine = NodesEngine("dies")
     with pytest.raises(SelfCheckFailed) as err:
-        multinode.check_nodes(engine, IMAGE, NodesOptions(nodes=2), say=lambda s: None)
+        nodes_run.check_nodes(engine, IMAGE, NodesOptions(nodes=2), say=lambda s: None)
     assert "node1 (imagekit-mn-" in str(err.value)
     assert "was killed by SIGKILL (exit 137) after its ranks joined" in str(err.value)
     assert nothing_left(engine)
@@ -185,7 +187,7 @@ def test_a_node_that_dies_is_named_and_everything_is_removed() -> None:
 
 def test_a_node_that_never_arrives_is_named() -> None:
     engine = NodesEngine("never")
-    report = multinode.run_nodes(engine, IMAGE, NodesOptions(nodes=2, join_timeout=30), print)
+    report = nodes_run.run_nodes(engine, IMAGE, NodesOptions(nodes=2, join_timeout=30), print)
     assert report["reason"] == (
         "the rendezvous at node0:29400 did not complete within 30s (--join-timeout): "
         "node1 never arrived"
@@ -196,15 +198,15 @@ def test_a_node_that_never_arrives_is_named() -> None:
 @pytest.mark.parametrize("outcome", ["start-fails", "interrupt"])
 def test_a_failed_start_or_ctrl_c_still_removes_everything(outcome: str) -> None:
     engine = NodesEngine(outcome)
-    error = KeyboardInterrupt if outcome == "interrupt" else multinode.EngineError
+    error = KeyboardInterrupt if outcome == "interrupt" else nodes_run.EngineError
     with pytest.raises(error):
-        multinode.run_nodes(engine, IMAGE, NodesOptions(nodes=3), say=lambda s: None)
+        nodes_run.run_nodes(engine, IMAGE, NodesOptions(nodes=3), say=lambda s: None)
     assert nothing_left(engine)
 
 
 def test_sigterm_unwinds_like_ctrl_c_and_handlers_are_restored() -> None:
     before = signal.getsignal(signal.SIGTERM)
-    with pytest.raises(multinode.Terminated), multinode.signals_raise():
+    with pytest.raises(signals.Terminated), signals.signals_raise():
         os.kill(os.getpid(), signal.SIGTERM)
     assert signal.getsignal(signal.SIGTERM) == before
 
@@ -216,25 +218,25 @@ def test_the_time_limit_ends_the_watch() -> None:
     engine.state = lambda c: running  # type: ignore[method-assign]
     ticks = iter(range(1000))
     clock = lambda: float(next(ticks))  # noqa: E731
-    watched = multinode.watch(engine, {"node0": "c0"}, 5, clock, sleep=lambda s: None)
+    watched = nodes_run.watch(engine, {"node0": "c0"}, 5, clock, sleep=lambda s: None)
     assert watched.timed_out and watched.seconds == 5
 
 
 def test_leftovers_of_a_dead_imagekit_process_are_removed() -> None:
     engine = FakeEngine()
-    here = multinode.socket.gethostname()
-    dead = {multinode.OWNER_LABEL: f"{here}:{2**22 + 7}", multinode.RUN_LABEL: "dead"}
-    alive = {multinode.OWNER_LABEL: f"{here}:{os.getpid()}"}
-    elsewhere = {multinode.OWNER_LABEL: "other-host:1"}
+    here = nodes_run.socket.gethostname()
+    dead = {nodes_plan.OWNER_LABEL: f"{here}:{2**22 + 7}", nodes_plan.RUN_LABEL: "dead"}
+    alive = {nodes_plan.OWNER_LABEL: f"{here}:{os.getpid()}"}
+    elsewhere = {nodes_plan.OWNER_LABEL: "other-host:1"}
     engine.containers = {
         n: RunOptions(labels=lb) for n, lb in (("a", dead), ("b", alive), ("c", elsewhere))
     }
     engine.networks = {"net-dead": dead, "net-alive": alive}
     said: list[str] = []
-    multinode.remove_stale(engine, said.append)
+    nodes_run.remove_stale(engine, said.append)
     assert set(engine.containers) == {"b", "c"} and set(engine.networks) == {"net-alive"}
     assert said[0] == "removing container a, left by run dead"
-    assert isinstance(engine.labelled(multinode.OWNER_LABEL)[0], Labelled)
+    assert isinstance(engine.labelled(nodes_plan.OWNER_LABEL)[0], Labelled)
 
 
 @pytest.mark.parametrize(
@@ -270,9 +272,9 @@ def test_torchruns_root_cause_and_the_telling_line() -> None:
             "=" * 20,
         ]
     )
-    assert multinode.root_cause(log) == " (its rank 1 exited with 3)"
-    assert multinode.telling_line(log) == "log ends: exitcode  : 3 (pid: 15)"
-    assert multinode.telling_line("x\nRuntimeError: Connection reset\n----") == (
+    assert nodes_verdict.root_cause(log) == " (its rank 1 exited with 3)"
+    assert nodes_report.telling_line(log) == "log ends: exitcode  : 3 (pid: 15)"
+    assert nodes_report.telling_line("x\nRuntimeError: Connection reset\n----") == (
         "last error: RuntimeError: Connection reset"
     )
 
@@ -300,7 +302,7 @@ def test_docker_run_kwargs_for_a_node_and_dockers_times() -> None:
         hostname="node1",
         network="imagekit-mn-1",
         aliases=("node1",),
-        labels={multinode.RUN_LABEL: "1"},
+        labels={nodes_plan.RUN_LABEL: "1"},
         gpus=True,
         gpu_ids=("2", "3"),
     )
@@ -310,7 +312,7 @@ def test_docker_run_kwargs_for_a_node_and_dockers_times() -> None:
     )  # fmt: skip
     assert kwargs["networking_config"]["imagekit-mn-1"]["Aliases"] == ["node1"]
     assert kwargs["device_requests"][0]["DeviceIDs"] == ["2", "3"]
-    assert kwargs["labels"] == {multinode.RUN_LABEL: "1"}
+    assert kwargs["labels"] == {nodes_plan.RUN_LABEL: "1"}
     assert epoch("2026-11-23T11:22:13.500000000Z") == 1795432933.5
     assert epoch("0001-01-01T00:00:00Z") is None
 
@@ -319,7 +321,7 @@ def test_a_multi_node_ib_run_whose_nccl_used_sockets_fails(tmp_path: Path) -> No
     engine = NodesEngine(profile="multi-node-ib", report=OVER_SOCKETS)
     options = NodesOptions(nodes=2, json_path=tmp_path / "r.json")
     with pytest.raises(SelfCheckFailed) as err:
-        multinode.check_nodes(engine, IMAGE, options, say=lambda s: None)
+        nodes_run.check_nodes(engine, IMAGE, options, say=lambda s: None)
     assert str(err.value).endswith(
         "NCCL used Socket, profile multi-node-ib needs InfiniBand/RDMA (check NCCL_IB_HCA, "
         "the RDMA device plugin, /dev/infiniband)"
@@ -342,7 +344,7 @@ def test_the_transport_rule_keeps_what_the_profile_allows(
     profile: str, report: dict[str, Any]
 ) -> None:
     engine = NodesEngine(profile=profile, report=report)
-    result = multinode.run_nodes(engine, IMAGE, NodesOptions(nodes=2), say=lambda s: None)
+    result = nodes_run.run_nodes(engine, IMAGE, NodesOptions(nodes=2), say=lambda s: None)
     assert result["status"] == "passed", result["reason"]
     assert result["profile"] == profile
 

@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 
 from imagekit.errors import UsageError
+from imagekit.imagetest.image import wants_gpus
+from imagekit.imagetest.stamp import validated_on
 from imagekit.selfcheck import gpu, registry, runner
 from imagekit.selfcheck.archs import arch_verdict, parse_entry
 from imagekit.selfcheck.peaks import gemm_dtype, mig_reason, normalise, peak_for, stable
@@ -26,7 +28,6 @@ from imagekit.selfcheck.verdicts import (
     provider_verdict,
     providers_to_ask,
 )
-from imagekit.selfcheck_host import validated_on, wants_gpus
 
 ROOT = Path(__file__).resolve().parents[1]
 

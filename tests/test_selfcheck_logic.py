@@ -13,9 +13,10 @@ import pytest
 from imagekit.engine.fake import FakeEngine
 from imagekit.engine.interface import RunOptions, RunResult
 from imagekit.errors import SelfCheckFailed, UsageError
+from imagekit.imagetest.one_container import SelfCheckOptions, check_image, selfcheck_command
+from imagekit.imagetest.stamp import validated_ref
 from imagekit.selfcheck import report, runner
 from imagekit.selfcheck.peaks import peak_for
-from imagekit.selfcheck_host import SelfCheckOptions, check_image, selfcheck_command, validated_ref
 
 
 def result(status: str, reason: str = "", **m: Any) -> dict[str, Any]:

@@ -15,10 +15,10 @@ import pytest
 
 from imagekit.engine.fake import FakeEngine
 from imagekit.engine.interface import ImageInfo, RunOptions, RunResult
+from imagekit.imagetest.one_container import SelfCheckOptions, run_selfcheck
 from imagekit.selfcheck import judge, runner, snapshot
 from imagekit.selfcheck.__main__ import main
 from imagekit.selfcheck.report import table
-from imagekit.selfcheck_host import SelfCheckOptions, run_selfcheck
 
 from .test_selfcheck_health import EXPECTED
 

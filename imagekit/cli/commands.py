@@ -385,7 +385,7 @@ def test_image(image: str, docker_cli: str | None, **kwargs: Any) -> None:
     the distributed check across them under torchrun; report the hosts, the join time,
     whether gradients agree after a DDP step and the all-reduce bandwidth."""
     from imagekit.engine.docker import DockerEngine
-    from imagekit.selfcheck_host import SelfCheckOptions, check_image
+    from imagekit.imagetest.one_container import SelfCheckOptions, check_image
 
     kwargs["env"] = env_pairs(kwargs["env"])
     multi = {k: kwargs.pop(k) for k in ("nodes", "procs_per_node", "join_timeout", "subnet")}
@@ -423,7 +423,8 @@ NOT_WITH_NODES = {
 
 def test_nodes(engine: Any, image: str, multi: dict[str, Any], kwargs: dict[str, Any]) -> str:
     from imagekit.errors import UsageError
-    from imagekit.multinode import NodesOptions, check_nodes
+    from imagekit.imagetest.nodes_plan import NodesOptions
+    from imagekit.imagetest.nodes_run import check_nodes
 
     for key, flag in NOT_WITH_NODES.items():
         if kwargs[key]:

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from imagekit import multinode
 from imagekit.engine.docker import DockerEngine
+from imagekit.imagetest import nodes_plan, nodes_run
 
 from ..realengine import docker, imagekit
 from .conftest import TAG
@@ -23,7 +23,7 @@ pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
 
 def leftovers(run_id: str) -> list[str]:
-    label = f"label={multinode.RUN_LABEL}={run_id}"
+    label = f"label={nodes_plan.RUN_LABEL}={run_id}"
     containers = docker("ps", "-aq", "--filter", label).stdout.split()
     networks = docker("network", "ls", "-q", "--filter", label).stdout.split()
     return containers + networks
@@ -57,7 +57,7 @@ def test_two_containers_pass(project: Path, tmp_path: Path, procs: int) -> None:
 
 def node_container(node: str) -> str:
     """The one running container of a --nodes run that is `node` (the test runs one run)."""
-    label = f"label={multinode.NODE_LABEL}={node}"
+    label = f"label={nodes_plan.NODE_LABEL}={node}"
     found = docker("ps", "-q", "--filter", label).stdout.split()
     return found[0] if len(found) == 1 else ""
 
@@ -114,15 +114,15 @@ def logs_of(node: str) -> str:
 
 
 def test_a_node_that_never_arrives_fails_at_the_join_timeout(project: Path, tmp_path: Path) -> None:
-    options = multinode.NodesOptions(nodes=2, join_timeout=20, timeout=60)
+    options = nodes_plan.NodesOptions(nodes=2, join_timeout=20, timeout=60)
     engine = DockerEngine()
-    run = multinode.plan({}, options, False, multinode.new_run_id(), tmp_path)
-    multinode.make_report_dirs(run)
+    run = nodes_plan.plan({}, options, False, nodes_plan.new_run_id(), tmp_path)
+    nodes_plan.make_report_dirs(run)
     # node1's container starts but its torchrun never does: a node stuck before rendezvous.
     absent = replace(run.nodes[1], command=("sleep", "600"))
     run = replace(run, nodes=(run.nodes[0], absent))
     started = time.monotonic()
-    report = multinode.execute(engine, TAG, run, options, print)
+    report = nodes_run.execute(engine, TAG, run, options, print)
     took = time.monotonic() - started
     assert report["status"] == "failed"
     assert report["reason"] == (

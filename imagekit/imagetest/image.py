@@ -1,0 +1,61 @@
+"""The image `imagekit test` checks: refused where imagekit did not build it, and what its
+container is told (the labels it promises, the GPUs it was given).
+"""
+
+from __future__ import annotations
+
+import json
+
+from imagekit.contract import labels as label
+from imagekit.engine.interface import Engine, ImageInfo
+from imagekit.errors import UsageError
+
+
+def checkable_image(engine: Engine, image: str) -> ImageInfo:
+    """The image, refused where it is not on the engine or imagekit did not build it."""
+    info = engine.inspect(image)
+    if info is None:
+        raise UsageError(f"image {image} is not on this engine; build it or `docker pull` it first")
+    if not has_selfcheck(info.labels):
+        raise UsageError(
+            f"image {image} has no imagekit self-check: it has no io.imagekit.* labels, so "
+            "imagekit did not build it. Build it with `imagekit build`, or start your "
+            "Dockerfile FROM an image imagekit built (the self-check and its labels come along)"
+        )
+    return info
+
+
+def has_selfcheck(labels: dict[str, str]) -> bool:
+    """imagekit's images carry the self-check and say so with their io.imagekit.* labels."""
+    return label.VERSION in labels or label.CELL in labels
+
+
+def selfcheck_env(
+    labels: dict[str, str], gpus: bool, extra: dict[str, str], count: int | None = None
+) -> dict[str, str]:
+    """The self-check's container environment: what the image promises (its labels),
+    IMAGEKIT_EXPECT_GPU: GPUs were given, so a torch that sees none must fail, and with a
+    count IMAGEKIT_EXPECT_GPUS, which torch, NVML and the device nodes must all see; then
+    yours."""
+    env = {"IMAGEKIT_LABELS": json.dumps(labels), "IMAGEKIT_EXPECT_GPU": str(int(gpus))}
+    if gpus and count is not None:
+        env["IMAGEKIT_EXPECT_GPUS"] = str(count)
+    return {**env, **extra}
+
+
+def gpu_count(choice: str) -> int | None:
+    """--gpus N: the number; auto, all and none name none."""
+    return int(choice) if choice.isdigit() else None
+
+
+def wants_gpus(choice: str, engine_has_runtime: bool) -> bool:
+    """--gpus all (or N) on an engine without the NVIDIA runtime is a mistake, not a CPU
+    run; --gpus 0 is --gpus none."""
+    given = choice == "all" or (choice.isdigit() and int(choice) > 0)
+    if given and not engine_has_runtime:
+        raise UsageError(
+            f"--gpus {choice}: this Docker engine has no NVIDIA runtime, so no GPU can reach "
+            "the container. Install the NVIDIA Container Toolkit (nvidia-ctk runtime configure "
+            "--runtime=docker, then restart dockerd), or run with --gpus none for a CPU check"
+        )
+    return given or (choice == "auto" and engine_has_runtime)
