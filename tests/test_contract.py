@@ -107,9 +107,9 @@ def test_one_gpu_table_answers_both_questions() -> None:
 
 
 def test_the_ddp_checks_share_one_gradient_tolerance() -> None:
-    from imagekit.selfcheck import multinode
+    from imagekit.selfcheck import nodes_check
 
-    assert multinode.GRAD_TOLERANCE == tolerances.DDP_GRAD_SPREAD
+    assert nodes_check.GRAD_TOLERANCE == tolerances.DDP_GRAD_SPREAD
     assert tolerances.ONNX_VS_TORCH < tolerances.TENSORRT_VS_TORCH
 
 

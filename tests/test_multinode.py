@@ -128,7 +128,7 @@ def test_plan_commands_names_and_labels(tmp_path: Path) -> None:
     assert " ".join(node.command) == (
         "torchrun --nnodes 3 --nproc-per-node 2 --rdzv-backend c10d --rdzv-endpoint "
         "node0:29400 --rdzv-id imagekit-0abc1234 --rdzv-conf join_timeout=90 --max-restarts 0 "
-        "-m imagekit.selfcheck.multinode --report-dir /imagekit-reports --timeout 120 "
+        "-m imagekit.selfcheck.nodes_check --report-dir /imagekit-reports --timeout 120 "
         "--megabytes 64"
     )
     o = node.options
@@ -280,18 +280,21 @@ def test_torchruns_root_cause_and_the_telling_line() -> None:
 
 
 def test_in_image_figures_and_verdict() -> None:
-    from imagekit.selfcheck import multinode as inside
+    from imagekit.selfcheck import nodes_check
 
-    figures = inside.bandwidth(64 * 2**20, 0.1, 4)
+    figures = nodes_check.bandwidth(64 * 2**20, 0.1, 4)
     assert figures["algbw_GBps"] == round(64 * 2**20 / 0.1 / 1e9, 3)
     assert figures["busbw_GBps"] == round(64 * 2**20 / 0.1 / 1e9 * 1.5, 3)  # 2(n-1)/n, n=4
-    assert inside.verdict(0.0, 0.0) == ("passed", "")
-    assert inside.verdict(1e-3, 0.0)[1] == "gradients differ across ranks by 0.001 after a DDP step"
+    assert nodes_check.verdict(0.0, 0.0) == ("passed", "")
+    assert (
+        nodes_check.verdict(1e-3, 0.0)[1]
+        == "gradients differ across ranks by 0.001 after a DDP step"
+    )
     env = {"RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1", "GROUP_RANK": "1"}
-    assert inside.rank_env(env) == {
+    assert nodes_check.rank_env(env) == {
         "rank": 3, "world_size": 4, "local_rank": 1, "local_world_size": 0, "group_rank": 1,
     }  # fmt: skip
-    assert inside.main([]) == 2  # not under torchrun: refuses, joins no process group
+    assert nodes_check.main([]) == 2  # not under torchrun: refuses, joins no process group
 
 
 def test_docker_run_kwargs_for_a_node_and_dockers_times() -> None:
@@ -350,15 +353,18 @@ def test_the_transport_rule_keeps_what_the_profile_allows(
 
 
 def test_in_image_transport_and_verdict(tmp_path: Path) -> None:
-    from imagekit.selfcheck import multinode as inside
+    from imagekit.selfcheck import nodes_check
 
     log = tmp_path / "rank0.log"
     log.write_text("h:1:2 [0] NCCL INFO Channel 00/0 : 0[0] -> 8[0] [send] via NET/IB/0/GDRDMA\n")
-    assert inside.transport_of("nccl", log) == "IB"
-    assert inside.transport_of("nccl", tmp_path / "missing.log") is None
-    assert inside.transport_of("gloo", None) == "gloo/TCP"
-    assert inside.verdict(0.0, 0.0, "NCCL used Socket, ...") == ("failed", "NCCL used Socket, ...")
-    assert inside.verdict(1e-3, 0.0, "NCCL used Socket")[1].startswith("gradients differ")
+    assert nodes_check.transport_of("nccl", log) == "IB"
+    assert nodes_check.transport_of("nccl", tmp_path / "missing.log") is None
+    assert nodes_check.transport_of("gloo", None) == "gloo/TCP"
+    assert nodes_check.verdict(0.0, 0.0, "NCCL used Socket, ...") == (
+        "failed",
+        "NCCL used Socket, ...",
+    )
+    assert nodes_check.verdict(1e-3, 0.0, "NCCL used Socket")[1].startswith("gradients differ")
     labels = {"io.imagekit.profile": "multi-node-ib"}
-    assert inside.image_profile({}, labels) == "multi-node-ib"
-    assert inside.image_profile({"IMAGEKIT_PROFILE": "single-node"}, labels) == "single-node"
+    assert nodes_check.image_profile({}, labels) == "multi-node-ib"
+    assert nodes_check.image_profile({"IMAGEKIT_PROFILE": "single-node"}, labels) == "single-node"

@@ -12,7 +12,7 @@ import pytest
 from imagekit.errors import UsageError
 from imagekit.imagetest.image import wants_gpus
 from imagekit.imagetest.stamp import validated_on
-from imagekit.selfcheck import gpu, registry, runner
+from imagekit.selfcheck import gpu_host, processes, registry
 from imagekit.selfcheck.archs import arch_verdict, parse_entry
 from imagekit.selfcheck.peaks import gemm_dtype, mig_reason, normalise, peak_for, stable
 from imagekit.selfcheck.verdicts import (
@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # -- architectures ------------------------------------------------------------------------
 
 # torch.cuda.get_arch_list() of official Linux wheels. cu130 was read from torch
-# 2.11.0+cu130 on an H100 (docs/selfcheck-gpu.md); the others from the release builds'
+# 2.11.0+cu130 on an H100 (docs/selfcheck-gpu_host.md); the others from the release builds'
 # TORCH_CUDA_ARCH_LIST (.ci/manywheel/build_cuda.sh of each release branch).
 ARCH_LISTS = {
     "cu118": ["sm_37", "sm_50", "sm_60", "sm_70", "sm_75", "sm_80", "sm_86", "sm_90"],
@@ -129,7 +129,7 @@ def test_arch_entries_parse_and_odd_ones_never_crash() -> None:
 # -- is a GPU expected, and why is there none? ----------------------------------------------
 
 
-def host(**overrides: object) -> gpu.Host:
+def host(**overrides: object) -> gpu_host.Host:
     values: dict[str, object] = {
         "device_nodes": ("/dev/nvidia0",),
         "proc_driver": True,
@@ -138,7 +138,7 @@ def host(**overrides: object) -> gpu.Host:
         "gpus_requested": False,
     }
     values.update(overrides)
-    return gpu.Host(**values)  # type: ignore[arg-type]
+    return gpu_host.Host(**values)  # type: ignore[arg-type]
 
 
 CUDA_LABELS = {"io.imagekit.cuda": "12.8", "io.imagekit.min-driver": "525.60.13"}
@@ -156,9 +156,9 @@ CUDA_LABELS = {"io.imagekit.cuda": "12.8", "io.imagekit.min-driver": "525.60.13"
     ],
 )
 def test_gpu_expected(
-    the_host: gpu.Host, labels: dict[str, str], torch_cuda: str | None, expected: bool
+    the_host: gpu_host.Host, labels: dict[str, str], torch_cuda: str | None, expected: bool
 ) -> None:
-    assert gpu.gpu_expected(the_host, gpu.is_cuda_image(labels, torch_cuda)) is expected
+    assert gpu_host.gpu_expected(the_host, gpu_host.is_cuda_image(labels, torch_cuda)) is expected
 
 
 @pytest.mark.parametrize(
@@ -177,29 +177,29 @@ def test_gpu_expected(
     ],
 )
 def test_no_gpu_cause_names_the_likely_cause(
-    the_host: gpu.Host, labels: dict[str, str], torch_cuda: str, words: str
+    the_host: gpu_host.Host, labels: dict[str, str], torch_cuda: str, words: str
 ) -> None:
-    need = gpu.min_driver(labels, torch_cuda)
-    assert words in gpu.no_gpu_cause(the_host, need, torch_cuda, "no CUDA GPUs are available")
+    need = gpu_host.min_driver(labels, torch_cuda)
+    assert words in gpu_host.no_gpu_cause(the_host, need, torch_cuda, "no CUDA GPUs are available")
 
 
 def test_driver_verdict_and_reader(tmp_path: Path) -> None:
-    assert gpu.driver_problem("580.159.04", "580.65.06", "13.0") is None
-    assert gpu.driver_problem("525.60.13", "525.60.13", "12.8") is None
-    assert gpu.driver_problem(None, "525.60.13", "12.8") is None
+    assert gpu_host.driver_problem("580.159.04", "580.65.06", "13.0") is None
+    assert gpu_host.driver_problem("525.60.13", "525.60.13", "12.8") is None
+    assert gpu_host.driver_problem(None, "525.60.13", "12.8") is None
     proc = tmp_path / "version"
     proc.write_text(
         "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build  "
         "(nixbld@)\nGCC version:  gcc version 15.3.0 (GCC)\n"
     )
-    assert gpu.read_driver(str(proc)) == "580.159.04"  # the driver, not gcc's 15.3.0
-    assert gpu.read_driver(str(tmp_path / "none")) is None
+    assert gpu_host.read_driver(str(proc)) == "580.159.04"  # the driver, not gcc's 15.3.0
+    assert gpu_host.read_driver(str(tmp_path / "none")) is None
 
 
 def test_read_host_sees_device_nodes_but_not_control_nodes(tmp_path: Path) -> None:
     for name in ("nvidia0", "nvidia1", "nvidiactl", "nvidia-uvm", "null"):
         (tmp_path / name).touch()
-    seen = gpu.read_host({"IMAGEKIT_EXPECT_GPU": "1"}, dev=str(tmp_path))
+    seen = gpu_host.read_host({"IMAGEKIT_EXPECT_GPU": "1"}, dev=str(tmp_path))
     assert seen.device_nodes == (f"{tmp_path}/nvidia0", f"{tmp_path}/nvidia1")
     assert seen.gpus_requested
 
@@ -265,7 +265,7 @@ def test_warm_up_waits_for_two_agreeing_timings() -> None:
 
 
 def test_provider_errors_keep_ort_s_words_without_colour_codes() -> None:
-    # As ORT 1.31.1 logged it on an H100 without the tensorrt package (docs/selfcheck-gpu.md).
+    # As ORT 1.31.1 logged it on an H100 without the tensorrt package (docs/selfcheck-gpu_host.md).
     log = (
         "\x1b[1;31m2026-11-23 07:57:03.933919012 [E:onnxruntime:Default, provider_bridge_ort.cc"
         ":2430 operator()] Failed to load library libonnxruntime_providers_tensorrt.so with "
@@ -388,7 +388,7 @@ def test_an_image_checked_on_the_cpu_is_never_stamped_as_gpu_validated() -> None
 
 
 def test_registry_limits_replace_the_fixed_multiplier() -> None:
-    assert set(registry.ORDER) == set(runner.ORDER)
+    assert set(registry.ORDER) == set(processes.ORDER)
     assert registry.total_limit(["stack", "perf"], None) == 60 + 180 + registry.STARTUP_S
     # A verdict runs nothing itself: its limit is that of the probes it needs.
     assert registry.total_limit(["links"], None) == 180 + 150 + registry.STARTUP_S

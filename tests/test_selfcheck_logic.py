@@ -15,7 +15,7 @@ from imagekit.engine.interface import RunOptions, RunResult
 from imagekit.errors import SelfCheckFailed, UsageError
 from imagekit.imagetest.one_container import SelfCheckOptions, check_image, selfcheck_command
 from imagekit.imagetest.stamp import validated_ref
-from imagekit.selfcheck import report, runner
+from imagekit.selfcheck import processes, report
 from imagekit.selfcheck.peaks import peak_for
 
 
@@ -41,33 +41,33 @@ def cpu_results() -> dict[str, dict[str, Any]]:
 
 def test_cpu_image_passes_and_tensorrt_is_not_required_without_gpu() -> None:
     labels = {"io.imagekit.features": "onnx-tensorrt"}
-    need = runner.required(set(), labels, gpu=False)
+    need = processes.required(set(), labels, gpu=False)
     assert need == {"onnx"}
     results = cpu_results()
-    runner.apply_requirements(results, need)
-    assert runner.exit_code(results) == 0
+    processes.apply_requirements(results, need)
+    assert processes.exit_code(results) == 0
 
 
 def test_labels_require_tensorrt_and_flash_attn_on_gpu() -> None:
     labels = {"io.imagekit.features": "flash-attn,onnx-tensorrt"}
-    need = runner.required(set(), labels, gpu=True)
+    need = processes.required(set(), labels, gpu=True)
     assert need == {"flash", "flash-attn", "onnx", "tensorrt"}
     results = cpu_results()
     results["stack"]["measurements"]["gpu"] = "NVIDIA H100 80GB HBM3"
-    runner.apply_requirements(results, need)
+    processes.apply_requirements(results, need)
     assert results["flash"]["status"] == "failed"
     assert "flash_attn package not installed" in results["flash"]["reason"]
     assert results["tensorrt"]["reason"] == (
         "required (tensorrt); the tensorrt package is not installed"
     )
-    assert runner.exit_code(results) == 1
+    assert processes.exit_code(results) == 1
 
 
 def test_require_turns_skips_into_failures_with_reasons() -> None:
     results = cpu_results()
     results["flash"] = result("skipped", "the CUDA flash backend needs sm80+; this GPU is sm_75")
     results["onnx"] = result("skipped", "onnxruntime is not installed")
-    runner.apply_requirements(results, {"gpu", "flash", "onnx"})
+    processes.apply_requirements(results, {"gpu", "flash", "onnx"})
     assert results["stack"]["reason"] == "required (gpu: no GPU is visible to torch)"
     assert results["flash"]["reason"] == (
         "required (flash); the CUDA flash backend needs sm80+; this GPU is sm_75"
@@ -77,9 +77,9 @@ def test_require_turns_skips_into_failures_with_reasons() -> None:
 
 
 def test_crash_and_missing_result_are_failures(tmp_path: Path) -> None:
-    crashed = runner._result(-signal.SIGSEGV, tmp_path / "none.json", "")
+    crashed = processes._result(-signal.SIGSEGV, tmp_path / "none.json", "")
     assert crashed["reason"] == "crashed: killed by signal SIGSEGV (11)"
-    silent = runner._result(3, tmp_path / "none.json", "line1\nImportError: no torch\n")
+    silent = processes._result(3, tmp_path / "none.json", "line1\nImportError: no torch\n")
     assert silent["status"] == "failed" and "exited with 3" in silent["reason"]
     assert "ImportError: no torch" in silent["reason"]
 

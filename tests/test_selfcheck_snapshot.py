@@ -16,7 +16,7 @@ import pytest
 from imagekit.engine.fake import FakeEngine
 from imagekit.engine.interface import ImageInfo, RunOptions, RunResult
 from imagekit.imagetest.one_container import SelfCheckOptions, run_selfcheck
-from imagekit.selfcheck import judge, runner, snapshot
+from imagekit.selfcheck import judge, processes, snapshot
 from imagekit.selfcheck.__main__ import main
 from imagekit.selfcheck.report import table
 
@@ -142,7 +142,7 @@ def test_a_cpu_host_is_judged_without_a_false_red() -> None:
         "links": "skipped",
     }
     assert results["perf"]["reason"].startswith("no GPU")
-    assert runner.exit_code(results) == 0
+    assert processes.exit_code(results) == 0
 
 
 def test_a_crashed_perf_probe_stays_failed() -> None:
@@ -213,10 +213,10 @@ def test_judge_runs_without_torch_or_a_gpu(tmp_path: Path) -> None:
 def test_checks_run_one_at_a_time_under_exclusive_compute_mode() -> None:
     host = cpu_host()
     host["gpus"] = [{"index": 0, "compute_mode": "EXCLUSIVE_PROCESS"}]
-    jobs, why = runner.jobs_for(host, 4)
+    jobs, why = processes.jobs_for(host, 4)
     assert jobs == 1 and "EXCLUSIVE_PROCESS" in why
     host["gpus"] = [{"index": 0, "compute_mode": "DEFAULT", "processes": []}]
-    assert runner.jobs_for(host, 4) == (4, "")
+    assert processes.jobs_for(host, 4) == (4, "")
 
 
 class GpuEngine(FakeEngine):

@@ -1,5 +1,5 @@
 """The NVIDIA driver as the container sees it, read the same way by the self-check
-(selfcheck/gpu.py) and the entrypoint's forward-compatibility step (runtime/fwdcompat.py)."""
+(selfcheck/gpu_host.py) and the entrypoint's forward-compatibility step (runtime/fwdcompat.py)."""
 
 from __future__ import annotations
 

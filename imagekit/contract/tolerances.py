@@ -1,6 +1,6 @@
 """The numeric tolerances the self-check's checks judge by, each once, with why it is what
 it is. A measurement beyond its tolerance fails the check (the verdicts: selfcheck/verdicts.py,
-selfcheck/int8.py, selfcheck/multinode.py)."""
+selfcheck/int8.py, selfcheck/nodes_check.py)."""
 
 from __future__ import annotations
 

@@ -105,7 +105,7 @@ def torchrun_command(plan_id: str, endpoint: str, options: NodesOptions) -> tupl
         "--rdzv-id", plan_id,
         "--rdzv-conf", f"join_timeout={options.join_timeout:g}",
         "--max-restarts", "0",  # a node that fails fails the check; no silent second try
-        "-m", "imagekit.selfcheck.multinode",
+        "-m", "imagekit.selfcheck.nodes_check",
         "--report-dir", REPORTS,
         "--timeout", f"{options.timeout:g}",
         "--megabytes", str(options.megabytes),

@@ -1,6 +1,6 @@
 """`imagekit compat show`: the tables, and which images run on a given driver and GPU.
 
-The verdicts are the self-check's own pure functions (selfcheck.gpu.driver_problem,
+The verdicts are the self-check's own pure functions (selfcheck.gpu_host.driver_problem,
 selfcheck.archs.arch_verdict) over the compatibility data, so `compat show` refuses exactly
 what an image's self-check would fail on that host.
 """
@@ -16,7 +16,7 @@ from imagekit.matrix import compat as compat_mod
 from imagekit.matrix.compat import Compat, CudaRelease, TorchRelease
 from imagekit.runtime import fwdcompat, gpus
 from imagekit.selfcheck.archs import arch_verdict
-from imagekit.selfcheck.gpu import driver_problem as gpu_driver_problem
+from imagekit.selfcheck.gpu_host import driver_problem as gpu_driver_problem
 from imagekit.text_table import render_table
 
 

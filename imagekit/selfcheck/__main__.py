@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from imagekit.contract import exits
-from imagekit.selfcheck import judge, report, runner, snapshot
+from imagekit.selfcheck import judge, processes, report, snapshot
 from imagekit.selfcheck.registry import probes_for
 
 
@@ -29,11 +29,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--checks",
-        default=",".join(runner.ORDER),
-        help=f"comma list, from: {', '.join(runner.ORDER)}",
+        default=",".join(processes.ORDER),
+        help=f"comma list, from: {', '.join(processes.ORDER)}",
     )
     parser.add_argument(
-        "--require", default="", help=f"comma list, from: {', '.join(runner.REQUIREMENTS)}"
+        "--require", default="", help=f"comma list, from: {', '.join(processes.REQUIREMENTS)}"
     )
     parser.add_argument(
         "--timeout",
@@ -66,8 +66,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--json", type=Path, help="write the results as JSON")
     parser.add_argument("--junit", type=Path, help="write the results as JUnit XML")
     args = parser.parse_args(argv)
-    unknown = set(filter(None, args.checks.split(","))) - set(runner.ORDER)
-    unknown |= set(filter(None, args.require.split(","))) - set(runner.REQUIREMENTS)
+    unknown = set(filter(None, args.checks.split(","))) - set(processes.ORDER)
+    unknown |= set(filter(None, args.require.split(","))) - set(processes.REQUIREMENTS)
     if unknown:
         parser.error(f"unknown check or requirement: {', '.join(sorted(unknown))}")
     if args.expect_gpus is not None and args.expect_gpus < 0:
@@ -81,16 +81,16 @@ def _progress(name: str, result: dict) -> None:  # type: ignore[type-arg]
 
 def live(args: argparse.Namespace) -> dict[str, Any]:
     """Read the host, run the probes the chosen checks need, and assemble the snapshot."""
-    names = [n for n in runner.ORDER if n in args.checks.split(",")]
+    names = [n for n in processes.ORDER if n in args.checks.split(",")]
     # torch numbers GPUs fastest first by default, NVML by PCI bus: one order for both, so
     # a GPU's measurements and its NVML readings meet under one index in the snapshot.
     os.environ.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
     host = snapshot.read_host(args.expect_gpus, args.require)
     host["selected"] = names
-    jobs, why = runner.jobs_for(host, args.jobs)
+    jobs, why = processes.jobs_for(host, args.jobs)
     if why:
         print(f"  running the checks one at a time: {why}", file=sys.stderr, flush=True)
-    results = runner.run_all(probes_for(names), args.timeout, jobs, _progress)
+    results = processes.run_all(probes_for(names), args.timeout, jobs, _progress)
     snap = snapshot.assemble(snapshot.nvml_again(host), results)
     if args.snapshot:
         snapshot.write(snap, args.snapshot)
@@ -111,13 +111,13 @@ def main(argv: list[str] | None = None) -> int:
     print(report.table(results))
     context = {key: snap.get(key) for key in ("imagekit", "taken_at", "host", "python", "labels")}
     context["required"] = sorted(
-        runner.required(set(snap.get("require", [])), snap.get("labels", {}), judge.gpu(snap))
+        processes.required(set(snap.get("require", [])), snap.get("labels", {}), judge.gpu(snap))
     )
     if args.json:
         args.json.write_text(report.to_json(results, context) + "\n")
     if args.junit:
         args.junit.write_text(report.to_junit(results) + "\n")
-    return runner.exit_code(results)
+    return processes.exit_code(results)
 
 
 if __name__ == "__main__":

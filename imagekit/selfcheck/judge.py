@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from imagekit.selfcheck import health, links, perf_verdict, runner
+from imagekit.selfcheck import health, links, perf_verdict, processes
 from imagekit.selfcheck.registry import ORDER
 from imagekit.selfcheck.results import Result
 from imagekit.selfcheck.snapshot import PERF_PROBE, Snapshot
@@ -37,8 +37,8 @@ def judge(snap: Snapshot, names: list[str] | None = None) -> dict[str, Result]:
         elif name in recorded:
             # A hand-written or older snapshot may leave out the runner's bookkeeping.
             out[name] = {"seconds": 0.0, "timed_out": False, **recorded[name], "name": name}
-    need = runner.required(set(snap.get("require", [])), snap.get("labels", {}), gpu(snap))
-    runner.apply_requirements(out, need)
+    need = processes.required(set(snap.get("require", [])), snap.get("labels", {}), gpu(snap))
+    processes.apply_requirements(out, need)
     return out
 
 

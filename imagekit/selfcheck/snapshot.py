@@ -20,7 +20,7 @@ from typing import Any
 
 from imagekit import __version__
 from imagekit.contract import labels as label
-from imagekit.selfcheck import gpu as gpuinfo
+from imagekit.selfcheck import gpu_host
 from imagekit.selfcheck.results import Result, labels
 
 FORMAT = 1
@@ -57,7 +57,7 @@ def read_host(expect_gpus: int | None, require: str = "") -> Snapshot:
     context here would block the checks under the EXCLUSIVE_PROCESS compute mode)."""
     from imagekit.selfcheck import int8, nvml
 
-    host = gpuinfo.read_host()
+    host = gpu_host.read_host()
     promised = labels()
     nvml_status, gpus = nvml.read_nvml()
     return {

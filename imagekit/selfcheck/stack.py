@@ -9,7 +9,7 @@ from typing import Any
 
 from imagekit.contract import labels as label
 from imagekit.contract.cgroup import cgroup_quota
-from imagekit.selfcheck import gpu as gpuinfo
+from imagekit.selfcheck import gpu_host
 from imagekit.selfcheck.archs import arch_verdict
 from imagekit.selfcheck.results import Result, labels, verdict
 from imagekit.selfcheck.verdicts import omp_problem
@@ -22,20 +22,20 @@ def check_stack() -> Result:
     m: dict[str, Any] = {"torch": torch.__version__, "torch_cuda": torch.version.cuda}
     problems = _promises(torch, promise)
     problems += _environment(torch, m)
-    host = gpuinfo.read_host()
-    cuda_image = gpuinfo.is_cuda_image(promise, torch.version.cuda)
-    m["gpu_expected"] = gpuinfo.gpu_expected(host, cuda_image)
+    host = gpu_host.read_host()
+    cuda_image = gpu_host.is_cuda_image(promise, torch.version.cuda)
+    m["gpu_expected"] = gpu_host.gpu_expected(host, cuda_image)
     m["nvidia_devices"] = list(host.device_nodes)
     available, why_not = _cuda_available(torch)
     m["device"] = "cuda" if available else "cpu"
     if available:
         problems += _gpu_stack(torch, promise, m)
     elif m["gpu_expected"]:
-        need = gpuinfo.min_driver(promise, torch.version.cuda)
+        need = gpu_host.min_driver(promise, torch.version.cuda)
         m["driver"] = host.driver
         problems.append(
             "a CUDA image on a GPU host, but torch runs on the CPU: "
-            + gpuinfo.no_gpu_cause(host, need, torch.version.cuda, why_not)
+            + gpu_host.no_gpu_cause(host, need, torch.version.cuda, why_not)
         )
     return verdict(problems, **m)
 
@@ -106,7 +106,7 @@ def _gpu_stack(torch: Any, promise: dict[str, str], m: dict[str, Any]) -> list[s
         arch=f"sm_{capability[0]}{capability[1]}",
         arch_list=torch.cuda.get_arch_list(),
         cudnn=torch.backends.cudnn.version(),
-        driver=gpuinfo.read_driver(),
+        driver=gpu_host.read_driver(),
     )
     try:
         m["nccl"] = ".".join(map(str, torch.cuda.nccl.version()))
@@ -118,11 +118,11 @@ def _gpu_stack(torch: Any, promise: dict[str, str], m: dict[str, Any]) -> list[s
         problems.append(archs.reason)
     elif archs.jit:
         m["note"] = archs.reason
-    need = gpuinfo.min_driver(promise, torch.version.cuda)
+    need = gpu_host.min_driver(promise, torch.version.cuda)
     forward = os.environ.get("IMAGEKIT_FORWARD_COMPAT") or None
     if forward:
         m["forward_compat"] = forward
-    too_old = gpuinfo.driver_problem(m["driver"], need, torch.version.cuda, forward)
+    too_old = gpu_host.driver_problem(m["driver"], need, torch.version.cuda, forward)
     if too_old:
         problems.append(too_old)
     return problems

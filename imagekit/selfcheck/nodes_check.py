@@ -9,7 +9,7 @@ rank-R.json when it has joined (so the host can tell a node that never arrived f
 died later); rank 0 writes the report. Standard library and torch only.
 
     torchrun --nnodes 2 --nproc-per-node 1 --rdzv-backend c10d --rdzv-endpoint node0:29400 \\
-        -m imagekit.selfcheck.multinode --report-dir /imagekit-reports
+        -m imagekit.selfcheck.nodes_check --report-dir /imagekit-reports
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ GRAD_TOLERANCE = DDP_GRAD_SPREAD  # the single-node ddp check's: contract/tolera
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m imagekit.selfcheck.multinode")
+    parser = argparse.ArgumentParser(prog="python -m imagekit.selfcheck.nodes_check")
     parser.add_argument("--report-dir", type=Path, default=Path("/imagekit-reports"))
     parser.add_argument(
         "--timeout", type=float, default=120, help="seconds any one collective may wait"
@@ -231,7 +231,7 @@ def write(path: Path, data: dict[str, Any]) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     if not launched_by_torchrun(os.environ):
-        print("imagekit.selfcheck.multinode runs under torchrun (one process a rank)")
+        print("imagekit.selfcheck.nodes_check runs under torchrun (one process a rank)")
         return exits.CHECK_USAGE
     ids = rank_env(dict(os.environ))
     report = run_rank(args, ids)
