@@ -10,7 +10,7 @@ import pytest
 from imagekit.build.display import QuietDisplay
 from imagekit.build.inputs import Inputs, resolve
 from imagekit.build.log import StepLog
-from imagekit.build.runner import BuildOptions, Runner, plan, raise_for_failures, summary
+from imagekit.build.session import BuildOptions, Runner, plan, raise_for_failures, summary
 from imagekit.engine.fake import FakeEngine
 from imagekit.errors import BuildError, UsageError
 from imagekit.matrix.catalog import load_cells
@@ -262,7 +262,7 @@ def test_target_packages_needs_a_packages_stage(
 
 
 def test_creation_time_comes_from_the_source_not_the_clock() -> None:
-    from imagekit.build.runner import source_date
+    from imagekit.build.session import source_date
 
     assert source_date("1700000000", "1600000000") == "2023-11-14T22:13:20+00:00"
     assert source_date(None, "1600000000") == "2020-09-13T12:26:40+00:00"
@@ -284,7 +284,7 @@ def test_creation_time_comes_from_the_source_not_the_clock() -> None:
     ],
 )
 def test_source_label_from_the_git_remote_without_credentials(remote: str, url: str | None) -> None:
-    from imagekit.build.runner import source_url
+    from imagekit.build.session import source_url
 
     assert source_url({}, remote) == url
     assert source_url({"GITHUB_REPOSITORY": "acme/x"}, remote) == "https://github.com/acme/x"

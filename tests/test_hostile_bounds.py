@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from imagekit.errors import SpecError
 from imagekit.matrix.catalog import load_cells
-from imagekit.matrix.spec import (
+from imagekit.matrix.envfile import (
     AXES,
     MAX_BLOCK_CELLS,
     MAX_CELLS,

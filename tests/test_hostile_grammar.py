@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from imagekit.errors import SpecError, UsageError
 from imagekit.matrix.catalog import load_cells
 from imagekit.matrix.compat_show import parse_host
-from imagekit.matrix.refs import check_image_ref
+from imagekit.matrix.ref_checks import check_image_ref
 
 from .hostile import project, run, user_error
 

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from imagekit.cli import params
-from imagekit.matrix.refs import check_tag
+from imagekit.matrix.ref_checks import check_tag
 
 from .hostile import project, run, user_error
 

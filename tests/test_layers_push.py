@@ -12,7 +12,7 @@ import pytest
 
 from imagekit.build.display import QuietDisplay
 from imagekit.build.inputs import Inputs
-from imagekit.build.runner import BuildOptions, CellReport, Runner, plan, share_layers, summary
+from imagekit.build.session import BuildOptions, CellReport, Runner, plan, share_layers, summary
 from imagekit.engine.discover import Builder, buildx_driver, unsupported
 from imagekit.engine.docker import DockerEngine, align_layers
 from imagekit.engine.fake import FakeEngine

@@ -12,7 +12,7 @@ import click
 from imagekit.build import bases as base
 from imagekit.build.display import make_display
 from imagekit.build.inputs import Inputs
-from imagekit.build.runner import (
+from imagekit.build.session import (
     BuildOptions,
     CellReport,
     Runner,
@@ -26,7 +26,7 @@ from imagekit.engine.docker import DockerEngine
 from imagekit.engine.interface import MAX_LEVEL, Compression, Engine
 from imagekit.errors import BuildError, UsageError
 from imagekit.matrix.cells import Cell
-from imagekit.matrix.refs import check_tag
+from imagekit.matrix.ref_checks import check_tag
 from imagekit.urls import refuse_credentials
 
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import click
 
-from imagekit.matrix.refs import check_image_ref
+from imagekit.matrix.ref_checks import check_image_ref
 from imagekit.urls import mask
 
 CONTROL = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029]")

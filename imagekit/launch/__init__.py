@@ -1,6 +1,6 @@
 """`imagekit launch`: files that run a command on N nodes with a cell's image.
 
-spec.py checks the options and resolves the image (pinned by digest from images.lock);
+options.py checks the options and resolves the image (pinned by digest from images.lock);
 kubernetes.py writes a TrainJob or JobSet, slurm.py an sbatch script for Pyxis or Apptainer.
 Pure functions from a LaunchSpec to text: nothing here contacts a cluster.
 """
@@ -8,7 +8,7 @@ Pure functions from a LaunchSpec to text: nothing here contacts a cluster.
 from __future__ import annotations
 
 from imagekit.launch import kubernetes, slurm
-from imagekit.launch.spec import LaunchOptions, LaunchSpec, build
+from imagekit.launch.options import LaunchOptions, LaunchSpec, build
 
 __all__ = ["LaunchOptions", "LaunchSpec", "build", "filename", "render"]
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from imagekit.launch.spec import LaunchSpec
+from imagekit.launch.options import LaunchSpec
 
 NODE = "node"  # the runtime's replicated job and container name
 SHM_VOLUME = "dshm"

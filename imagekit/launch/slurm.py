@@ -17,7 +17,7 @@ import re
 import shlex
 
 from imagekit.contract.refs import Reference, parse
-from imagekit.launch.spec import LaunchSpec
+from imagekit.launch.options import LaunchSpec
 
 SHEBANG = "#!/bin/bash"
 

@@ -29,9 +29,9 @@ from imagekit.matrix.compat import (
     TorchRelease,
     variant_of,
 )
+from imagekit.matrix.envfile import AXES, Options, RawCell, format_specs, merge
 from imagekit.matrix.profiles import image_env
-from imagekit.matrix.refs import check_tag, pinned
-from imagekit.matrix.spec import AXES, Options, RawCell, format_specs, merge
+from imagekit.matrix.ref_checks import check_tag, pinned
 
 DEFAULT_SIZE_BUDGET = 20 * 10**9
 USER = ("imagekit", 1000)

@@ -14,7 +14,7 @@ from imagekit.contract.driver import version_tuple
 from imagekit.errors import UsageError
 from imagekit.matrix import compat as compat_mod
 from imagekit.matrix.compat import Compat, CudaRelease, TorchRelease
-from imagekit.runtime import fwdcompat, gpus
+from imagekit.runtime import fwdcompat, gpu_models
 from imagekit.selfcheck.archs import arch_verdict
 from imagekit.selfcheck.gpu_host import driver_problem as gpu_driver_problem
 from imagekit.text_table import render_table
@@ -47,11 +47,11 @@ def parse_host(driver: str | None, gpu: str | None) -> Host:
         )
     capability = None
     if gpu is not None:
-        capability = gpus.capability_of(gpu)
+        capability = gpu_models.capability_of(gpu)
         if capability is None:
             raise UsageError(
                 f"--gpu {gpu!r} is neither a compute capability (sm_90, 9.0) nor a known "
-                f"model ({gpus.known_names()}); pass its capability, e.g. --gpu sm_90"
+                f"model ({gpu_models.known_names()}); pass its capability, e.g. --gpu sm_90"
             )
     return Host(driver, gpu, capability)
 
@@ -76,7 +76,7 @@ def driver_verdict(data: Compat, cuda: CudaRelease, host: Host, jit: bool) -> Ve
 
 def _forward_note(cuda: CudaRelease, host: Host) -> str:
     """What the nvidia flavor's entrypoint would decide (its compat libcuda is the toolkit's)."""
-    names = (host.gpu,) if host.gpu and gpus.model_of(host.gpu) else ()
+    names = (host.gpu,) if host.gpu and gpu_models.model_of(host.gpu) else ()
     decision = fwdcompat.decide(
         host.driver, cuda.min_driver, names, cuda.toolkit_driver, cuda.forward_branches
     )

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from imagekit.errors import SpecError
-from imagekit.matrix.refs import DIGEST, check_image_ref
+from imagekit.matrix.ref_checks import DIGEST, check_image_ref
 from imagekit.paths import read_checked, write_atomic
 
 NAME = "images.lock"

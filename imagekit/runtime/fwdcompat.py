@@ -27,7 +27,7 @@ from pathlib import Path
 
 from imagekit.contract import labels as label
 from imagekit.contract.driver import PROC_DRIVER, read_driver, version_tuple
-from imagekit.runtime import gpus
+from imagekit.runtime import gpu_models
 
 COMPAT_DIR = "/usr/local/cuda/compat"
 LABELS = "/etc/imagekit/labels.json"
@@ -119,7 +119,7 @@ def _datacenter(name: str) -> bool:
     container runtime, which already checked its brand against NVIDIA_REQUIRE_CUDA."""
     if "GEFORCE" in name.upper():
         return False
-    model = gpus.model_of(name)
+    model = gpu_models.model_of(name)
     return model is None or model.datacenter
 
 

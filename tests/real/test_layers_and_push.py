@@ -45,7 +45,7 @@ def report(root: Path) -> dict:  # type: ignore[type-arg]
 
 
 def test_layers_and_the_ones_two_images_share(tmp_path: Path, project: Path) -> None:
-    from imagekit.build.runner import CellReport, share_layers
+    from imagekit.build.session import CellReport, share_layers
     from imagekit.engine.docker import DockerEngine
 
     engine = DockerEngine()

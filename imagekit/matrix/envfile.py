@@ -29,7 +29,7 @@ from pydantic import (
 )
 
 from imagekit.errors import Problem, SpecError, printable
-from imagekit.matrix.refs import REGISTRY, REPOSITORY, check_image_ref
+from imagekit.matrix.ref_checks import REGISTRY, REPOSITORY, check_image_ref
 from imagekit.matrix.yamlsrc import Located, YamlSyntaxError
 from imagekit.matrix.yamlsrc import load as load_yaml
 from imagekit.sizes import parse_size

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from imagekit.errors import UsageError
 from imagekit.matrix.cells import Cell
 from imagekit.matrix.profiles import PROFILE_ENV, PROFILE_SHM, RDMA_PROFILES
-from imagekit.matrix.refs import check_image_ref, pinned
+from imagekit.matrix.ref_checks import check_image_ref, pinned
 from imagekit.selfcheck.registry import ORDER
 from imagekit.sizes import QUANTITY, quantity_kib
 
