@@ -72,7 +72,7 @@ class OfflineEngine(FakeEngine):
 
 
 def test_cells_whose_bases_cannot_be_had_are_named_before_anything_builds() -> None:
-    from imagekit.cli.build import preflight
+    from imagekit.build.preflight import preflight
     from imagekit.matrix.catalog import Filters, select
 
     cells = select(load_cells([ROOT / "envs"]), Filters(cuda=("12.6",)))
@@ -94,7 +94,7 @@ def test_cells_whose_bases_cannot_be_had_are_named_before_anything_builds() -> N
 
 
 def test_a_debian_base_missing_here_is_bootstrappable() -> None:
-    from imagekit.cli.build import preflight
+    from imagekit.build.preflight import preflight
     from imagekit.matrix.catalog import Filters, select
 
     class Bare(OfflineEngine):

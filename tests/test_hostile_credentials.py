@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from imagekit.cli import build as build_cli
+from imagekit.build import orchestrate
 from imagekit.urls import mask, mask_environment
 
 from .hostile import project, run
@@ -78,7 +78,7 @@ def test_a_crash_log_holds_no_credential(
     def crash(*args: object) -> None:
         raise RuntimeError(f"boom at https://alice:{SECRET}@host/simple")
 
-    monkeypatch.setattr(build_cli, "run_build", crash)
+    monkeypatch.setattr(orchestrate, "run_build", crash)
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     monkeypatch.setenv("IMAGEKIT_INDEX_URL", f"https://bob:{SECRET}@env.example/simple")
     monkeypatch.setenv("GITHUB_TOKEN", f"ghp_{SECRET}")

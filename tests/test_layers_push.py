@@ -281,7 +281,7 @@ def test_compression_options_checked_before_anything(capsys: pytest.CaptureFixtu
 def test_build_refuses_zstd_on_the_builtin_buildkit_before_building(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    import imagekit.cli.build as build_cli
+    import imagekit.build.orchestrate as orchestrate
 
     built: list[str] = []
 
@@ -295,7 +295,7 @@ def test_build_refuses_zstd_on_the_builtin_buildkit_before_building(
         engine._builder = Builder("/usr/bin/docker", "buildkit", "20.10.24")
         return engine
 
-    monkeypatch.setattr(build_cli, "DockerEngine", make)
+    monkeypatch.setattr(orchestrate, "DockerEngine", make)
     args = ["build", "--cell", CELL, "--ca-bundle", __file__, "--push"]
     code, _, err = cli(*args, "--compression", "estargz", capsys=capsys)
     assert code == 2 and not built

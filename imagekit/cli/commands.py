@@ -154,7 +154,8 @@ from imagekit.cli.params import (
 def build(**kwargs: Any) -> None:
     """Build the selected cells with BuildKit and report on each."""
     from imagekit.build import inputs, packagelock
-    from imagekit.cli.build import BuildRun, options_from, run_build
+    from imagekit.build.orchestrate import run_build
+    from imagekit.cli.build_options import build_run_from, options_from
 
     selection = Selection.of(kwargs)
     cells = selection.cells()
@@ -164,7 +165,7 @@ def build(**kwargs: Any) -> None:
     # would install what the matrix no longer asks for.
     resolved = inputs.resolve(kwargs["ca_bundle"], kwargs["index_url"], kwargs["wheelhouse"])
     packagelock.raise_if_stale(cells, locks, whole_matrix=False)
-    run_build(cells, options, resolved, BuildRun.of(kwargs))
+    run_build(cells, options, resolved, build_run_from(kwargs))
 
 
 @click.command(

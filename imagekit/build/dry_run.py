@@ -1,0 +1,20 @@
+"""`imagekit build --dry-run`: the CA bundle and each planned build's command (and push), printed;
+nothing is contacted."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import click
+
+from imagekit.build.inputs import Inputs
+from imagekit.build.session import BuildOptions, plan
+from imagekit.matrix.cells import Cell
+
+
+def print_dry_run(cells: Sequence[Cell], options: BuildOptions, resolved: Inputs) -> None:
+    click.echo(f"CA bundle: {resolved.ca_bundle or 'none'} (from {resolved.ca_source})")
+    for b in plan(cells, options, resolved):
+        click.echo(f"{b.cell.id}:\n  {b.command()}")
+        if options.push:
+            click.echo(f"  push: {b.push_command(options.compression)}")

@@ -1,0 +1,66 @@
+"""`imagekit build` from typed options to reports: the selection checked, then a dry run
+(dry_run.py) or the engine's support checked, the preflight and base bootstrap
+(preflight.py), the builds (session.py) and the summary."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import click
+
+from imagekit.build import bases as base
+from imagekit.build.display import make_display
+from imagekit.build.dry_run import print_dry_run
+from imagekit.build.inputs import Inputs
+from imagekit.build.preflight import bootstrap_missing, check_tag_suffix, check_target, preflight
+from imagekit.build.session import (
+    BuildOptions,
+    CellReport,
+    Runner,
+    build_labels,
+    plan,
+    raise_for_failures,
+    summary,
+)
+from imagekit.engine.docker import DockerEngine
+from imagekit.matrix.cells import Cell
+
+
+@dataclass(frozen=True)
+class BuildRun:
+    """How this run goes, beside what it builds: a dry run, base bootstrapping, the CLI."""
+
+    dry_run: bool = False
+    bootstrap_base: bool = False
+    mirror: str | None = None
+    docker_cli: str | None = None
+    progress: str = "auto"
+
+
+def run_build(
+    cells: Sequence[Cell], options: BuildOptions, resolved: Inputs, run: BuildRun
+) -> None:
+    check_target(cells, options.target)
+    check_tag_suffix(cells, options.tag_suffix)
+    if run.dry_run:  # contacts nothing, so no git call for the revision label
+        print_dry_run(cells, options, resolved)
+        return
+    engine = DockerEngine(run.docker_cli)
+    # what this builder cannot do is refused before anything runs (exit 2)
+    engine.check_support(options.cache_to, options.compression)
+    builds = plan(cells, replace(options, labels=build_labels()), resolved)
+    unbuildable = preflight(engine, cells, run.bootstrap_base, options.keep_going)
+    builds = [b for b in builds if b.cell.id not in unbuildable]
+    if run.bootstrap_base:
+        bootstrap_missing(engine, [b.cell for b in builds], run.mirror or base.DEFAULT_MIRROR)
+    reports = Runner(engine, options, resolved, make_display(run.progress)).run(builds)
+    reports += [
+        CellReport(cell=c.id, status="not-attempted", error=why)
+        for c in cells
+        if (why := unbuildable.get(c.id))
+    ]
+    click.echo(summary(reports))
+    click.echo(f"reports: {Path(options.report_dir)}/<cell>/build.json")
+    raise_for_failures(reports)
