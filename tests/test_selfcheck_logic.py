@@ -88,7 +88,7 @@ def test_table_json_and_junit() -> None:
     results = cpu_results()
     results["ddp"] = {**result("failed", "timed out after 20s and was killed"), "timed_out": True}
     results["ddp"]["name"] = "ddp"
-    text = report.table(results)
+    text = report.checks_table(results)
     assert "TIMEOUT" in text and "3 passed, 1 failed, 2 skipped" in text
     assert "no GPU: GEMM and bandwidth" in text  # a skip always says why
     suite = ET.fromstring(report.to_junit(results))

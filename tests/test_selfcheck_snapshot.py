@@ -18,7 +18,7 @@ from imagekit.engine.interface import ImageInfo, RunOptions, RunResult
 from imagekit.imagetest.one_container import SelfCheckOptions, run_selfcheck
 from imagekit.selfcheck import judge, processes, snapshot
 from imagekit.selfcheck.__main__ import main
-from imagekit.selfcheck.report import table
+from imagekit.selfcheck.report import checks_table
 
 from .test_selfcheck_health import EXPECTED
 
@@ -169,7 +169,7 @@ def test_judge_prints_the_live_table_and_exit_code(
     snap["checks"]["ddp"] = result("failed", "gradients differ across ranks by 0.5")
     path = tmp_path / "host.json"
     snapshot.write(snap, path)
-    expected = table(judge.judge(copy.deepcopy(snap)))
+    expected = checks_table(judge.judge(copy.deepcopy(snap)))
     assert main(["--judge", str(path), "--json", str(tmp_path / "r.json")]) == 1
     assert capsys.readouterr().out.rstrip("\n") == expected
     report = json.loads((tmp_path / "r.json").read_text())

@@ -99,9 +99,9 @@ def render(**kwargs: Any) -> None:
 @filter_options
 def list_cells(**kwargs: Any) -> None:
     """Print the selected cells as a table."""
-    from imagekit.render.ci import table
+    from imagekit.render.ci import matrix_table
 
-    click.echo(table(Selection.of(kwargs).cells()))
+    click.echo(matrix_table(Selection.of(kwargs).cells()))
 
 
 @cli.command(

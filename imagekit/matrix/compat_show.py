@@ -117,7 +117,7 @@ def show(driver: str | None = None, gpu: str | None = None) -> str:
     data = compat_mod.load()
     host = parse_host(driver, gpu)
     if host.driver is None and host.capability is None:
-        return tables(data)
+        return compat_tables(data)
     asked = " and ".join(x for x in (driver and f"driver {driver}", gpu and f"GPU {gpu}") if x)
     rows: list[tuple[str, str, str]] = []
     rules: list[str] = []
@@ -138,7 +138,7 @@ def show(driver: str | None = None, gpu: str | None = None) -> str:
     return "\n".join(lines)
 
 
-def tables(data: Compat) -> str:
+def compat_tables(data: Compat) -> str:
     torch = render_table(
         ("torch", "PyPI CUDA", "variants", "Python", "torchvision"),
         [

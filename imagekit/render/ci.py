@@ -11,7 +11,7 @@ from imagekit.matrix.cells import Cell
 from imagekit.text_table import render_table
 
 
-def table(cells: Sequence[Cell]) -> str:
+def matrix_table(cells: Sequence[Cell]) -> str:
     header = ("CELL", "CUDA", "TORCH", "PYTHON", "OS", "FLAVOR", "FEATURES", "PROFILE")
     rows = [
         (c.id, c.cuda, c.torch, c.python, c.os, c.flavor, ",".join(c.features) or "-", c.profile)

@@ -108,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         snap = live(args)
     results = judge.judge(snap)
-    print(report.table(results))
+    print(report.checks_table(results))
     context = {key: snap.get(key) for key in ("imagekit", "taken_at", "host", "python", "labels")}
     context["required"] = sorted(
         processes.required(set(snap.get("require", [])), snap.get("labels", {}), judge.gpu(snap))

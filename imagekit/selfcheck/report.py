@@ -60,7 +60,7 @@ def _details(result: dict[str, Any]) -> str:
     return "; ".join(filter(None, [reason, ", ".join(shown)]))
 
 
-def table(results: dict[str, dict[str, Any]]) -> str:
+def checks_table(results: dict[str, dict[str, Any]]) -> str:
     lines = [f"{'CHECK':<15}{'STATUS':<9}{'TIME':>7}  DETAILS"]
     for name, r in results.items():
         status = "TIMEOUT" if r.get("timed_out") else r["status"].upper()

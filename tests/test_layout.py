@@ -1,0 +1,56 @@
+"""The tree's names: one file name per module, and no function called just `table`, so a
+name found in a traceback, an import or a grep leads to one place."""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+from collections import defaultdict
+from pathlib import Path
+
+from imagekit.imagetest.nodes_plan import NodesOptions, torchrun_command
+
+PACKAGE = Path(__file__).resolve().parents[1] / "imagekit"
+# Package markers, not modules anyone names.
+MARKERS = {"__init__.py", "__main__.py"}
+
+
+def modules() -> list[Path]:
+    return sorted(p for p in PACKAGE.rglob("*.py") if p.name not in MARKERS)
+
+
+def shared_names(paths: list[Path]) -> dict[str, list[str]]:
+    by_name: dict[str, list[str]] = defaultdict(list)
+    for path in paths:
+        by_name[path.name].append(str(path.relative_to(PACKAGE.parent)))
+    return {name: places for name, places in by_name.items() if len(places) > 1}
+
+
+def test_no_two_modules_share_a_file_name() -> None:
+    assert len(modules()) > 50  # the glob really reached the package
+    assert shared_names(modules()) == {}
+
+
+def test_the_check_finds_a_shared_name() -> None:
+    twins = [PACKAGE / "build" / "runner.py", PACKAGE / "selfcheck" / "runner.py"]
+    assert shared_names(twins) == {
+        "runner.py": ["imagekit/build/runner.py", "imagekit/selfcheck/runner.py"]
+    }
+
+
+def test_no_function_is_named_only_table() -> None:
+    vague = {"table", "tables"}
+    found = [
+        f"{path.relative_to(PACKAGE.parent)}:{node.lineno} {node.name}"
+        for path in modules()
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.FunctionDef) and node.name in vague
+    ]
+    assert found == []
+
+
+def test_the_node_command_runs_a_module_that_exists() -> None:
+    command = torchrun_command("imagekit-0abc1234", "node0:29400", NodesOptions(nodes=2))
+    module = command[command.index("-m") + 1]
+    assert module == "imagekit.selfcheck.nodes_check"
+    assert importlib.util.find_spec(module) is not None
