@@ -4,6 +4,7 @@ and BuildRun (how this run goes); the run itself is imagekit/build/orchestrate.p
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import fields
 from typing import Any
 
 from imagekit.build.orchestrate import BuildRun
@@ -51,10 +52,5 @@ def options_from(kwargs: dict[str, Any]) -> BuildOptions:
 
 
 def build_run_from(values: Mapping[str, Any]) -> BuildRun:
-    return BuildRun(
-        dry_run=values["dry_run"],
-        bootstrap_base=values["bootstrap_base"],
-        mirror=values["mirror"],
-        docker_cli=values["docker_cli"],
-        progress=values["progress"],
-    )
+    """BuildRun's fields are named as their options are (--dry-run is dry_run, ...)."""
+    return BuildRun(**{f.name: values[f.name] for f in fields(BuildRun)})
