@@ -14,16 +14,9 @@ from hypothesis import strategies as st
 
 from imagekit.errors import SpecError
 from imagekit.matrix.catalog import load_cells
-from imagekit.matrix.envfile import (
-    AXES,
-    MAX_BLOCK_CELLS,
-    MAX_CELLS,
-    Match,
-    MatchIndex,
-    bits,
-    load_spec,
-    matches,
-)
+from imagekit.matrix.envfile import AXES, Match
+from imagekit.matrix.expand import MAX_BLOCK_CELLS, MAX_CELLS, MatchIndex, bits, matches
+from imagekit.matrix.load import load_spec
 
 # generous bounds against a loaded CI machine; the target is well under a second
 SECONDS = 5.0

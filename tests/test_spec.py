@@ -11,7 +11,8 @@ from imagekit.errors import SpecError
 from imagekit.matrix import compat
 from imagekit.matrix.catalog import load_cells
 from imagekit.matrix.cells import complete_all
-from imagekit.matrix.envfile import load_spec, parse_size
+from imagekit.matrix.load import load_spec
+from imagekit.sizes import parse_size
 
 GOOD_BLOCK = """
 matrix:

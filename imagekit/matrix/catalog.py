@@ -11,7 +11,7 @@ from imagekit.errors import UsageError
 from imagekit.matrix import compat as compat_mod
 from imagekit.matrix import lockfile
 from imagekit.matrix.cells import Cell, complete_all
-from imagekit.matrix.envfile import load_spec
+from imagekit.matrix.load import load_spec
 from imagekit.resources import default_envs_dir
 
 

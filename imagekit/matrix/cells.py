@@ -29,7 +29,8 @@ from imagekit.matrix.compat import (
     TorchRelease,
     variant_of,
 )
-from imagekit.matrix.envfile import AXES, Options, RawCell, format_specs, merge
+from imagekit.matrix.envfile import AXES, Options
+from imagekit.matrix.expand import RawCell, format_specs, merge
 from imagekit.matrix.profiles import image_env
 from imagekit.matrix.ref_checks import check_tag, pinned
 
