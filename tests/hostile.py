@@ -4,26 +4,16 @@ its exit code and output, and a valid package lock to damage."""
 from __future__ import annotations
 
 import shutil
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from imagekit.build import packagelock
-from imagekit.build.packagelock import Pin
 from imagekit.cli import main
 
 from .conftest import ROOT
-
-CELL = "cpu-torch2.13.0-py3.11-debian12-slim"
-H = {c: c * 64 for c in "abcdef"}
-TORCH_PINS = {
-    "torch==2.13.0": H["a"],
-    "filelock==3.20.0": H["b"],
-    "nvidia-nccl-cu12==2.27.5": H["c"],
-}
-FEATURE_PINS = {"onnx==1.19.1": H["d"], "filelock==3.20.0": H["b"], "numpy==2.3.4": H["e"]}
+from .test_packagelock import CELL, fake_resolver
 
 
 @dataclass(frozen=True)
@@ -56,17 +46,6 @@ def user_error(ran: Ran, *words: str) -> None:
     assert "internal error" not in ran.text and "Traceback" not in ran.text
     for word in words:
         assert word in ran.text, (word, ran.text)
-
-
-def fake_resolver(
-    requirements: Sequence[str],
-    constraints: Sequence[str],
-    index: str,
-    wheelhouse: Path | None,
-    python: str,
-) -> list[Pin]:
-    pins = FEATURE_PINS if constraints else TORCH_PINS
-    return [Pin(req, (digest,)) for req, digest in pins.items()]
 
 
 @pytest.fixture

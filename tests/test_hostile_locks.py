@@ -17,7 +17,8 @@ from imagekit.errors import UsageError
 from imagekit.matrix.catalog import load_cells
 
 from .conftest import ROOT
-from .hostile import CELL, H, lock_text, project, run
+from .hostile import CELL, lock_text, project, run
+from .test_packagelock import H
 
 __all__ = ["project"]  # the fixture, imported for the tests here
 
