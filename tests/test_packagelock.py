@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from imagekit.build import context, groups, packagelock
+from imagekit.build import context, groups, lock_text, packagelock
 from imagekit.build.packagelock import Pin, ResolveError
 from imagekit.cli import main
 from imagekit.errors import StaleError, UsageError
@@ -56,9 +56,9 @@ def fake_resolver(
 
 def test_the_fingerprint_follows_every_input_and_nothing_else() -> None:
     base = packagelock.inputs_of(cell())
-    assert packagelock.fingerprint(base) == packagelock.fingerprint(dict(reversed(base.items())))
+    assert lock_text.fingerprint(base) == lock_text.fingerprint(dict(reversed(base.items())))
     for key, value in [("python", "3.12"), ("torch-index", ""), ("os", "debian13")]:
-        assert packagelock.fingerprint({**base, key: value}) != packagelock.fingerprint(base)
+        assert lock_text.fingerprint({**base, key: value}) != lock_text.fingerprint(base)
     assert base["torch"] == ["torch==2.13.0"]
     assert base["features"] == [["onnx>=1.16", "onnxscript>=0.1", "onnxruntime>=1.19"]]
 

@@ -1,0 +1,297 @@
+"""A package lock's text: its records (Pin, PackageLock), writing it, reading it line by line,
+and checking its pins against the cell (`verify`). packagelock.py resolves, reads and
+checks locks on disk with these.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass, field
+
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
+
+from imagekit.build import groups
+from imagekit.errors import UsageError, printable
+from imagekit.matrix.cells import Cell
+from imagekit.urls import mask
+
+FORMAT = 1
+
+
+GROUPS = groups.GROUPS
+
+
+_HEADER = re.compile(r"^# (?P<key>[a-z-]+): (?P<value>.*)$")
+
+
+_SECTION = re.compile(r"^# \[(?P<group>[a-z]+)\]$")
+
+
+# A pin as the lock writer writes it: a PEP 508 name, `==`, a version (PEP 440 characters;
+# packaging.version then parses it), then only `--hash=sha256:<64 hex>` entries.
+_PIN = re.compile(
+    r"(?P<name>[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?)==(?P<version>[A-Za-z0-9.+!_-]+)"
+)
+
+
+_HASH = re.compile(r"--hash=sha256:(?P<digest>[0-9a-f]{64})")
+
+
+# What torch's resolution may put in the torch group besides the cell's own torch requirements
+# (torch, torchvision, nvidia-ml-py): the Requires-Dist of torch, torchvision and triton
+# wheels and theirs, Linux x86_64, torch 2.5 to 2.15 (from `uv pip compile` of each torch
+# release with its torchvision for x86_64-manylinux_2_28; CUDA 13 builds add cuda-toolkit,
+# cuda-bindings and cuda-pathfinder). The nvidia-* CUDA libraries go to the cuda group. A
+# torch that comes to depend on more fails `imagekit lock --packages` naming the package:
+# add it here after reading torch's metadata.
+TORCH_DEPENDENCIES = frozenset(
+    {
+        "cuda-bindings", "cuda-pathfinder", "cuda-toolkit", "filelock", "fsspec", "jinja2",
+        "markupsafe", "mpmath", "networkx", "numpy", "pillow", "setuptools", "sympy", "triton",
+        "typing-extensions",
+    }
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Pin:
+    """`name==version` and the sha256 of each file that may be installed for it."""
+
+    requirement: str
+    hashes: tuple[str, ...]
+    line: int = field(default=0, compare=False)  # where it starts in the lock file read
+
+    @property
+    def name(self) -> str:
+        return canonicalize_name(Requirement(self.requirement).name)
+
+    @property
+    def version(self) -> str:
+        return self.requirement.split("==", 1)[1]
+
+    def text(self) -> str:
+        return " \\\n".join([self.requirement, *(f"    --hash=sha256:{h}" for h in self.hashes)])
+
+
+@dataclass(frozen=True)
+class PackageLock:
+    cell: str
+    inputs: dict[str, object]
+    resolved_with: dict[str, str] = field(default_factory=dict)
+    groups: dict[str, tuple[Pin, ...]] = field(default_factory=dict)
+
+    @property
+    def fingerprint(self) -> str:
+        return fingerprint(self.inputs)
+
+
+def fingerprint(inputs: dict[str, object]) -> str:
+    data = json.dumps(inputs, sort_keys=True, separators=(",", ":"))
+    return "sha256:" + hashlib.sha256(data.encode("utf-8")).hexdigest()
+
+
+def render_text(lock: PackageLock) -> str:
+    lines = [
+        f"# imagekit package lock of {lock.cell}: written by `imagekit lock --packages`.",
+        "# Builds of this cell install exactly these files; edit the matrix, not this file.",
+        f"# fingerprint: {lock.fingerprint}",
+        f"# inputs: {json.dumps(lock.inputs, sort_keys=True)}",
+        *(f"# {key}: {value}" for key, value in sorted(lock.resolved_with.items())),
+    ]
+    for group in GROUPS:
+        lines.append(f"# [{group}]")
+        lines.extend(pin.text() for pin in lock.groups.get(group, ()))
+    return "\n".join(lines) + "\n"
+
+
+def parse(text: str, cell_id: str, where: str = "") -> PackageLock:
+    """The inverse of render_text; a file it cannot read is a UsageError naming the fix.
+    Strict: after the header only group lines, `name==version` pins with their
+    `--hash=sha256:` entries (continued as the writer continues them) and blank lines; an
+    option line (`--index-url`, `-r`, ...) or a comment inside a group is refused."""
+    where = where or cell_id
+    header: dict[str, str] = {}
+    sections: dict[str, list[Pin]] = {}
+    current: list[Pin] | None = None
+    pending: tuple[int, str, list[str], list[Pin]] | None = None  # a pin whose hashes continue
+    for number, raw in enumerate(text.split("\n"), 1):
+        body, continues = _continued(raw)
+        if pending is not None:
+            start, requirement, hashes, into = pending
+            for word in body.split():
+                hashes.append(_hash(word, where, number, raw))
+            if body and not body[0].isspace():
+                raise _bad_line(where, number, raw, "a pin's hashes continue on indented lines")
+            if not continues:
+                into.append(_finished(requirement, hashes, where, start))
+                pending = None
+            continue
+        if section := _SECTION.match(raw):
+            group = section["group"]
+            if group not in GROUPS or group in sections:
+                why = (
+                    "a group twice"
+                    if group in sections
+                    else f"no group {group} (only {', '.join(GROUPS)})"
+                )
+                raise _bad_line(where, number, raw, why)
+            current = sections[group] = []
+        elif current is None:
+            if match := _HEADER.match(raw):
+                header[match["key"]] = match["value"]
+            elif raw.strip() and not raw.startswith("#"):
+                raise _bad_line(where, number, raw, "a requirement before any group")
+        elif not raw.strip():
+            continue
+        elif raw.lstrip().startswith("-"):
+            raise _bad_line(
+                where, number, raw,
+                "an option line: a lock holds pins only (an option would change where "
+                "packages come from or what else is read)",
+            )  # fmt: skip
+        elif raw.startswith("#"):
+            raise _bad_line(where, number, raw, "a comment inside a group (the writer writes none)")
+        else:
+            words = body.split()
+            if not _PIN.fullmatch(words[0]) or not _valid_version(words[0].split("==", 1)[1]):
+                raise _bad_line(where, number, raw, "not `name==version --hash=sha256:...`")
+            hashes = [_hash(word, where, number, raw) for word in words[1:]]
+            if continues:
+                pending = (number, words[0], hashes, current)
+            else:
+                current.append(_finished(words[0], hashes, where, number))
+    if pending is not None:
+        raise _bad_line(where, pending[0], pending[1], "the file ends inside the pin's hashes")
+    try:
+        inputs = json.loads(header.pop("inputs"))
+        stated = header.pop("fingerprint")
+    except KeyError as exc:
+        raise unreadable(where, f"no `# {exc.args[0]}:` line") from None
+    except ValueError as exc:
+        raise unreadable(where, str(exc)[:200]) from None
+    except RecursionError:
+        raise unreadable(where, "its inputs are nested too deeply") from None
+    if not isinstance(inputs, dict):
+        raise unreadable(where, "its inputs are not a JSON object")
+    pins = {g: tuple(sections.get(g, ())) for g in GROUPS}
+    lock = PackageLock(cell_id, inputs, header, pins)
+    if lock.fingerprint != stated:
+        raise unreadable(where, "its fingerprint does not match its inputs (edited by hand?)")
+    return lock
+
+
+def _continued(raw: str) -> tuple[str, bool]:
+    """A physical line without its trailing ` \\`, and whether the next line continues it."""
+    stripped = raw.rstrip()
+    if stripped.endswith("\\"):
+        return stripped[:-1].rstrip(), True
+    return stripped, False
+
+
+def _hash(word: str, where: str, number: int, raw: str) -> str:
+    match = _HASH.fullmatch(word)
+    if not match:
+        raise _bad_line(where, number, raw, "after `name==version` only `--hash=sha256:<64 hex>`")
+    return match["digest"]
+
+
+def _finished(requirement: str, hashes: list[str], where: str, number: int) -> Pin:
+    if not hashes:
+        raise _bad_line(where, number, requirement, "every pin needs sha256 hashes")
+    return Pin(requirement, tuple(hashes), number)
+
+
+def _valid_version(text: str) -> bool:
+    try:
+        Version(text)
+    except InvalidVersion:
+        return False
+    return True
+
+
+def unreadable(where: str, why: str) -> UsageError:
+    return UsageError(f"{where}: not a valid package lock ({why}); run `imagekit lock --packages`")
+
+
+def _bad_line(where: str, number: int, line: str, why: str) -> UsageError:
+    """The file, the line's number and text (credentials masked, control characters escaped,
+    cut at 120 characters), what is wrong, and the fix."""
+    shown = printable(mask(line.strip()))[:120]
+    return UsageError(
+        f"{where}:{number}: {shown}: {why}; not a valid package lock: regenerate it with "
+        "`imagekit lock --packages`"
+    )
+
+
+def verify(lock: PackageLock, cell: Cell, where: str) -> None:
+    """The pins against the cell (the fingerprint covers only the inputs):
+    - torch and torchvision are pinned to the cell's versions (a local part such as +cu126
+      must be the cell's variant), in the torch group; a torchvision the cell does not ask
+      for is refused;
+    - the cuda group holds only NVIDIA's CUDA library wheels (groups.is_cuda_library), and
+      they are in no other group;
+    - no package is pinned twice;
+    - the torch group holds only the cell's torch requirements and what torch, torchvision
+      and triton depend on (TORCH_DEPENDENCIES). That list is fixed in imagekit, not read
+      from the lock (whose every byte a pull request controls) nor from an index (a check
+      must work offline): an unrelated pin added there is refused. The features group's
+      packages depend on the features and cannot be known without resolving: there only
+      the group rules hold, and the diff is for review.
+    Raises a UsageError naming the file, the line and the fix."""
+    wanted = {canonicalize_name(Requirement(r).name): r for r in cell.torch_requirements}
+    allowed = set(wanted) | TORCH_DEPENDENCIES
+    seen: dict[str, int] = {}
+    for group in GROUPS:
+        for pin in lock.groups.get(group, ()):
+            why = _misplaced(pin, group, allowed, seen)
+            if why:
+                raise _bad_line(where, pin.line, pin.requirement, why)
+            seen[pin.name] = pin.line
+    torch_pins = {p.name: p for p in lock.groups.get("torch", ())}
+    for name in ("torch", "torchvision"):
+        pin = torch_pins.get(name)
+        if name not in wanted:
+            continue  # a torchvision the cell does not ask for is refused above
+        expected = wanted[name].split("==", 1)[1]  # the matrix pins them: torch==X
+        if pin is None:
+            raise unreadable(
+                where, f"no {name} pin in the torch group; the cell asks for {wanted[name]}"
+            )
+        why = _version_mismatch(pin.version, expected, cell.variant)
+        if why:
+            raise _bad_line(where, pin.line, pin.requirement, f"{name}: {why}")
+
+
+def _misplaced(pin: Pin, group: str, allowed: set[str], seen: dict[str, int]) -> str:
+    name = pin.name
+    if name in seen:
+        return f"{name} is pinned twice (first on line {seen[name]})"
+    cuda = groups.is_cuda_library(pin.requirement)
+    if group == "cuda" and not cuda:
+        return "the cuda group holds only NVIDIA's CUDA library wheels (nvidia-*)"
+    if group != "cuda" and cuda:
+        return f"a CUDA library belongs in the cuda group, not the {group} group"
+    if name in ("torch", "torchvision") and name not in allowed:
+        return f"the cell asks for no {name}"
+    if name in ("torch", "torchvision") and group != "torch":
+        return f"{name} belongs in the torch group, not the {group} group"
+    if group == "torch" and name not in allowed:
+        return (
+            f"{name} is neither one of the cell's torch requirements nor a package torch "
+            "depends on: the torch group holds what torch's resolution brings, nothing added"
+        )
+    return ""
+
+
+def _version_mismatch(pinned: str, expected: str, variant: str) -> str:
+    """'' when `pinned` is `expected` (public part), its local part if any the variant."""
+    version = Version(pinned)
+    if version.public != Version(expected).public:
+        return f"pinned {pinned}, the cell's is {expected}"
+    if version.local is not None and version.local != variant:
+        return f"pinned {pinned}: the local part +{version.local} is not the cell's {variant}"
+    return ""
