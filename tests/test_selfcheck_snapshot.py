@@ -64,13 +64,6 @@ def cpu_results() -> dict[str, dict[str, Any]]:
     }
 
 
-def test_visible_devices_count_only_a_list() -> None:
-    assert snapshot.visible_count("0,1,2,3") == 4
-    assert snapshot.visible_count("GPU-8e1f0f3b-1c0e-4b8a-9d7e-0c2f5a1b2c3d") == 1
-    for text in ("all", "void", "none", "", None, "NoDev"):
-        assert snapshot.visible_count(text) is None
-
-
 def test_expected_gpus_from_the_environment() -> None:
     assert snapshot.expected_from_env({"IMAGEKIT_EXPECT_GPUS": "8"}) == 8
     assert snapshot.expected_from_env({"IMAGEKIT_EXPECT_GPUS": "eight"}) is None

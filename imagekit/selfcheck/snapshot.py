@@ -43,15 +43,6 @@ GPU_MEASURED = (
 )
 
 
-def visible_count(visible: str | None) -> int | None:
-    """How many GPUs NVIDIA_VISIBLE_DEVICES names: a list of indices or UUIDs counts; "all",
-    "void", "none" or unset say nothing about a number."""
-    text = (visible or "").strip()
-    if not text or text.lower() in ("all", "void", "none", "nodev"):
-        return None
-    return len([part for part in text.split(",") if part.strip()])
-
-
 def read_host(expect_gpus: int | None, require: str = "") -> Snapshot:
     """What the parent process reads before any check runs: no torch, no CUDA context (a
     context here would block the checks under the EXCLUSIVE_PROCESS compute mode)."""
