@@ -146,6 +146,26 @@ def test_a_crashed_perf_probe_stays_failed() -> None:
     assert "SIGSEGV" in results["perf"]["reason"]
 
 
+def test_a_gpu_the_perf_probe_could_not_measure_fails_the_perf_verdict() -> None:
+    """One GPU raised in the probe, the other measured healthy: perf fails naming the first,
+    also when the snapshot is judged again offline."""
+    h100 = json.loads((SNAPSHOTS / "h100-1x.json").read_text())["gpus"][0]
+    host = cpu_host()
+    host["gpus"] = [{**h100, "index": 0}, {**h100, "index": 1}]
+    measured = [
+        {k: h100[k] for k in ("gemm_bf16_tflops", "gemm_dtype", "copy_tbps")} | {"index": 0},
+        {"index": 1, "perf_error": "RuntimeError: CUDA error: an illegal memory access"},
+    ]
+    results = cpu_results()
+    results["perf"] = result("failed", "GPU 1: RuntimeError", device="cuda", gpus=measured)
+    snap = snapshot.assemble(host, results)
+    assert snap["gpus"][1]["perf_error"].startswith("RuntimeError")
+    perf = judge.judge(snap)["perf"]
+    assert perf["status"] == "failed"
+    assert "GPU 1: measuring failed: RuntimeError: CUDA error" in perf["reason"]
+    assert "GPU 0" not in perf["reason"]
+
+
 def test_the_image_promises_are_applied_to_a_recorded_snapshot() -> None:
     snap = snapshot.assemble(cpu_host(), cpu_results())
     snap["checks"]["onnx"] = result("skipped", "onnxruntime is not installed")

@@ -55,10 +55,10 @@ def check_perf() -> Result:
         gpus = on_every_gpu(count, lambda index: measure_gpu(torch, index))
     nvml.merge_readings(gpus, sampler.readings())
     for gpu in gpus:
-        if "error" not in gpu:
+        if "perf_error" not in gpu:
             gpu["h2d_gbps"] = round(links.measure_h2d(torch, gpu["index"]), 1)
     p2p = links.measure_p2p(torch) if count > 1 else []
-    broken = [f"GPU {g['index']}: {g['error']}" for g in gpus if "error" in g]
+    broken = [f"GPU {g['index']}: {g['perf_error']}" for g in gpus if "perf_error" in g]
     m = {"device": "cuda", "gpus": gpus, "p2p": p2p}
     return failed("; ".join(broken), **m) if broken else passed(**m)
 
@@ -78,7 +78,7 @@ def on_every_gpu(count: int, measure: Callable[[int], dict[str, Any]]) -> list[d
         try:
             out[index] = measure(index)
         except Exception as exc:  # a broken GPU is a finding, not a crash of the probe
-            out[index] = {"index": index, "error": f"{type(exc).__name__}: {exc}"[:300]}
+            out[index] = {"index": index, "perf_error": f"{type(exc).__name__}: {exc}"[:300]}
 
     threads = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(count)]
     for thread in threads:

@@ -18,6 +18,9 @@ def perf_findings(
     """Findings about one snapshot GPU, and how many rules were judged. `memory_bytes`
     overrides the snapshot's memory_total_mib where the caller knows better (torch)."""
     index = gpu.get("index")
+    if gpu.get("perf_error"):
+        # The probe raised on this GPU: nothing it measured there can stand for a pass.
+        return [fail("perf-error", f"measuring failed: {gpu['perf_error']}", index)], 1
     found: list[Finding] = []
     judged = _memtest(gpu, index, found)
     name = gpu.get("name")

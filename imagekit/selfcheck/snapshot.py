@@ -38,6 +38,7 @@ GPU_MEASURED = (
     "pcie_gen_under_load",
     "pcie_width_under_load",
     "clock_samples",
+    "perf_error",
     "name",
     "memory_total_mib",
 )
