@@ -110,9 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     results = judge.judge(snap)
     print(report.checks_table(results))
     context = {key: snap.get(key) for key in ("imagekit", "taken_at", "host", "python", "labels")}
-    context["required"] = sorted(
-        processes.required(set(snap.get("require", [])), snap.get("labels", {}), judge.gpu(snap))
-    )
+    context["required"] = sorted(judge.requirements(snap))
     if args.json:
         args.json.write_text(report.to_json(results, context) + "\n")
     if args.junit:

@@ -37,9 +37,13 @@ def judge(snap: Snapshot, names: list[str] | None = None) -> dict[str, Result]:
         elif name in recorded:
             # A hand-written or older snapshot may leave out the runner's bookkeeping.
             out[name] = {"seconds": 0.0, "timed_out": False, **recorded[name], "name": name}
-    need = processes.required(set(snap.get("require", [])), snap.get("labels", {}), gpu(snap))
-    processes.apply_requirements(out, need)
+    processes.apply_requirements(out, requirements(snap))
     return out
+
+
+def requirements(snap: Snapshot) -> set[str]:
+    """What this run must not skip: --require, plus what the image's labels promise."""
+    return processes.required(set(snap.get("require", [])), snap.get("labels", {}), gpu(snap))
 
 
 def _verdict(name: str, snap: Snapshot, probe: Result | None) -> Result:
