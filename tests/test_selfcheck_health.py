@@ -218,14 +218,19 @@ def test_a_healthy_gpu_gives_no_finding() -> None:
         ),
     ],
 )
-def test_pcie_rules(readings: dict[str, Any], want: set[tuple[str, str]]) -> None:
+def healthy_h100_with(readings: dict[str, Any]) -> dict[str, Any]:
+    """A healthy H100's readings with these changed (None: the reading is missing)."""
     gpu = h100(persistence_mode=True)
     for key, value in readings.items():
         if value is None:
             gpu.pop(key)
         else:
             gpu[key] = value
-    assert levels(gpu) == want
+    return gpu
+
+
+def test_pcie_rules(readings: dict[str, Any], want: set[tuple[str, str]]) -> None:
+    assert levels(healthy_h100_with(readings)) == want
 
 
 @pytest.mark.parametrize(
@@ -290,13 +295,7 @@ def test_nvlink_rules(
     ],
 )
 def test_gpu_rules(readings: dict[str, Any], want: set[tuple[str, str]]) -> None:
-    gpu = h100(persistence_mode=True)
-    for key, value in readings.items():
-        if value is None:
-            gpu.pop(key)
-        else:
-            gpu[key] = value
-    assert levels(gpu) == want
+    assert levels(healthy_h100_with(readings)) == want
 
 
 def test_messages_carry_the_reading() -> None:
