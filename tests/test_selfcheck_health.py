@@ -201,6 +201,17 @@ def test_a_healthy_gpu_gives_no_finding() -> None:
     assert levels(h100(persistence_mode=True)) == set()
 
 
+def healthy_h100_with(readings: dict[str, Any]) -> dict[str, Any]:
+    """A healthy H100's readings with these changed (None: the reading is missing)."""
+    gpu = h100(persistence_mode=True)
+    for key, value in readings.items():
+        if value is None:
+            gpu.pop(key)
+        else:
+            gpu[key] = value
+    return gpu
+
+
 @pytest.mark.parametrize(
     ("readings", "want"),
     [
@@ -218,17 +229,6 @@ def test_a_healthy_gpu_gives_no_finding() -> None:
         ),
     ],
 )
-def healthy_h100_with(readings: dict[str, Any]) -> dict[str, Any]:
-    """A healthy H100's readings with these changed (None: the reading is missing)."""
-    gpu = h100(persistence_mode=True)
-    for key, value in readings.items():
-        if value is None:
-            gpu.pop(key)
-        else:
-            gpu[key] = value
-    return gpu
-
-
 def test_pcie_rules(readings: dict[str, Any], want: set[tuple[str, str]]) -> None:
     assert levels(healthy_h100_with(readings)) == want
 
