@@ -101,6 +101,10 @@ def assemble(host: Snapshot, results: Mapping[str, Result]) -> Snapshot:
     return snap
 
 
+# Where NVML and torch both name a GPU, NVML's reading is kept (torch only fills in for it).
+NVML_WINS = ("name", "memory_total_mib")
+
+
 def merge_gpus(nvml_gpus: list[dict[str, Any]], measured: list[dict[str, Any]]) -> list[dict]:  # type: ignore[type-arg]
     """One dict per GPU index: NVML's readings, then the perf probe's measurements. A GPU
     that only torch saw (NVML unreadable) still gets its measurements."""
@@ -108,7 +112,7 @@ def merge_gpus(nvml_gpus: list[dict[str, Any]], measured: list[dict[str, Any]]) 
     for reading in measured:
         gpu = by_index.setdefault(int(reading["index"]), {"index": int(reading["index"])})
         for key in GPU_MEASURED:
-            if key in reading and (key not in gpu or key not in ("name", "memory_total_mib")):
+            if key in reading and not (key in gpu and key in NVML_WINS):
                 gpu[key] = reading[key]
         if reading.get("unread"):
             gpu["unread"] = {**gpu.get("unread", {}), **reading["unread"]}
