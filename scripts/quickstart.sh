@@ -6,9 +6,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-bash .ci/setup-host.sh
+bash .ci/setup-host.sh  # the engine that answers here, else Docker 28 on the containerd store
 bash scripts/dev-setup.sh
 . .venv/bin/activate
+eval "$(bash .ci/engines.sh env)"  # the CLI of the engine .ci/engines.sh started, if it did
 
 imagekit build --cuda 12.6 --torch 2.7 --python 3.11 --os debian12 --flavor slim --bootstrap-base "$@"
 image=$(imagekit matrix --format json --cuda 12.6 --torch 2.7 --python 3.11 --os debian12 --flavor slim \

@@ -1,15 +1,62 @@
 #!/usr/bin/env bash
 # The whole test suite on a fresh Debian machine: installs and starts what the real tests
-# need (Docker engine, local registry, debootstrap, the actionlint checker), makes the
-# virtual environment, then runs ruff and every test, the slow real-engine ones included.
+# need (the three Docker engines, a local registry, debootstrap, the actionlint checker),
+# makes the virtual environment, runs ruff and `imagekit render --check`, the unit tests,
+# then the real-engine tests: all of them on the default engine (Docker 28 + buildx on the
+# containerd image store), the `compat` subset on the classic store and on Debian 12's
+# Docker 20.10. Each phase has its own time limit and prints its duration; each engine's
+# phase prunes what it made. The default engine is left running.
+#
+#   bash scripts/test-all.sh            # everything, as CI runs it (.ci/run)
+#   bash scripts/test-all.sh ARGS...    # set up, then `pytest ARGS` on the running engine
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-bash .ci/setup-host.sh
-bash scripts/dev-setup.sh
+# Time limits per phase, in seconds (a hang fails there with its log, never at CI's limit).
+: "${IMAGEKIT_LIMIT_SETUP:=1500}" "${IMAGEKIT_LIMIT_UNIT:=900}"
+: "${IMAGEKIT_LIMIT_REAL:=2100}" "${IMAGEKIT_LIMIT_COMPAT:=900}"
 
+started=$SECONDS
+phase() {  # NAME LIMIT COMMAND...: run COMMAND under LIMIT, print how long it took
+  local name=$1 limit=$2 t0=$SECONDS rc=0
+  shift 2
+  echo "=== phase $name (limit ${limit}s)"
+  timeout --kill-after=60 "$limit" "$@" || rc=$?
+  local took=$((SECONDS - t0))
+  if [ "$rc" -ne 0 ]; then
+    [ "$rc" -eq 124 ] && echo "=== phase $name TIMED OUT after ${took}s (limit ${limit}s)"
+    echo "=== phase $name FAILED (exit $rc) after ${took}s; suite at $((SECONDS - started))s"
+    exit "$rc"
+  fi
+  echo "=== phase $name passed in ${took}s; suite at $((SECONDS - started))s"
+}
+
+on_engine() {  # ENGINE NAME LIMIT PYTEST-ARGS...: the tests on ENGINE, then prune its leftovers
+  local engine=$1 name=$2 limit=$3
+  shift 3
+  phase "start-$engine" 120 bash .ci/engines.sh start "$engine"
+  eval "$(bash .ci/engines.sh env "$engine")"
+  phase "$name" "$limit" python -m pytest "$@"
+  phase "prune-$engine" 900 bash .ci/engines.sh prune
+  phase "reset-registry" 120 bash .ci/setup-host.sh reset-registry
+}
+
+phase engines "$IMAGEKIT_LIMIT_SETUP" bash .ci/engines.sh install
+export IMAGEKIT_ENGINE=${IMAGEKIT_ENGINE:-containerd}  # the engine the suite starts on
+phase setup-host "$IMAGEKIT_LIMIT_SETUP" bash .ci/setup-host.sh
+phase dev-setup 900 bash scripts/dev-setup.sh
 . .venv/bin/activate
-ruff check imagekit tests bench
-ruff format --check imagekit tests bench
-imagekit render --check
-exec python -m pytest "$@"
+eval "$(bash .ci/engines.sh env)"
+
+if [ $# -gt 0 ]; then
+  exec python -m pytest "$@"
+fi
+
+phase lint 300 sh -c 'ruff check imagekit tests bench && ruff format --check imagekit tests bench'
+phase render-check 120 imagekit render --check
+phase unit "$IMAGEKIT_LIMIT_UNIT" python -m pytest -m "not docker"
+on_engine containerd real-containerd "$IMAGEKIT_LIMIT_REAL" -m docker
+on_engine classic compat-classic "$IMAGEKIT_LIMIT_COMPAT" -m "docker and compat"
+on_engine docker20 compat-docker20 "$IMAGEKIT_LIMIT_COMPAT" -m "docker and compat"
+phase start-containerd 120 bash .ci/engines.sh start containerd
+echo "=== test-all: every phase passed in $((SECONDS - started))s"

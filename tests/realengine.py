@@ -14,12 +14,17 @@ import pytest
 
 from .conftest import ROOT
 
-DOCKER = "/usr/bin/docker" if Path("/usr/bin/docker").exists() else "docker"
+# The CLI of the engine under test (.ci/engines.sh env sets it), else Debian's.
+DOCKER = os.environ.get("IMAGEKIT_DOCKER") or (
+    "/usr/bin/docker" if Path("/usr/bin/docker").exists() else "docker"
+)
 REGISTRY = "127.0.0.1:5000"
 EPOCH = "1700000000"  # 2023-11-14T22:13:20+00:00
 MARKER = "imagekit-ca-bundle-marker-3f9c1d"  # appended to the CA bundle given to builds
 HOST_CA = "/etc/ssl/certs/ca-certificates.crt"  # this machine's bundle (its proxy's CA)
 MANIFEST_V2 = "application/vnd.docker.distribution.manifest.v2+json"
+OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
+ANY_MANIFEST = f"{MANIFEST_V2},{OCI_MANIFEST}"
 
 
 def wheelhouse() -> Path:
@@ -61,15 +66,40 @@ def registry_get(path: str, accept: str = MANIFEST_V2, registry: str = REGISTRY)
         return bytes(response.read())
 
 
+def manifest(repo: str, reference: str) -> dict:  # type: ignore[type-arg]
+    """An image's manifest in the local registry (Docker's or OCI's media type)."""
+    return dict(json.loads(registry_get(f"{repo}/manifests/{reference}", accept=ANY_MANIFEST)))
+
+
 def layer_sizes(repo: str, tag: str) -> dict[str, int]:
     """The layers of an image in the local registry: digest -> compressed size, in order."""
-    manifest = json.loads(registry_get(f"{repo}/manifests/{tag}"))
-    return {layer["digest"]: int(layer["size"]) for layer in manifest["layers"]}
+    return {layer["digest"]: int(layer["size"]) for layer in manifest(repo, tag)["layers"]}
 
 
 def prune_build_cache() -> None:
     """All of BuildKit's cache: the next build starts cold."""
     docker("builder", "prune", "-af", check=False, timeout=600)
+
+
+def engine_kind() -> str:
+    """The engine under test: "containerd" (buildx exporting into the containerd image
+    store), "classic" (buildx loading into the classic store) or "builtin" (a pre-23 CLI's
+    own BuildKit, Docker 20.10)."""
+    from imagekit.engine.docker import DockerEngine
+
+    engine = DockerEngine(DOCKER)
+    if engine.builder.kind == "buildkit":
+        return "builtin"
+    return "containerd" if engine.exports_to_content_store() else "classic"
+
+
+def require_exporter() -> None:
+    """Skip unless BuildKit's image exporter serves builds (layer compression, cache export)."""
+    if engine_kind() != "containerd":
+        pytest.skip(
+            "needs buildx exporting into the containerd image store "
+            "(the default engine: bash .ci/engines.sh start containerd)"
+        )
 
 
 def require_engine() -> None:

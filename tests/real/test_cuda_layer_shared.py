@@ -14,7 +14,7 @@ import pytest
 
 from ..realengine import HOST_CA, REGISTRY, docker, imagekit, layer_sizes
 
-pytestmark = [pytest.mark.docker, pytest.mark.slow]
+pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.timeout(3300)]
 
 REPO = "imagekit-share"
 CELLS = ("cu126-torch2.7.1-py3.11-debian12-slim", "cu126-torch2.7.1-py3.13-debian13-slim")

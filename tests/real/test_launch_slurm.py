@@ -94,6 +94,7 @@ def submit(
     return job.returncode, output
 
 
+@pytest.mark.compat
 def test_the_sbatch_script_self_checks_then_trains(
     slurm: None, project: Path, tmp_path: Path
 ) -> None:

@@ -15,7 +15,7 @@ from ..realengine import REGISTRY, build_args, docker, imagekit, make_project, m
 from ..realengine import wheelhouse as wheels
 from .conftest import CELL
 
-pytestmark = [pytest.mark.docker, pytest.mark.slow]
+pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.timeout(1800)]
 
 TAG = f"{REGISTRY}/imagekit-locked:2.13.0-cpu-py3.11-debian12-slim"
 VERSIONS = (

@@ -115,6 +115,7 @@ def test_with_build_apt_an_sdist_compiles_in_the_builder_and_reaches_the_runtime
     docker("rmi", tag, "127.0.0.1:5000/imagekit-delta-test:" + CELL + "-latest")
 
 
+@pytest.mark.compat
 def test_a_no_op_rebuild_gives_the_same_image_id(project: Path) -> None:
     """No clock in the labels: a cached rebuild leaves nothing dangling and keeps the digest
     CI promotes. The creation time comes from SOURCE_DATE_EPOCH (set by tests/realengine.py)

@@ -20,6 +20,7 @@ from .conftest import TAG
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
 
+@pytest.mark.compat
 def test_selfcheck_passes_in_the_cpu_container(project: Path, tmp_path: Path) -> None:
     started = time.monotonic()
     result = imagekit(

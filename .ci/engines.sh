@@ -1,0 +1,194 @@
+#!/usr/bin/env bash
+# The three Docker engines imagekit is tested on, installed and started by the project itself,
+# one at a time, each with a data folder of its own; nothing else on the host moves.
+#
+#   bash .ci/engines.sh install                # both engines' packages (idempotent)
+#   bash .ci/engines.sh start containerd|classic|docker20
+#   bash .ci/engines.sh env [ENGINE]           # the shell lines a client of ENGINE needs
+#   bash .ci/engines.sh current                # which of the three answers on the socket
+#   bash .ci/engines.sh stop
+#   bash .ci/engines.sh prune                  # images, containers, BuildKit cache of the running one
+#
+# Engines:
+#   containerd  Docker 28.5.2 + buildx 0.29.1 + containerd 2.1.9 from Debian unstable, on the
+#               containerd image store ({"features": {"containerd-snapshotter": true}});
+#               what Docker 29 gives fresh installs. The default.
+#   classic     the same daemon on the classic (graphdriver overlay2) store: GitHub's hosted
+#               Ubuntu runners.
+#   docker20    Debian 12's own docker.io 20.10 (built-in BuildKit, no buildx).
+#
+# Docker 28 comes from Debian unstable at pinned versions, unpacked (dpkg -x) under
+# /opt/imagekit-engines, never installed as packages: unstable's runc needs glibc 2.38, so the
+# containers run with Debian 12's own runc, and no host package changes. If a pinned version
+# has left unstable, the fallback is Debian 13's docker.io 26.1.5 + docker-buildx 0.13.1 +
+# containerd 1.7.24, and the script says so. Every daemon listens on /var/run/docker.sock.
+set -euo pipefail
+
+PREFIX=${IMAGEKIT_ENGINES_PREFIX:-/opt/imagekit-engines}
+STATE=${IMAGEKIT_ENGINES_STATE:-/var/lib/imagekit-engines}
+RUN=/run/imagekit-engines
+LOGS=/var/log/imagekit
+SOCKET=/var/run/docker.sock
+START_TIMEOUT=${IMAGEKIT_ENGINE_START_TIMEOUT:-60}
+
+# Pins (Debian unstable, read 2026-11-26) and the fallback (Debian 13, trixie).
+PINNED=(docker.io=28.5.2+dfsg4-5 docker-cli=28.5.2+dfsg4-5 docker-buildx=0.29.1+ds1-4
+  containerd=2.1.9+ds1-5 tini-static=0.19.0-6+b2)
+FALLBACK=(docker.io/trixie docker-cli/trixie docker-buildx/trixie containerd/trixie
+  tini-static/trixie)
+D28=$PREFIX/docker28
+
+say() { echo "engines: $*" >&2; }
+
+private_apt() {  # apt with its own sources and state: the host's lists and pins stay as they are
+  local dir=$STATE/apt
+  mkdir -p "$dir/lists/partial" "$dir/cache/archives/partial"
+  printf 'deb http://deb.debian.org/debian %s main\n' unstable trixie >"$dir/sources.list"
+  APT_OPTS=(-o "Dir::Etc::SourceList=$dir/sources.list" -o Dir::Etc::SourceParts=/dev/null
+    -o "Dir::State::Lists=$dir/lists" -o "Dir::Cache=$dir/cache" -o APT::Sandbox::User=root)
+  timeout 300 apt-get "${APT_OPTS[@]}" update -qq
+}
+
+install_docker20() {
+  local need=()
+  [ -x /usr/sbin/dockerd ] || need+=(docker.io)
+  [ -x /usr/sbin/runc ] || need+=(runc)
+  [ -x /usr/sbin/iptables ] || need+=(iptables)
+  if [ ${#need[@]} -gt 0 ]; then
+    say "installing Debian 12's ${need[*]}"
+    timeout 300 apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive timeout 600 apt-get install -y -qq "${need[@]}" >/dev/null
+    # The package just installed starts its daemon where there is an init system: this
+    # script starts the engines itself, one at a time, on the shared socket.
+    if [ -d /run/systemd/system ]; then
+      systemctl disable --now docker.service docker.socket 2>/dev/null || true
+    fi
+  fi
+}
+
+install_docker28() {
+  [ -x "$D28/usr/sbin/dockerd" ] && return 0
+  private_apt
+  local debs=$STATE/debs
+  rm -rf "$debs" && mkdir -p "$debs"
+  if (cd "$debs" && timeout 600 apt-get "${APT_OPTS[@]}" download "${PINNED[@]}" >/dev/null); then
+    say "Docker 28 from Debian unstable: ${PINNED[*]}"
+  else
+    say "the pinned unstable packages are gone; FALLBACK: Debian 13's docker.io 26.1 + buildx 0.13"
+    (cd "$debs" && timeout 600 apt-get "${APT_OPTS[@]}" download "${FALLBACK[@]}" >/dev/null)
+  fi
+  rm -rf "$D28.tmp" && mkdir -p "$D28.tmp"
+  for deb in "$debs"/*.deb; do dpkg-deb -x "$deb" "$D28.tmp"; done
+  rm -rf "$D28" && mv "$D28.tmp" "$D28"
+  # The CLI finds buildx in its config folder's cli-plugins (one of its own for this engine).
+  mkdir -p "$STATE/docker28-cli/cli-plugins"
+  ln -sf "$D28/usr/libexec/docker/cli-plugins/docker-buildx" "$STATE/docker28-cli/cli-plugins/"
+  [ -f "$STATE/docker28-cli/config.json" ] || echo '{}' >"$STATE/docker28-cli/config.json"
+  rm -rf "$debs"
+}
+
+daemon_of() {  # ENGINE -> the dockerd binary
+  case "$1" in
+    containerd | classic) echo "$D28/usr/sbin/dockerd" ;;
+    docker20) echo /usr/sbin/dockerd ;;
+    *) say "unknown engine '$1': one of containerd, classic, docker20"; exit 2 ;;
+  esac
+}
+
+cli_of() {
+  case "$1" in
+    containerd | classic) echo "$D28/usr/bin/docker" ;;
+    docker20) echo /usr/bin/docker ;;
+  esac
+}
+
+env_of() {  # the environment a client of ENGINE (default: the running one) needs, as shell lines
+  local engine=${1:-$(cat "$STATE/current" 2>/dev/null || true)}
+  [ -n "$engine" ] || return 0  # none of ours runs: a client finds the engine it has
+  echo "export IMAGEKIT_ENGINE=$engine"
+  echo "export IMAGEKIT_DOCKER=$(cli_of "$engine")"
+  case "$engine" in
+    containerd | classic) echo "export DOCKER_CONFIG=$STATE/docker28-cli" ;;
+    docker20) echo "unset DOCKER_CONFIG" ;;
+  esac
+}
+
+stop_all() {
+  local pidfile pid
+  # Ours, and a daemon started by hand with the default pid file on the shared socket.
+  for pidfile in "$RUN"/*/docker.pid /var/run/docker.pid; do
+    [ -f "$pidfile" ] || continue
+    pid=$(cat "$pidfile")
+    if kill -0 "$pid" 2>/dev/null; then
+      kill "$pid"
+      for _ in $(seq 60); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
+      kill -0 "$pid" 2>/dev/null && kill -9 "$pid"
+    fi
+    rm -f "$pidfile"
+  done
+  rm -f "$SOCKET" "$STATE/current"
+}
+
+daemon_json() {  # ENGINE -> its daemon.json
+  local store=false
+  [ "$1" = containerd ] && store=true
+  if [ "$1" = docker20 ]; then echo '{}'; return; fi
+  printf '{"features": {"containerd-snapshotter": %s}}\n' "$store"
+}
+
+start() {
+  local engine=$1 dockerd
+  dockerd=$(daemon_of "$engine")
+  [ -x "$dockerd" ] || { say "$engine is not installed: bash .ci/engines.sh install"; exit 1; }
+  if [ "$(current)" = "$engine" ]; then say "$engine already running"; return 0; fi
+  stop_all
+  local exec_root=$RUN/$engine data=$STATE/$engine
+  mkdir -p "$exec_root" "$data" "$LOGS"
+  daemon_json "$engine" >"$exec_root/daemon.json"
+  # Docker 28's own containerd, shim and docker-init come first on its PATH; runc is Debian 12's.
+  local path=$PATH
+  [ "$engine" != docker20 ] && path=$D28/usr/bin:$D28/usr/sbin:$PATH
+  say "starting $engine ($dockerd, data in $data)"
+  PATH=$path setsid "$dockerd" --config-file "$exec_root/daemon.json" --data-root "$data" \
+    --exec-root "$exec_root" --pidfile "$exec_root/docker.pid" -H "unix://$SOCKET" \
+    >"$LOGS/dockerd-$engine.log" 2>&1 </dev/null &
+  local cli
+  cli=$(cli_of "$engine")
+  for _ in $(seq "$START_TIMEOUT"); do
+    timeout 10 "$cli" info >/dev/null 2>&1 && break
+    sleep 1
+  done
+  if ! timeout 10 "$cli" info >/dev/null 2>&1; then
+    say "$engine did not come up within ${START_TIMEOUT}s; its log:"
+    tail -30 "$LOGS/dockerd-$engine.log" >&2
+    exit 1
+  fi
+  echo "$engine" >"$STATE/current"
+  say "$engine up: $(timeout 10 "$cli" version --format 'server {{.Server.Version}} ({{.Server.GoVersion}})')," \
+    "store: $(timeout 10 "$cli" info --format '{{.Driver}}')"
+}
+
+current() {  # the running engine, if it is one of ours and answers
+  local engine
+  engine=$(cat "$STATE/current" 2>/dev/null) || return 0
+  if timeout 10 "$(cli_of "$engine")" info >/dev/null 2>&1; then echo "$engine"; fi
+}
+
+prune() {
+  local cli
+  cli=$(cli_of "$(cat "$STATE/current")")
+  timeout 300 "$cli" container prune -f >/dev/null || true
+  timeout 600 "$cli" image prune -af >/dev/null || true
+  timeout 600 "$cli" builder prune -af >/dev/null || true
+}
+
+mkdir -p "$STATE"
+case "${1:-}" in
+  install) install_docker20 && install_docker28 ;;
+  start) start "${2:?engine: containerd, classic or docker20}" ;;
+  stop) stop_all ;;
+  env) env_of "${2:-}" ;;
+  current) current ;;
+  prune) prune ;;
+  *) echo "usage: $0 install|start ENGINE|stop|env [ENGINE]|current|prune" >&2; exit 2 ;;
+esac
