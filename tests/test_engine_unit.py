@@ -8,45 +8,131 @@ from pathlib import Path
 
 import pytest
 
-from imagekit.engine.discover import Builder, check_engine_version
-from imagekit.engine.docker import DockerEngine, split_ref
-from imagekit.engine.interface import BuildRequest
+from imagekit.engine.discover import ALLOW_ESTARGZ, Builder, check_engine_version, estargz_crash
+from imagekit.engine.docker import DockerEngine, pushed_digest, split_ref
+from imagekit.engine.interface import BuildRequest, Compression
 from imagekit.errors import EngineError
 
 from .conftest import ROOT
 
 
-def engine_with(kind: str) -> DockerEngine:
+def engine_with(kind: str, driver: str = "", containerd_store: bool = False) -> DockerEngine:
     engine = DockerEngine()
-    engine._builder = Builder("/usr/bin/docker", kind, "27.0.0")
+    engine._builder = Builder("/usr/bin/docker", kind, "27.0.0", driver)
+    engine._containerd_store = containerd_store
     return engine
 
 
-def test_buildx_builds_load_into_the_engine(tmp_path: Path) -> None:
-    request = BuildRequest(
-        context=tmp_path,
-        dockerfile=tmp_path / "Dockerfile",
-        secrets=(("ca", tmp_path / "ca.pem"),),
-        cache_to=("type=registry,ref=r:c",),
+def request_in(tmp_path: Path, **more: object) -> BuildRequest:
+    return BuildRequest(context=tmp_path, dockerfile=tmp_path / "Dockerfile", **more)  # type: ignore[arg-type]
+
+
+def test_buildx_on_the_classic_store_loads_into_the_engine(tmp_path: Path) -> None:
+    request = request_in(
+        tmp_path, secrets=(("ca", tmp_path / "ca.pem"),), cache_to=("type=registry,ref=r:c",)
     )
-    args = engine_with("buildx").build_args(request, tmp_path / "iid")
-    assert args[:5] == ["/usr/bin/docker", "buildx", "build", "--load", "--progress=plain"]
+    args = engine_with("buildx", "docker").build_args(request, tmp_path / "iid", tmp_path / "m")
+    assert args[:5] == [
+        "/usr/bin/docker",
+        "buildx",
+        "build",
+        "--progress=plain",
+        "--provenance=false",
+    ]
+    assert "--load" in args and "--output" not in args
+    assert args[args.index("--metadata-file") + 1] == str(tmp_path / "m")
     assert f"id=ca,src={tmp_path / 'ca.pem'}" in args and "--cache-to" in args
     assert args[-1] == str(tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("push", "output"),
+    [
+        (None, "type=image,compression=uncompressed"),
+        (Compression(), "type=image,compression=gzip,force-compression=true"),
+        (
+            Compression("zstd", 3),
+            "type=image,compression=zstd,compression-level=3,force-compression=true,"
+            "oci-mediatypes=true",
+        ),
+    ],
+    ids=["local", "gzip-push", "zstd-push"],
+)
+def test_buildx_on_the_containerd_store_exports_once_in_the_push_compression(
+    tmp_path: Path, push: Compression | None, output: str
+) -> None:
+    engine = engine_with("buildx", "docker", containerd_store=True)
+    args = engine.build_args(
+        request_in(tmp_path, push_compression=push), tmp_path / "i", tmp_path / "m"
+    )
+    assert "--load" not in args
+    assert args[args.index("--output") + 1] == output
+    assert engine.pushes_as_stored(push or Compression("zstd"))
+
+
+def test_only_a_content_store_export_pushes_other_compressions_as_stored() -> None:
+    assert engine_with("buildx", "docker").pushes_as_stored(Compression())
+    assert not engine_with("buildx", "docker").pushes_as_stored(Compression("zstd"))
+    assert not engine_with("buildx", "docker-container", True).pushes_as_stored(Compression("zstd"))
+    assert not engine_with("buildkit").pushes_as_stored(Compression("gzip", 9))
 
 
 def test_builtin_buildkit_sets_the_variable_and_refuses_cache_export(tmp_path: Path) -> None:
     engine = engine_with("buildkit")
     assert engine.builder.environment()["DOCKER_BUILDKIT"] == "1"
     plain = BuildRequest(context=tmp_path, dockerfile=tmp_path / "D", target="")
-    assert "--target" not in engine.build_args(plain, tmp_path / "iid")
+    args = engine.build_args(plain, tmp_path / "iid", tmp_path / "m")
+    assert args[:3] == ["/usr/bin/docker", "build", "--progress=plain"]
+    assert "--target" not in args and "--metadata-file" not in args
     with pytest.raises(EngineError, match="--cache-to needs docker buildx"):
         engine.build_args(
             BuildRequest(
                 context=tmp_path, dockerfile=tmp_path / "D", cache_to=("type=local,dest=x",)
             ),
             tmp_path / "iid",
+            tmp_path / "m",
         )
+
+
+DIGEST = "sha256:" + "ab" * 32
+
+
+@pytest.mark.parametrize(
+    ("event", "digest"),
+    [
+        ({"aux": {"Tag": "t", "Digest": DIGEST, "Size": 529}}, DIGEST),  # classic store
+        ({"status": f"t: digest: {DIGEST} size: 856"}, DIGEST),  # containerd store
+        ({"status": "Pushed", "progressDetail": {}, "id": "12ab"}, ""),
+        ({"aux": "not a record"}, ""),
+    ],
+)
+def test_pushed_digest_from_either_store(event: dict[str, object], digest: str) -> None:
+    assert pushed_digest(event) == digest
+
+
+@pytest.mark.parametrize(
+    ("go", "refused"),
+    [
+        ("go1.27.1", True),  # Debian unstable's docker.io 28.5.2
+        ("go1.28", True),
+        ("go1.24.9", False),  # Docker's own 28.5 builds
+        ("go1.19.8", False),  # Debian 12's 20.10
+        ("", False),  # unknown: BuildKit decides
+    ],
+)
+def test_estargz_is_refused_where_it_would_crash_the_daemon(
+    go: str, refused: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(ALLOW_ESTARGZ, raising=False)
+    problems = estargz_crash("28.5.2+dfsg4", go)
+    assert bool(problems) is refused
+    if refused:
+        assert problems[0].startswith(
+            f"--compression estargz: Docker engine 28.5.2+dfsg4 was built with {go}"
+        )
+        assert "stargz-snapshotter#2330" in problems[0] and f"{ALLOW_ESTARGZ}=1" in problems[0]
+    monkeypatch.setenv(ALLOW_ESTARGZ, "1")
+    assert estargz_crash("28.5.2+dfsg4", go) == []
 
 
 def test_engine_version_floor() -> None:

@@ -147,6 +147,51 @@ def test_zstd_push_goes_through_buildkit_not_the_engine_push(  # type: ignore[no
     assert failing[0].status == "push-failed" and "local image is kept" in failing[0].error
 
 
+def test_on_a_content_store_every_compression_is_the_engine_push_of_the_image_as_built(  # type: ignore[no-untyped-def]
+    cells, tmp_path: Path
+) -> None:
+    engine = FakeEngine(content_store=True)
+    options = BuildOptions(
+        work_dir=tmp_path / ".imagekit", push=True, compression=Compression("zstd", 3)
+    )
+    inputs = Inputs(ca_bundle=None, ca_source="none", index_url=None, wheelhouse=None)
+    (build,) = plan(cells[:1], options, inputs)
+    assert build.request.push_compression == Compression("zstd", 3)
+    reports = run(cells[:1], tmp_path, engine, push=True, compression=Compression("zstd", 3))
+    assert [c for c in engine.calls if c[0].startswith("push")] == [
+        ("push", t) for t in cells[0].tags
+    ]
+    assert reports[0].push_compression == "zstd:3" and reports[0].status == "built"
+    local = plan(cells[:1], BuildOptions(work_dir=tmp_path / ".imagekit"), inputs)
+    assert local[0].request.push_compression is None
+
+
+def test_a_bug_in_a_build_thread_fails_the_cell_and_the_run(  # type: ignore[no-untyped-def]
+    cells, tmp_path: Path
+) -> None:
+    engine = FakeEngine(crash_builds={cells[0].id})
+    with pytest.raises(KeyError, match="a bug in the engine"):
+        run(cells[:2], tmp_path, engine, jobs=2, keep_going=True)
+    report = saved(tmp_path, cells[0].id)
+    assert report["status"] == "failed"
+    assert (
+        report["error"]
+        == f"internal error: KeyError: 'a bug in the engine while building {cells[0].id}'"
+    )
+    assert report["tags"] == [] and saved(tmp_path, cells[1].id)["status"] == "built"
+
+
+def test_the_image_size_is_the_sum_of_its_layers(cells, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    engine = matrix_engine(cells)
+    engine.image_size = 1  # what a store says of the whole image is not what is reported
+    reports = run(cells, tmp_path, engine)
+    assert [r.size_bytes for r in reports] == [
+        GB // 10 + 5 * GB,
+        GB // 10 + 5 * GB,
+        GB // 10 + 6 * GB,
+    ]
+
+
 # -- the command lines ---------------------------------------------------------------------
 
 

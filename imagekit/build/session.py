@@ -15,7 +15,7 @@ import subprocess
 import threading
 import time
 import urllib.parse
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
@@ -126,6 +126,7 @@ def plan(cells: Sequence[Cell], options: BuildOptions, inputs: Inputs) -> list[P
             cache_to=options.cache_to,
             no_cache=options.no_cache,
             network=options.network,
+            push_compression=options.compression if options.push else None,
         )
         tags = tuple(t + options.tag_suffix for t in cell.tags)
         builds.append(PlannedBuild(cell=cell, request=request, tags=tags))
@@ -241,6 +242,7 @@ class Runner:
             raise Interrupted(self._interrupted_message()) from None
         pool.shutdown(wait=True)
         self._mark_unfinished("not-attempted")
+        raise_first_bug(futures)
 
     def _mark_unfinished(self, status: str) -> None:
         for report in self.reports.values():
@@ -271,6 +273,11 @@ class Runner:
         except ImagekitError as exc:
             report.status = "failed" if report.status in ("pending", "built") else report.status
             report.error = str(exc)
+        except Exception as exc:  # a bug: the cell failed, and the run ends in exit 70
+            report.status = "failed"
+            report.error = f"internal error: {type(exc).__name__}: {exc}"
+            self._untag(report)
+            raise
         except BaseException:
             report.status = "interrupted"
             self._untag(report)
@@ -309,9 +316,10 @@ class Runner:
         report.tags.clear()
 
     def _measure(self, build: PlannedBuild, report: CellReport) -> None:
-        info = self.engine.inspect(report.image_id)
-        report.size_bytes = info.size if info else 0
         in_order = self.engine.layers(report.image_id)
+        # Uncompressed on every store: the sum of the layers. The containerd store's own
+        # image size counts the compressed blobs in its content store besides.
+        report.size_bytes = sum(layer.size for layer in in_order)
         report.layers = [
             {"diff_id": x.diff_id, "size_bytes": x.size, "created_by": x.created_by[:300]}
             for x in in_order
@@ -333,7 +341,7 @@ class Runner:
         report.push_compression = str(compression)
         started = time.monotonic()
         try:
-            if compression.default:
+            if self.engine.pushes_as_stored(compression):
                 for ref in build.tags:
                     report.pushed.append(self.engine.push(ref))
             else:
@@ -347,6 +355,15 @@ class Runner:
     def _write_report(self, report: CellReport) -> None:
         path = paths.report_file(self.options.report_dir, report.cell)
         write_atomic(path, json.dumps(asdict(report), indent=2) + "\n")
+
+
+def raise_first_bug(futures: Iterable[Future[None]]) -> None:
+    """A future keeps its thread's exception to itself: raise the first bug a build thread
+    met, so the CLI reports an internal error (exit 70, crash log) instead of a quiet cell."""
+    for future in futures:
+        error = None if future.cancelled() else future.exception()
+        if error is not None:
+            raise error
 
 
 def share_layers(reports: Sequence[CellReport]) -> None:

@@ -36,11 +36,6 @@ class Builder:
     # buildx only: the selected builder's driver ("docker", "docker-container", ...)
     driver: str = ""
 
-    def build_command(self) -> list[str]:
-        if self.kind == "buildx":
-            return [self.cli, "buildx", "build", "--load"]
-        return [self.cli, "build"]
-
     def environment(self) -> dict[str, str]:
         env = dict(os.environ)
         if self.kind == "buildkit":
@@ -166,3 +161,34 @@ def unsupported(
             "or use --compression gzip without a level (the default)"
         )
     return problems
+
+
+# Daemons built with Go 1.27 or newer panic while exporting eStargz ("footer buffer = 48,
+# not 51"): the stargz-snapshotter they vendor writes a gzip footer Go 1.27's gzip no
+# longer pads (containerd/stargz-snapshotter#2330, fixed by #2333). Seen with Debian's
+# docker.io 28.5.2 (go1.27.1); it takes the daemon and every build on it down.
+ESTARGZ_SAFE_BELOW_GO = Version("1.27")
+ALLOW_ESTARGZ = "IMAGEKIT_ALLOW_ESTARGZ"
+
+
+def go_version(said: str) -> Version | None:
+    """`docker version`'s GoVersion ("go1.27.1", "go1.24.9 X:nocoverageredesign") parsed."""
+    match = re.match(r"go(\d+\.\d+(?:\.\d+)?)", said.strip())
+    return Version(match.group(1)) if match else None
+
+
+def estargz_crash(engine_version: str, go: str) -> list[str]:
+    """The refusal of --compression estargz on a daemon whose eStargz export would crash it
+    (empty where it is safe, where the Go version is unknown, or with the override set)."""
+    built_with = go_version(go)
+    if os.environ.get(ALLOW_ESTARGZ) == "1" or built_with is None:
+        return []
+    if built_with < ESTARGZ_SAFE_BELOW_GO:
+        return []
+    return [
+        f"--compression estargz: Docker engine {engine_version} was built with {go.strip()}, "
+        "whose eStargz export crashes the daemon (panic: footer buffer = 48, not 51; "
+        "containerd/stargz-snapshotter#2330, fixed by #2333). Fix: use --compression zstd or "
+        "gzip, or an engine built with Go older than 1.27 or carrying that fix; set "
+        f"{ALLOW_ESTARGZ}=1 to try anyway"
+    ]

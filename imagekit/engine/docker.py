@@ -25,6 +25,7 @@ from imagekit.engine.discover import (
     Builder,
     check_engine_version,
     daemon_hint,
+    estargz_crash,
     find_builder,
     unsupported,
 )
@@ -42,6 +43,7 @@ from imagekit.engine.interface import (
     Started,
     SubnetTaken,
     build_flags,
+    image_output,
     push_flags,
 )
 from imagekit.errors import BuildError, EngineError, PushError, UsageError
@@ -53,6 +55,8 @@ class DockerEngine:
         self._builder: Builder | None = None
         self._client: Any = None
         self._server_version = "?"
+        self._server_go = ""
+        self._containerd_store: bool | None = None
         self._procs: set[subprocess.Popen[str]] = set()
         self._lock = threading.Lock()
 
@@ -64,7 +68,9 @@ class DockerEngine:
 
             try:
                 client = docker.from_env(timeout=300)
-                self._server_version = str(client.version().get("Version", "?"))
+                version = client.version()
+                self._server_version = str(version.get("Version", "?"))
+                self._server_go = str(version.get("GoVersion", ""))
             except Exception as exc:  # the SDK raises several types for "no daemon"
                 raise EngineError(f"{daemon_hint()} ({type(exc).__name__}: {exc})") from None
             check_engine_version(self._server_version)
@@ -77,42 +83,85 @@ class DockerEngine:
             self._builder = find_builder(self._chosen_cli)
         return self._builder
 
+    @property
+    def containerd_store(self) -> bool:
+        """Whether the daemon keeps images in containerd's store (Docker 29's default), where
+        an image is named by its manifest digest and a build exports into a content store."""
+        if self._containerd_store is None:
+            status = self.client.info().get("DriverStatus") or []
+            self._containerd_store = "io.containerd.snapshotter" in json.dumps(status)
+        return self._containerd_store
+
     def describe(self) -> str:
         self.client  # noqa: B018 - connects and checks the version
         b = self.builder
         how = "buildx" if b.kind == "buildx" else "DOCKER_BUILDKIT=1"
-        return f"Docker engine {self._server_version}; builds with {b.cli} {b.cli_version} ({how})"
+        store = "containerd image store" if self.containerd_store else "classic image store"
+        return (
+            f"Docker engine {self._server_version}, {store}; "
+            f"builds with {b.cli} {b.cli_version} ({how})"
+        )
 
     # -- build ----------------------------------------------------------------------------
-    def build_args(self, request: BuildRequest, iidfile: Path) -> list[str]:
+    def exports_to_content_store(self) -> bool:
+        """buildx's docker driver on the containerd store: BuildKit's image exporter writes
+        the layers into containerd's content store, in a compression imagekit chooses."""
+        b = self.builder
+        return b.kind == "buildx" and b.driver == "docker" and self.containerd_store
+
+    def build_args(self, request: BuildRequest, iidfile: Path, metadata: Path) -> list[str]:
         if request.cache_to and self.builder.kind != "buildx":
             raise EngineError(
                 "--cache-to needs docker buildx (the built-in BuildKit of older CLIs exports "
                 "inline cache only: use --cache-from IMAGE instead)"
             )
-        prefix = [*self.builder.build_command(), "--progress=plain", "--iidfile", str(iidfile)]
-        return [*prefix, *build_flags(request)]
+        if self.builder.kind != "buildx":
+            prefix = [self.builder.cli, "build", "--progress=plain", "--iidfile", str(iidfile)]
+            return [*prefix, *build_flags(request)]
+        # Local images carry no provenance attestation: it would make the tag an index whose
+        # timestamps give every no-op rebuild a new ID.
+        args = [self.builder.cli, "buildx", "build", "--progress=plain", "--provenance=false"]
+        args += ["--iidfile", str(iidfile), "--metadata-file", str(metadata)]
+        if self.exports_to_content_store():
+            # Uncompressed for the local store (compressing 6 GB only to unpack it again was
+            # most of the export); in the push's compression when a push follows, so the
+            # push sends the layers as stored.
+            args += ["--output", image_output(request.push_compression)]
+        else:
+            args.append("--load")
+        return [*args, *build_flags(request)]
+
+    def pushes_as_stored(self, compression: Compression) -> bool:
+        """Whether `push` sends the built image's layers in `compression`: gzip at the
+        engine's level always; any compression where the build exported in it."""
+        return compression.default or self.exports_to_content_store()
 
     def check_support(self, cache_to: Sequence[str], compression: Compression) -> None:
         """Refuse, before anything builds, what this builder cannot do (exit 2)."""
         if not cache_to and compression.default:
             return
-        containerd_store = False
-        if self.builder.kind == "buildx" and self.builder.driver == "docker":
-            status = self.client.info().get("DriverStatus") or []
-            containerd_store = "io.containerd.snapshotter" in json.dumps(status)
+        containerd_store = self.builder.kind == "buildx" and self.containerd_store
         problems = unsupported(self.builder, cache_to, compression, containerd_store)
+        if compression.kind == "estargz":
+            self.client  # noqa: B018 - reads the daemon's Go version
+            problems += estargz_crash(self._server_version, self._server_go)
         if problems:
             raise UsageError("\n".join(problems))
 
     def build(self, request: BuildRequest, on_line: LineSink) -> BuildResult:
         self.client  # noqa: B018 - fail early with the daemon hint
         with tempfile.TemporaryDirectory(prefix="imagekit-iid-") as tmp:
-            iidfile = Path(tmp) / "iid"
-            log = self._stream(self.build_args(request, iidfile), on_line)
+            iidfile, metadata = Path(tmp) / "iid", Path(tmp) / "metadata.json"
+            log = self._stream(self.build_args(request, iidfile, metadata), on_line)
             if not iidfile.is_file():
                 raise BuildError("\n".join(log[-40:]) or "docker build failed with no output")
-            return BuildResult(image_id=iidfile.read_text().strip(), log=tuple(log))
+            image_id = iidfile.read_text().strip()
+            if self.containerd_store and metadata.is_file():
+                # buildx's --iidfile holds the config digest; the containerd store names an
+                # image by its manifest's, which the metadata file has.
+                said = json.loads(metadata.read_text()).get("containerimage.digest")
+                image_id = str(said or image_id)
+            return BuildResult(image_id=image_id, log=tuple(log))
 
     def _stream(self, args: list[str], on_line: LineSink) -> list[str]:
         # Own process group: Ctrl-C handling stops builds explicitly (stop_all).
@@ -198,7 +247,10 @@ class DockerEngine:
             for event in self.client.images.push(repo, tag=tag, stream=True, decode=True):
                 if "error" in event:
                     raise PushError(_push_failure(ref, str(event["error"])))
-                digest = (event.get("aux") or {}).get("Digest", digest)
+                digest = pushed_digest(event) or digest
+            # The containerd store may report neither an aux record nor a digest line: the
+            # registry then says what it holds under the tag.
+            digest = digest or self._registry_digest_or_empty(ref)
         except PushError:
             raise
         except Exception as exc:  # connection refused, DNS, TLS: all mean "not pushed"
@@ -206,6 +258,14 @@ class DockerEngine:
         if not digest:
             raise PushError(_push_failure(ref, "the registry returned no digest"))
         return f"{repo}@{digest}"
+
+    def _registry_digest_or_empty(self, ref: str) -> str:
+        import docker.errors
+
+        try:
+            return self.registry_digest(ref)
+        except docker.errors.APIError:
+            return ""
 
     def push_args(
         self,
@@ -441,6 +501,19 @@ def align_layers(diff_ids: Sequence[str], history: Sequence[dict[str, Any]]) -> 
         Layer(created_by=created_by, size=size, diff_id=diff_id)
         for diff_id, (created_by, size) in zip(diff_ids, picked, strict=True)
     ]
+
+
+_DIGEST_LINE = re.compile(r"\bdigest: (sha256:[0-9a-f]{64})\b")
+
+
+def pushed_digest(event: dict[str, Any]) -> str:
+    """The manifest digest a push event reports: the aux record (classic store), or the
+    status line `TAG: digest: sha256:... size: N` (both stores print it); "" if neither."""
+    aux = event.get("aux") or {}
+    if isinstance(aux, dict) and aux.get("Digest"):
+        return str(aux["Digest"])
+    match = _DIGEST_LINE.search(str(event.get("status") or ""))
+    return match.group(1) if match else ""
 
 
 def start_error(image: str, exc: Exception) -> EngineError:

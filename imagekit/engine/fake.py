@@ -32,6 +32,11 @@ class FakeEngine:
     # image ID -> its layers; images not in it get a shared base layer plus their own
     image_layers: dict[str, list[Layer]] = field(default_factory=dict)
     refuse: tuple[str, ...] = ()  # what check_support refuses (UsageError), e.g. "zstd"
+    # True: builds export into a content store in the push's compression (the containerd
+    # image store), so every push is the engine's own push of the image as stored.
+    content_store: bool = False
+    # context folder names whose build raises a bug (not an ImagekitError) in the engine
+    crash_builds: set[str] = field(default_factory=set)
     # Detached containers and networks, by name: what a leak test looks at.
     containers: dict[str, RunOptions] = field(default_factory=dict)
     networks: dict[str, dict[str, str]] = field(default_factory=dict)
@@ -43,6 +48,8 @@ class FakeEngine:
         name = request.context.name
         self.calls.append(("build", name))
         on_line("#5 [runtime 1/2] COPY --from=builder /opt/venv /opt/venv")
+        if name in self.crash_builds:
+            raise KeyError(f"a bug in the engine while building {name}")
         if name in self.fail_builds:
             on_line("#5 ERROR: process did not complete successfully")
             raise BuildError(f"ERROR: failed to build {name}\nno matching distribution")
@@ -73,6 +80,9 @@ class FakeEngine:
         self.calls.append(("check_support", str(compression)))
         if compression.kind in self.refuse or (cache_to and "cache-to" in self.refuse):
             raise UsageError(f"--compression {compression.kind}: refused by the fake engine")
+
+    def pushes_as_stored(self, compression: Compression) -> bool:
+        return compression.default or self.content_store
 
     def push_compressed(
         self, request: BuildRequest, tags: Sequence[str], compression: Compression

@@ -9,6 +9,29 @@ from typing import Protocol
 
 from imagekit.errors import EngineError
 
+# How layers are compressed on push. gzip at the default level is what every engine writes
+# (`docker push`); anything else is written by BuildKit's image exporter (buildx).
+MAX_LEVEL = {"gzip": 9, "estargz": 9, "zstd": 22}
+
+
+@dataclass(frozen=True)
+class Compression:
+    kind: str = "gzip"
+    level: int | None = None
+
+    @property
+    def default(self) -> bool:
+        """gzip at the engine's level: a plain `docker push` of the loaded image."""
+        return self.kind == "gzip" and self.level is None
+
+    def __str__(self) -> str:
+        return self.kind if self.level is None else f"{self.kind}:{self.level}"
+
+    def as_options(self) -> str:
+        """As it was asked for on the command line (for messages)."""
+        level = "" if self.level is None else f" --compression-level {self.level}"
+        return f"--compression {self.kind}{level}"
+
 
 @dataclass(frozen=True)
 class BuildRequest:
@@ -23,6 +46,9 @@ class BuildRequest:
     no_cache: bool = False
     # RUN steps' network: "" = the engine's default; "host" reaches a mirror on 127.0.0.1
     network: str = ""
+    # The compression of the push that follows the build (None: no push). An engine that
+    # exports into a content store (the containerd image store) exports once in it.
+    push_compression: Compression | None = None
 
 
 def build_flags(request: BuildRequest) -> list[str]:
@@ -64,43 +90,28 @@ class Layer:
     diff_id: str = ""
 
 
-# How layers are compressed on push. gzip at the default level is what every engine writes
-# (`docker push`); anything else is written by BuildKit's image exporter (buildx).
-MAX_LEVEL = {"gzip": 9, "estargz": 9, "zstd": 22}
-
-
-@dataclass(frozen=True)
-class Compression:
-    kind: str = "gzip"
-    level: int | None = None
-
-    @property
-    def default(self) -> bool:
-        """gzip at the engine's level: a plain `docker push` of the loaded image."""
-        return self.kind == "gzip" and self.level is None
-
-    def __str__(self) -> str:
-        return self.kind if self.level is None else f"{self.kind}:{self.level}"
-
-    def as_options(self) -> str:
-        """As it was asked for on the command line (for messages)."""
-        level = "" if self.level is None else f" --compression-level {self.level}"
-        return f"--compression {self.kind}{level}"
-
-
-def output_flags(tags: Sequence[str], compression: Compression) -> list[str]:
-    """`--output` for BuildKit's image exporter, pushing `tags` with the chosen compression
-    (https://docs.docker.com/build/exporters/image-registry/). buildx names the image after
-    the -t tags. force-compression recompresses layers BuildKit already holds as gzip;
+def image_output(compression: Compression | None, push: bool = False) -> str:
+    """`--output` for BuildKit's image exporter (https://docs.docker.com/build/exporters/
+    image-registry/): layers in `compression`, or uncompressed (None: an image for the local
+    content store only, which would otherwise compress every layer and unpack it again).
+    force-compression recompresses layers BuildKit already holds in another compression;
     zstd and estargz layers need OCI media types (Docker's media types have no zstd)."""
-    attrs = ["type=image", "push=true", f"compression={compression.kind}"]
+    attrs = ["type=image"] + (["push=true"] if push else [])
+    if compression is None:
+        return ",".join([*attrs, "compression=uncompressed"])
+    attrs.append(f"compression={compression.kind}")
     if compression.level is not None:
         attrs.append(f"compression-level={compression.level}")
     attrs.append("force-compression=true")
     if compression.kind != "gzip":
         attrs.append("oci-mediatypes=true")
+    return ",".join(attrs)
+
+
+def output_flags(tags: Sequence[str], compression: Compression) -> list[str]:
+    """Pushing `tags` with the chosen compression; buildx names the image after the -t tags."""
     tag_flags = [flag for tag in tags for flag in ("-t", tag)]
-    return [*tag_flags, "--output", ",".join(attrs)]
+    return [*tag_flags, "--output", image_output(compression, push=True)]
 
 
 def push_flags(request: BuildRequest, tags: Sequence[str], compression: Compression) -> list[str]:
@@ -202,6 +213,8 @@ class Engine(Protocol):
     ) -> list[str]: ...
 
     def check_support(self, cache_to: Sequence[str], compression: Compression) -> None: ...
+
+    def pushes_as_stored(self, compression: Compression) -> bool: ...
 
     def run(self, image: str, command: Sequence[str], options: RunOptions) -> RunResult: ...
 
