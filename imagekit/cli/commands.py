@@ -128,14 +128,18 @@ from imagekit.cli.params import (
     "--wheelhouse",
     type=click.Path(path_type=Path),
     default=None,
-    help="Folder of wheels offered to every install step (bind-mounted, never copied).",
+    envvar="IMAGEKIT_WHEELHOUSE",
+    help="Folder of wheels offered to every install step (bind-mounted, never copied). "
+    "Default: $IMAGEKIT_WHEELHOUSE.",
 )
 @click.option(
     "--torch-index",
     default=None,
     type=URL_OR_NONE,
     metavar="URL|none",
-    help="Override where torch comes from; 'none' = wheelhouse and PyPI only.",
+    envvar="IMAGEKIT_TORCH_INDEX",
+    help="Override where torch comes from; 'none' = wheelhouse and PyPI only. "
+    "Default: $IMAGEKIT_TORCH_INDEX.",
 )
 @click.option(
     "--bootstrap-base",
