@@ -24,9 +24,10 @@ from ..realengine import (
     make_project,
     marked_ca_bundle,
     registry_get,
+    require_exporter,
 )
 
-pytestmark = [pytest.mark.docker, pytest.mark.slow]
+pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.timeout(1800)]
 
 TAG = "2.13.0-cpu-py3.11-debian12-slim"
 # Every file under /opt/venv (through the links into /opt/imagekit/cuda) with its sha256.
@@ -76,6 +77,18 @@ def test_a_no_cache_rebuild_reproduces_every_big_layer_in_the_registry(
     after = layer_sizes("imagekit-split", TAG)
     # the four largest: torch, apt, features and the base
     big = sorted(before, key=lambda digest: -before[digest])[:4]
+    assert before[big[-1]] > 10_000_000, before
+    assert set(big) <= set(after)
+
+
+def test_a_no_cache_zstd_rebuild_reproduces_the_three_largest_layers(tmp_path: Path) -> None:
+    require_exporter()
+    root = make_project(tmp_path / "p", repository="imagekit-split-zstd")
+    build(root, "--compression", "zstd")
+    before = layer_sizes("imagekit-split-zstd", TAG)
+    build(root, "--no-cache", "--compression", "zstd")
+    after = layer_sizes("imagekit-split-zstd", TAG)
+    big = sorted(before, key=lambda digest: -before[digest])[:3]
     assert before[big[-1]] > 10_000_000, before
     assert set(big) <= set(after)
 

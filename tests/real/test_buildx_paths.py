@@ -1,0 +1,175 @@
+"""buildx's paths for real, on the engine whose builds BuildKit's image exporter writes (Docker
+28 + buildx on the containerd image store): a zstd push read back from the registry, pulled
+cold and self-checked; a registry cache (mode=max) that lets an empty builder install nothing;
+the images workflow's commands run as written against the local registry; and eStargz refused
+where it would crash the daemon, with the daemon still up."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from ..conftest import ROOT
+from ..realengine import (
+    DOCKER,
+    REGISTRY,
+    build_args,
+    docker,
+    imagekit,
+    make_project,
+    manifest,
+    prune_build_cache,
+    require_exporter,
+    wheelhouse,
+)
+from .conftest import CELL
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
+
+ZSTD_LAYER = "application/vnd.oci.image.layer.v1.tar+zstd"
+
+
+def built_report(root: Path) -> dict:  # type: ignore[type-arg]
+    return dict(json.loads((root / "reports" / CELL / "build.json").read_text()))
+
+
+def forget(*refs: str) -> None:
+    """Remove images from the engine, so the next pull starts cold."""
+    docker("rmi", "-f", *refs, check=False)
+
+
+def test_a_zstd_push_reads_back_as_zstd_then_pulls_cold_and_self_checks(
+    project: Path, tmp_path: Path
+) -> None:
+    require_exporter()
+    root = make_project(tmp_path / "p", repository="imagekit-zstd")
+    bundle = project / "ca-marked.pem"
+    result = imagekit(*build_args(bundle, "--push", "--compression", "zstd"), cwd=root)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+    built = built_report(root)
+    assert built["push_compression"] == "zstd" and len(built["pushed"]) == 2
+    pushed = built["pushed"][0]
+    digest = pushed.split("@", 1)[1]
+    layers = manifest("imagekit-zstd", digest)["layers"]
+    assert {layer["mediaType"] for layer in layers} == {ZSTD_LAYER}
+    # The image as stored is the image as pushed: one export, in the push's compression.
+    assert built["image_id"] == digest
+    forget(*built["tags"], pushed)
+    docker("pull", pushed, timeout=600)
+    test = imagekit("test", pushed, "--checks", "stack,amp,ddp", cwd=root, timeout=600)
+    assert test.returncode == 0, test.stdout[-3000:] + test.stderr[-2000:]
+    forget(pushed)
+
+
+def test_a_registry_cache_lets_an_empty_builder_install_nothing_again(
+    project: Path, tmp_path: Path
+) -> None:
+    require_exporter()
+    root = make_project(tmp_path / "p", repository="imagekit-cached")
+    bundle = project / "ca-marked.pem"
+    cache = f"type=registry,ref={REGISTRY}/imagekit-cached:buildcache"
+    first = imagekit(*build_args(bundle, "--cache-to", f"{cache},mode=max"), cwd=root)
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-2000:]
+    assert manifest("imagekit-cached", "buildcache")["layers"]  # the cache is in the registry
+    forget(*built_report(root)["tags"])
+    prune_build_cache()
+    again = imagekit(*build_args(bundle, "--cache-from", cache), cwd=root)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-2000:]
+    runs = [s for s in built_report(root)["steps"] if " RUN " in f" {s['step'].split('] ', 1)[-1]}"]
+    assert runs and all(step["cached"] for step in runs), [s for s in runs if not s["cached"]]
+
+
+def workflow_steps() -> dict[str, str]:
+    """The images workflow's shell steps, by step id or name."""
+    flow = yaml.safe_load((ROOT / ".github" / "workflows" / "images.yml").read_text())
+    steps: dict[str, str] = {}
+    for job in flow["jobs"].values():
+        for step in job["steps"]:
+            if "run" in step:
+                steps[step.get("id") or step.get("name") or step["run"]] = step["run"]
+    return steps
+
+
+def run_step(script: str, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    # GitHub runs `run:` with `bash -e {0}`; the workflow's env and the step's come in as
+    # the environment, the docker on PATH is the engine's.
+    path = f"{Path(DOCKER).parent}:{Path(sys.executable).parent}:{os.environ['PATH']}"
+    return subprocess.run(
+        ["bash", "-e", "-c", script],
+        cwd=cwd,
+        env={**os.environ, **env, "PATH": path},
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+
+
+def test_the_images_workflow_commands_run_as_written(project: Path, tmp_path: Path) -> None:
+    require_exporter()
+    root = make_project(tmp_path / "p", repository="imagekit-flow")
+    steps = workflow_steps()
+    outputs = tmp_path / "github-output"
+    common = {
+        "GITHUB_OUTPUT": str(outputs),
+        "IMAGEKIT_GPU_RUNNER": "gpu",
+        "PUBLISH": "true",
+        "CANDIDATE": "-candidate-1",
+        # where the runner's wheels are: the test cell's torch comes from a local wheelhouse
+        "IMAGEKIT_WHEELHOUSE": str(wheelhouse()),
+        "IMAGEKIT_TORCH_INDEX": "none",
+        "PIP_CERT": str(project / "ca-marked.pem"),
+    }
+    matrix = run_step(steps["matrix"], root, {**common, "CUDA": ""})
+    assert matrix.returncode == 0, matrix.stderr
+    cells = json.loads(outputs.read_text().split("cells=", 1)[1])["include"]
+    (cell,) = cells
+    assert cell["id"] == CELL
+    build = run_step(
+        steps["Build (and push a candidate on main)"],
+        root,
+        {**common, "CELL": cell["id"], "CACHE": cell["cache"]},
+    )
+    assert build.returncode == 0, build.stdout[-3000:] + build.stderr[-2000:]
+    candidate = cell["tag"] + "-candidate-1"
+    assert manifest("imagekit-flow", candidate.rsplit(":", 1)[1])["layers"]
+    assert manifest("imagekit-flow", cell["cache"].rsplit(":", 1)[1])["layers"]
+    forget(candidate, *cell["tags"].split(","))
+    check = run_step(
+        steps["Self-check the candidate on this runner's hardware"],
+        root,
+        {**common, "TAG": cell["tag"], "REQUIRE": ""},
+    )
+    assert check.returncode == 0, check.stdout[-3000:] + check.stderr[-2000:]
+    promote = run_step(
+        steps["Promote (only reached when the self-check passed)"],
+        root,
+        {**common, "TAGS": cell["tags"]},
+    )
+    assert promote.returncode == 0, promote.stdout[-2000:] + promote.stderr[-2000:]
+    pushed = manifest("imagekit-flow", candidate.rsplit(":", 1)[1])
+    for tag in cell["tags"].split(","):
+        assert manifest("imagekit-flow", tag.rsplit(":", 1)[1])["layers"] == pushed["layers"]
+    forget(candidate)
+
+
+def test_estargz_is_refused_where_it_would_crash_the_daemon_and_the_daemon_stays_up(
+    project: Path,
+) -> None:
+    require_exporter()
+    go = docker("version", "--format", "{{.Server.GoVersion}}").stdout.strip()
+    if not go.startswith("go1.2") or int(go[2:].split(".")[1]) < 27:
+        pytest.skip(f"this daemon was built with {go}: eStargz export does not crash it")
+    bundle = project / "ca-marked.pem"
+    result = imagekit(*build_args(bundle, "--push", "--compression", "estargz"), cwd=project)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "--compression estargz: Docker engine" in result.stderr
+    assert f"was built with {go}" in result.stderr and "IMAGEKIT_ALLOW_ESTARGZ=1" in result.stderr
+    assert f"[{CELL}] build started" not in result.stdout  # refused before any build
+    assert docker("info", "--format", "{{.ServerVersion}}").returncode == 0
