@@ -174,9 +174,11 @@ current() {  # the running engine, if it is one of ours and answers
   if timeout 10 "$(cli_of "$engine")" info >/dev/null 2>&1; then echo "$engine"; fi
 }
 
-prune() {
-  local cli
-  cli=$(cli_of "$(cat "$STATE/current")")
+prune() {  # what the running engine holds: containers, images, BuildKit's cache
+  local engine cli
+  engine=$(cat "$STATE/current")
+  cli=$(cli_of "$engine")
+  eval "$(env_of "$engine")"  # Docker 28's CLI prunes BuildKit's cache through its buildx
   timeout 300 "$cli" container prune -f >/dev/null || true
   timeout 600 "$cli" image prune -af >/dev/null || true
   timeout 600 "$cli" builder prune -af >/dev/null || true
