@@ -44,15 +44,19 @@ def forget(*refs: str) -> None:
     docker("rmi", "-f", *refs, check=False)
 
 
+def build_in(root: Path, project: Path, *more: str) -> dict:  # type: ignore[type-arg]
+    """`imagekit build` of the test cell in `root` (the session's CA bundle); its report."""
+    result = imagekit(*build_args(project / "ca-marked.pem", *more), cwd=root)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+    return built_report(root)
+
+
 def test_a_zstd_push_reads_back_as_zstd_then_pulls_cold_and_self_checks(
     project: Path, tmp_path: Path
 ) -> None:
     require_exporter()
     root = make_project(tmp_path / "p", repository="imagekit-zstd")
-    bundle = project / "ca-marked.pem"
-    result = imagekit(*build_args(bundle, "--push", "--compression", "zstd"), cwd=root)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
-    built = built_report(root)
+    built = build_in(root, project, "--push", "--compression", "zstd")
     assert built["push_compression"] == "zstd" and len(built["pushed"]) == 2
     pushed = built["pushed"][0]
     digest = pushed.split("@", 1)[1]
@@ -72,16 +76,13 @@ def test_a_registry_cache_lets_an_empty_builder_install_nothing_again(
 ) -> None:
     require_exporter()
     root = make_project(tmp_path / "p", repository="imagekit-cached")
-    bundle = project / "ca-marked.pem"
     cache = f"type=registry,ref={REGISTRY}/imagekit-cached:buildcache"
-    first = imagekit(*build_args(bundle, "--cache-to", f"{cache},mode=max"), cwd=root)
-    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-2000:]
+    first = build_in(root, project, "--cache-to", f"{cache},mode=max")
     assert manifest("imagekit-cached", "buildcache")["layers"]  # the cache is in the registry
-    forget(*built_report(root)["tags"])
+    forget(*first["tags"])
     prune_build_cache()
-    again = imagekit(*build_args(bundle, "--cache-from", cache), cwd=root)
-    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-2000:]
-    runs = [s for s in built_report(root)["steps"] if " RUN " in f" {s['step'].split('] ', 1)[-1]}"]
+    again = build_in(root, project, "--cache-from", cache)
+    runs = [s for s in again["steps"] if " RUN " in f" {s['step'].split('] ', 1)[-1]}"]
     assert runs and all(step["cached"] for step in runs), [s for s in runs if not s["cached"]]
 
 
