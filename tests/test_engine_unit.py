@@ -16,7 +16,8 @@ from imagekit.errors import EngineError
 from .conftest import ROOT
 
 
-def engine_with(kind: str, driver: str = "", containerd_store: bool = False) -> DockerEngine:
+def engine_with(kind: str, driver: str = "", containerd_store: bool | None = False) -> DockerEngine:
+    """A DockerEngine with its builder set; containerd_store None: read from the daemon."""
     engine = DockerEngine()
     engine._builder = Builder("/usr/bin/docker", kind, "27.0.0", driver)
     engine._containerd_store = containerd_store

@@ -21,6 +21,7 @@ from imagekit.errors import UsageError
 from imagekit.matrix.catalog import load_cells
 
 from .conftest import ROOT
+from .test_engine_unit import engine_with
 
 THREE_CELLS = """
 defaults: {installer: uv, size_budget: 20GB}
@@ -195,12 +196,6 @@ def test_the_image_size_is_the_sum_of_its_layers(cells, tmp_path: Path) -> None:
 # -- the command lines ---------------------------------------------------------------------
 
 
-def engine_with(kind: str, driver: str = "") -> DockerEngine:
-    engine = DockerEngine()
-    engine._builder = Builder("/usr/bin/docker", kind, "27.0.0", driver)
-    return engine
-
-
 @pytest.mark.parametrize(
     ("compression", "output"),
     [
@@ -270,7 +265,7 @@ def test_the_docker_drivers_containerd_store_is_read_from_the_engine() -> None:
         def info(self) -> dict[str, Any]:
             return {"DriverStatus": [["driver-type", "io.containerd.snapshotter.v1"]]}
 
-    engine = engine_with("buildx", "docker")
+    engine = engine_with("buildx", "docker", containerd_store=None)
     engine._client = Client()
     engine.check_support((), Compression("zstd"))
 

@@ -13,9 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
 
-from ..conftest import ROOT
 from ..realengine import (
     DOCKER,
     REGISTRY,
@@ -28,6 +26,7 @@ from ..realengine import (
     require_exporter,
     wheelhouse,
 )
+from ..test_ci import load_workflow
 from .conftest import CELL
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
@@ -88,7 +87,7 @@ def test_a_registry_cache_lets_an_empty_builder_install_nothing_again(
 
 def workflow_steps() -> dict[str, str]:
     """The images workflow's shell steps, by step id or name."""
-    flow = yaml.safe_load((ROOT / ".github" / "workflows" / "images.yml").read_text())
+    flow = load_workflow("images.yml")
     steps: dict[str, str] = {}
     for job in flow["jobs"].values():
         for step in job["steps"]:
