@@ -130,10 +130,11 @@ stop_all() {
 }
 
 daemon_json() {  # ENGINE -> its daemon.json
-  local store=false
-  [ "$1" = containerd ] && store=true
-  if [ "$1" = docker20 ]; then echo '{}'; return; fi
-  printf '{"features": {"containerd-snapshotter": %s}}\n' "$store"
+  case "$1" in
+    containerd) echo '{"features": {"containerd-snapshotter": true}}' ;;
+    classic) echo '{"features": {"containerd-snapshotter": false}}' ;;
+    docker20) echo '{}' ;;
+  esac
 }
 
 start() {
