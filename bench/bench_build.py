@@ -32,9 +32,9 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from imagekit.build import context
-from imagekit.build.inputs import find_ca_bundle
-from imagekit.build.log import StepLog
+from imagekit.builder import context
+from imagekit.builder.inputs import find_ca_bundle
+from imagekit.builder.log import StepLog
 from imagekit.engine.discover import Builder
 from imagekit.engine.docker import DockerEngine
 from imagekit.engine.interface import BuildRequest

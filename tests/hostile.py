@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from imagekit.build import packagelock
 from imagekit.cli import main
+from imagekit.locks import packages
 
 from .conftest import ROOT
 from .test_packagelock import CELL, fake_resolver
@@ -55,7 +55,7 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     shutil.copytree(ROOT / "tests" / "data", tmp_path / "p")
     (tmp_path / "p" / ".git").mkdir()
     monkeypatch.chdir(tmp_path / "p")
-    monkeypatch.setattr(packagelock, "RESOLVER", fake_resolver)
+    monkeypatch.setattr(packages, "RESOLVER", fake_resolver)
     monkeypatch.delenv("GITHUB_ACTIONS", raising=False)
     try:
         main(["render", "--envs", "envs"])

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from imagekit.build.display import QuietDisplay
-from imagekit.build.inputs import Inputs, resolve
-from imagekit.build.log import StepLog
-from imagekit.build.session import BuildOptions, Runner, plan, raise_for_failures, summary
+from imagekit.builder.display import QuietDisplay
+from imagekit.builder.inputs import Inputs, resolve
+from imagekit.builder.log import StepLog
+from imagekit.builder.session import BuildOptions, Runner, plan, raise_for_failures, summary
 from imagekit.engine.fake import FakeEngine
 from imagekit.errors import BuildError, UsageError
 from imagekit.matrix.catalog import load_cells
@@ -72,7 +72,7 @@ class OfflineEngine(FakeEngine):
 
 
 def test_cells_whose_bases_cannot_be_had_are_named_before_anything_builds() -> None:
-    from imagekit.build.preflight import preflight
+    from imagekit.builder.preflight import preflight
     from imagekit.matrix.catalog import Filters, select
 
     cells = select(load_cells([ROOT / "envs"]), Filters(cuda=("12.6",)))
@@ -94,7 +94,7 @@ def test_cells_whose_bases_cannot_be_had_are_named_before_anything_builds() -> N
 
 
 def test_a_debian_base_missing_here_is_bootstrappable() -> None:
-    from imagekit.build.preflight import preflight
+    from imagekit.builder.preflight import preflight
     from imagekit.matrix.catalog import Filters, select
 
     class Bare(OfflineEngine):
@@ -262,7 +262,7 @@ def test_target_packages_needs_a_packages_stage(
 
 
 def test_creation_time_comes_from_the_source_not_the_clock() -> None:
-    from imagekit.build.session import source_date
+    from imagekit.builder.session import source_date
 
     assert source_date("1700000000", "1600000000") == "2023-11-14T22:13:20+00:00"
     assert source_date(None, "1600000000") == "2020-09-13T12:26:40+00:00"
@@ -284,7 +284,7 @@ def test_creation_time_comes_from_the_source_not_the_clock() -> None:
     ],
 )
 def test_source_label_from_the_git_remote_without_credentials(remote: str, url: str | None) -> None:
-    from imagekit.build.session import source_url
+    from imagekit.builder.session import source_url
 
     assert source_url({}, remote) == url
     assert source_url({"GITHUB_REPOSITORY": "acme/x"}, remote) == "https://github.com/acme/x"

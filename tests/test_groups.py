@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from imagekit.build import groups
+from imagekit.buildtime import groups
 from imagekit.matrix.catalog import load_cells
 from imagekit.render.dockerfile import render
 
@@ -70,7 +70,7 @@ def test_cells_that_compile_in_the_builder_keep_one_venv_layer() -> None:
 
 
 def test_reports_name_a_package_layer_by_its_group() -> None:
-    from imagekit.build.session import describe
+    from imagekit.builder.session import describe
 
     run = (
         "RUN |1 TORCH_INDEX_URL= /bin/sh -c . /run/imagekit/build-env.sh && touch /tmp/x "

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from imagekit.build import orchestrate
+from imagekit.builder import orchestrate
 from imagekit.urls import mask, mask_environment
 
 from .hostile import project, run

@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from imagekit.build import context, packagelock
-from imagekit.build.packagelock import PackageLock, Pin
+from imagekit.builder import context
 from imagekit.errors import UsageError
+from imagekit.locks import packages
+from imagekit.locks.packages import PackageLock, Pin
 from imagekit.matrix.catalog import load_cells
 
 from .conftest import ROOT
@@ -92,9 +93,9 @@ def lock_of(**groups: list[str]) -> PackageLock:
     this = cell()
     pins = {
         g: tuple(Pin(r, (H["a"],), n) for n, r in enumerate(groups.get(g, []), 10))
-        for g in packagelock.GROUPS
+        for g in packages.GROUPS
     }
-    return PackageLock(CELL, packagelock.inputs_of(this), {}, pins)
+    return PackageLock(CELL, packages.inputs_of(this), {}, pins)
 
 
 GOOD = {"cuda": ["nvidia-nccl-cu12==2.27.5"], "torch": ["filelock==3.20.0", "torch==2.13.0"]}
@@ -119,22 +120,20 @@ GOOD = {"cuda": ["nvidia-nccl-cu12==2.27.5"], "torch": ["filelock==3.20.0", "tor
 )  # fmt: skip
 def test_verify_refuses_each_misplaced_pin(groups: dict[str, list[str]], why: str) -> None:
     with pytest.raises(UsageError, match="imagekit lock --packages") as info:
-        packagelock.verify(lock_of(**groups), cell(), "lock.txt")
+        packages.verify(lock_of(**groups), cell(), "lock.txt")
     assert why in str(info.value)
 
 
 def test_verify_accepts_the_variant_and_what_torch_brings() -> None:
     this = cell()
-    packagelock.verify(lock_of(**GOOD), this, "x")
-    packagelock.verify(
-        lock_of(**{**GOOD, "torch": ["torch==2.13.0+cpu", "sympy==1.14.0"]}), this, "x"
-    )
+    packages.verify(lock_of(**GOOD), this, "x")
+    packages.verify(lock_of(**{**GOOD, "torch": ["torch==2.13.0+cpu", "sympy==1.14.0"]}), this, "x")
     with_vision = replace(this, torch_requirements=("torch==2.13.0", "torchvision==0.28.0"))
     ok = {**GOOD, "torch": ["torch==2.13.0", "torchvision==0.28.0+cpu", "pillow==12.0.0"]}
-    packagelock.verify(lock_of(**ok), with_vision, "x")
+    packages.verify(lock_of(**ok), with_vision, "x")
     wrong = {**GOOD, "torch": ["torch==2.13.0", "torchvision==0.27.0"]}
     with pytest.raises(UsageError, match="torchvision: pinned 0.27.0, the cell's is 0.28.0"):
-        packagelock.verify(lock_of(**wrong), with_vision, "x")
+        packages.verify(lock_of(**wrong), with_vision, "x")
 
 
 LINES = "\n".join
@@ -165,13 +164,13 @@ LINES = "\n".join
     ],
 )
 def test_only_pins_with_hashes_as_the_writer_writes_them(body: str, number: int, why: str) -> None:
-    inputs = packagelock.inputs_of(cell())
-    text = packagelock.render_text(PackageLock(CELL, inputs)).replace(
+    inputs = packages.inputs_of(cell())
+    text = packages.render_text(PackageLock(CELL, inputs)).replace(
         "# [features]\n", f"# [features]\n{body}\n"
     )
     line = text.split("\n").index("# [features]") + 2
     with pytest.raises(UsageError, match="not a valid package lock") as info:
-        packagelock.parse(text, CELL, "lock.txt")
+        packages.parse(text, CELL, "lock.txt")
     message = str(info.value)
     assert why in message and f"lock.txt:{line - 5 + number}: " in message, message
     assert "S3cr3t" not in message
@@ -179,16 +178,16 @@ def test_only_pins_with_hashes_as_the_writer_writes_them(body: str, number: int,
 
 def test_a_one_line_pin_and_blank_lines_read_as_the_writers() -> None:
     lock = lock_of(**GOOD)
-    text = packagelock.render_text(lock)
+    text = packages.render_text(lock)
     one_line = text.replace(" \\\n    --hash", " --hash").replace("# [torch]\n", "# [torch]\n\n")
-    assert packagelock.parse(one_line, CELL) == packagelock.parse(text, CELL) == lock
+    assert packages.parse(one_line, CELL) == packages.parse(text, CELL) == lock
     with pytest.raises(UsageError, match="the file ends inside the pin's hashes"):
-        packagelock.parse(text + "x==1 \\", CELL)
+        packages.parse(text + "x==1 \\", CELL)
 
 
 def test_staging_verifies_the_lock_it_copies(tmp_path: Path) -> None:
     locks = tmp_path / "packages.lock"
-    packagelock.write(locks, lock_of(**{**GOOD, "torch": ["torch==2.12.0"]}))
+    packages.write(locks, lock_of(**{**GOOD, "torch": ["torch==2.12.0"]}))
     with pytest.raises(UsageError, match=r"torch: pinned 2\.12\.0"):
         context.stage(cell(), tmp_path / "ctx", locks=locks)
 
@@ -199,7 +198,7 @@ def test_lock_packages_refuses_to_write_what_the_check_would_refuse(
     def brings_more(*args: object) -> list[Pin]:
         return [Pin("torch==2.13.0", (H["a"],)), Pin("newdep==1.0", (H["b"],))]
 
-    monkeypatch.setattr(packagelock, "RESOLVER", brings_more)
+    monkeypatch.setattr(packages, "RESOLVER", brings_more)
     ran = run(capsys, "lock", "--envs", "envs", "--packages", "--no-bases")
     assert ran.code == 9, ran
     assert "newdep is neither" in ran.err and "TORCH_DEPENDENCIES" in ran.err

@@ -5,16 +5,17 @@ and DockerEngine's pure parts (no daemon, no process)."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from imagekit.build.display import QuietDisplay
-from imagekit.build.inputs import Inputs
-from imagekit.build.session import BuildOptions, CellReport, Runner, plan, share_layers, summary
+from imagekit.builder.display import QuietDisplay
+from imagekit.builder.inputs import Inputs
+from imagekit.builder.session import BuildOptions, CellReport, Runner, plan, share_layers, summary
 from imagekit.engine.discover import Builder, buildx_driver, unsupported
-from imagekit.engine.docker import DockerEngine, align_layers
+from imagekit.engine.docker import align_layers
 from imagekit.engine.fake import FakeEngine
 from imagekit.engine.interface import BuildRequest, Compression, Layer, output_flags
 from imagekit.errors import UsageError
@@ -317,32 +318,58 @@ def test_compression_options_checked_before_anything(capsys: pytest.CaptureFixtu
     assert code == 0 and "push: docker push " in out
 
 
-@pytest.mark.usefixtures("in_repo")
-def test_build_refuses_zstd_on_the_builtin_buildkit_before_building(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+def test_build_refuses_what_the_engine_cannot_do_before_building(  # type: ignore[no-untyped-def]
+    cells, tmp_path: Path
 ) -> None:
-    import imagekit.build.orchestrate as orchestrate
+    """run_build asks the engine it is given (the CLI's one DockerEngine; here the fake) what
+    it supports before the preflight and any build: a refusal is a usage error (exit 2).
+    DockerEngine's own refusals and their fixes: test_builtin_buildkit_refuses_..."""
+    from imagekit.builder.orchestrate import BuildRun, run_build
 
-    built: list[str] = []
+    inputs = Inputs(ca_bundle=None, ca_source="none", index_url=None, wheelhouse=None)
+    options = BuildOptions(work_dir=tmp_path / ".imagekit", report_dir=tmp_path / "r", push=True)
+    engine = FakeEngine(refuse=("estargz", "cache-to"))
+    estargz = replace(options, compression=Compression("estargz"))
+    with pytest.raises(UsageError, match="--compression estargz: refused") as caught:
+        run_build(engine, cells, estargz, inputs, BuildRun())
+    assert caught.value.exit_code == 2
+    with pytest.raises(UsageError):
+        run_build(
+            engine, cells, replace(options, cache_to=("type=registry,ref=r:c",)), inputs, BuildRun()
+        )
+    assert [call for call, _ in engine.calls] == ["check_support", "check_support"]
+    assert not (tmp_path / ".imagekit").exists()  # nothing staged, nothing built
 
-    class Engine(DockerEngine):
-        def build(self, request, on_line):  # type: ignore[no-untyped-def]
-            built.append(str(request.context))
-            raise AssertionError("must not build")
 
-    def make(docker_cli: str | None) -> DockerEngine:
-        engine = Engine(docker_cli)
-        engine._builder = Builder("/usr/bin/docker", "buildkit", "20.10.24")
-        return engine
+def test_a_dry_run_leaves_the_engine_alone(  # type: ignore[no-untyped-def]
+    cells, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from imagekit.builder.orchestrate import BuildRun, run_build
 
-    monkeypatch.setattr(orchestrate, "DockerEngine", make)
-    args = ["build", "--cell", CELL, "--ca-bundle", __file__, "--push"]
-    code, _, err = cli(*args, "--compression", "estargz", capsys=capsys)
-    assert code == 2 and not built
-    assert "--compression estargz: /usr/bin/docker 20.10.24 builds with Docker's built-in" in err
-    assert "Fix: install the buildx plugin" in err
-    code, _, err = cli(*args, "--cache-to", "type=registry,ref=r:c", capsys=capsys)
-    assert code == 2 and "--cache-to type=registry,ref=r:c: " in err and not built
+    inputs = Inputs(ca_bundle=None, ca_source="none", index_url=None, wheelhouse=None)
+    options = BuildOptions(work_dir=tmp_path / ".imagekit", report_dir=tmp_path / "r")
+    engine = FakeEngine(refuse=("gzip",))  # would refuse even the default, were it asked
+    run_build(engine, cells, options, inputs, BuildRun(dry_run=True))
+    assert engine.calls == []
+    out = capsys.readouterr().out
+    assert all(cell.id in out for cell in cells)
+
+
+def test_run_build_builds_every_cell_on_the_engine_it_is_given(  # type: ignore[no-untyped-def]
+    cells, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import imagekit.builder.session as session
+    from imagekit.builder.orchestrate import BuildRun, run_build
+
+    monkeypatch.setattr(session, "git_output", lambda *args: "")  # no git for the labels
+
+    inputs = Inputs(ca_bundle=None, ca_source="none", index_url=None, wheelhouse=None)
+    options = BuildOptions(work_dir=tmp_path / ".imagekit", report_dir=tmp_path / "r")
+    engine = FakeEngine()
+    run_build(engine, cells, options, inputs, BuildRun(progress="quiet"))
+    assert engine.calls[0][0] == "check_support"
+    assert [name for call, name in engine.calls if call == "build"] == [c.id for c in cells]
+    assert "3 built" in capsys.readouterr().out
 
 
 @pytest.fixture

@@ -1,14 +1,20 @@
-"""The tree's names: one file name per module, and no function called just `table`, so a
-name found in a traceback, an import or a grep leads to one place."""
+"""The tree's names and layers: one file name per module, and no function called just
+`table`, so a name found in a traceback, an import or a grep leads to one place; and which
+package may import which (docs/architecture.md, "Rules that keep it this way")."""
 
 from __future__ import annotations
 
 import ast
 import importlib.util
+import sys
 from collections import defaultdict
 from pathlib import Path
 
+import pytest
+
 from imagekit.imagetest.nodes_plan import NodesOptions, torchrun_command
+
+from .test_contract import imported
 
 PACKAGE = Path(__file__).resolve().parents[1] / "imagekit"
 # Package markers, not modules anyone names.
@@ -32,9 +38,9 @@ def test_no_two_modules_share_a_file_name() -> None:
 
 
 def test_the_check_finds_a_shared_name() -> None:
-    twins = [PACKAGE / "build" / "runner.py", PACKAGE / "selfcheck" / "runner.py"]
+    twins = [PACKAGE / "builder" / "runner.py", PACKAGE / "selfcheck" / "runner.py"]
     assert shared_names(twins) == {
-        "runner.py": ["imagekit/build/runner.py", "imagekit/selfcheck/runner.py"]
+        "runner.py": ["imagekit/builder/runner.py", "imagekit/selfcheck/runner.py"]
     }
 
 
@@ -54,3 +60,33 @@ def test_the_node_command_runs_a_module_that_exists() -> None:
     module = command[command.index("-m") + 1]
     assert module == "imagekit.selfcheck.nodes_check"
     assert importlib.util.find_spec(module) is not None
+
+
+# What matrix, render and launch (and locks/, which matrix reads images.lock with) may not
+# import: the host's build orchestration, the engine, the CLI.
+HOST_ONLY = ("imagekit.builder", "imagekit.engine", "imagekit.cli")
+
+
+@pytest.mark.parametrize("package", ["matrix", "render", "launch", "locks"])
+def test_the_model_layers_do_not_import_build_engine_or_cli(package: str) -> None:
+    found = [
+        f"{path.relative_to(PACKAGE.parent)} imports {name}"
+        for path in sorted((PACKAGE / package).rglob("*.py"))
+        for name in sorted(imported(path))
+        if name.startswith(HOST_ONLY)
+    ]
+    assert found == []
+
+
+def test_the_in_build_scripts_import_only_the_standard_library() -> None:
+    """buildtime/'s scripts run inside the image build with the image's Python, where no
+    imagekit package is importable (builder/context.py copies them into the context)."""
+    scripts = sorted((PACKAGE / "buildtime").glob("*.py"))
+    assert {p.name for p in scripts} >= {"groups.py", "pyc_cache.py", "venv_delta.py"}
+    found = [
+        f"buildtime/{path.name} imports {name}"
+        for path in scripts
+        for name in sorted(imported(path))
+        if name.split(".")[0] not in sys.stdlib_module_names
+    ]
+    assert found == []

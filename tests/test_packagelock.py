@@ -18,10 +18,12 @@ from pathlib import Path
 
 import pytest
 
-from imagekit.build import context, groups, lock_text, packagelock
-from imagekit.build.packagelock import Pin, ResolveError
+from imagekit.builder import context
+from imagekit.buildtime import groups
 from imagekit.cli import main
 from imagekit.errors import StaleError, UsageError
+from imagekit.locks import package_file, packages
+from imagekit.locks.packages import Pin, ResolveError
 from imagekit.matrix.catalog import load_cells
 from imagekit.matrix.cells import FeatureStep
 
@@ -55,10 +57,10 @@ def fake_resolver(
 
 
 def test_the_fingerprint_follows_every_input_and_nothing_else() -> None:
-    base = packagelock.inputs_of(cell())
-    assert lock_text.fingerprint(base) == lock_text.fingerprint(dict(reversed(base.items())))
+    base = packages.inputs_of(cell())
+    assert package_file.fingerprint(base) == package_file.fingerprint(dict(reversed(base.items())))
     for key, value in [("python", "3.12"), ("torch-index", ""), ("os", "debian13")]:
-        assert lock_text.fingerprint({**base, key: value}) != lock_text.fingerprint(base)
+        assert package_file.fingerprint({**base, key: value}) != package_file.fingerprint(base)
     assert base["torch"] == ["torch==2.13.0"]
     assert base["features"] == [["onnx>=1.16", "onnxscript>=0.1", "onnxruntime>=1.19"]]
 
@@ -69,19 +71,19 @@ def test_a_pins_name_is_normalized() -> None:
 
 
 def test_pins_split_into_the_venv_groups_and_the_file_round_trips() -> None:
-    lock = packagelock.resolve(cell(), fake_resolver, "", None)
+    lock = packages.resolve(cell(), fake_resolver, "", None)
     names = {g: [p.requirement for p in pins] for g, pins in lock.groups.items()}
     assert names == {
         "cuda": ["nvidia-nccl-cu12==2.27.5"],
         "torch": ["filelock==3.20.0", "torch==2.13.0"],
         "features": ["numpy==2.3.4", "onnx==1.19.1"],  # filelock is torch's already
     }
-    text = packagelock.render_text(lock)
+    text = packages.render_text(lock)
     assert f"# fingerprint: {lock.fingerprint}" in text
     assert f"torch==2.13.0 \\\n    --hash=sha256:{H['a']}\n" in text
-    assert packagelock.parse(text, CELL) == lock
+    assert packages.parse(text, CELL) == lock
     # the group files groups.py copies read back as the same pins
-    files = packagelock.group_files(lock)
+    files = packages.group_files(lock)
     assert groups._pins_from_requirements(files["torch"]) == names["torch"]
 
 
@@ -94,34 +96,34 @@ def test_pins_split_into_the_venv_groups_and_the_file_round_trips() -> None:
     ],
 )
 def test_a_damaged_lock_is_refused_with_the_fix(edit, why) -> None:  # type: ignore[no-untyped-def]
-    text = packagelock.render_text(packagelock.resolve(cell(), fake_resolver, "", None))
+    text = packages.render_text(packages.resolve(cell(), fake_resolver, "", None))
     with pytest.raises(UsageError, match=why) as info:
-        packagelock.parse(edit(text), CELL)
+        packages.parse(edit(text), CELL)
     assert "imagekit lock --packages" in str(info.value)
 
 
 def test_a_lock_the_matrix_moved_away_from_is_stale_and_says_which_field(tmp_path: Path) -> None:
     this = cell()
-    packagelock.write(tmp_path, packagelock.resolve(this, fake_resolver, "", None))
-    assert packagelock.stale([this], tmp_path, whole_matrix=True) == []
+    packages.write(tmp_path, packages.resolve(this, fake_resolver, "", None))
+    assert packages.stale([this], tmp_path, whole_matrix=True) == []
     moved = replace(this, torch_requirements=("torch==2.13.0", "torchvision==0.28.0"))
-    (problem,) = packagelock.stale([moved], tmp_path, whole_matrix=False)
+    (problem,) = packages.stale([moved], tmp_path, whole_matrix=False)
     assert "torch: locked" in problem and "torchvision==0.28.0" in problem
     assert "run `imagekit lock --packages`" in problem
     # a lock whose cell left the matrix: only a whole-matrix check can tell
     other = replace(this, id="cpu-torch2.13.0-py3.12-debian12-slim")
-    assert packagelock.stale([other], tmp_path, whole_matrix=False) == []
-    (orphan,) = packagelock.stale([other], tmp_path, whole_matrix=True)
+    assert packages.stale([other], tmp_path, whole_matrix=False) == []
+    (orphan,) = packages.stale([other], tmp_path, whole_matrix=True)
     assert f"no cell {CELL} in the matrix" in orphan
     with pytest.raises(StaleError):
-        packagelock.raise_if_stale([moved], tmp_path, whole_matrix=False)
+        packages.raise_if_stale([moved], tmp_path, whole_matrix=False)
     single = replace(this, venv_layers="single")
-    assert "one layer" in packagelock.stale([single], tmp_path, whole_matrix=False)[0]
+    assert "one layer" in packages.stale([single], tmp_path, whole_matrix=False)[0]
 
 
 def test_the_context_carries_the_cells_lock_and_an_empty_folder_otherwise(tmp_path: Path) -> None:
     locks = tmp_path / "packages.lock"
-    packagelock.write(locks, packagelock.resolve(cell(), fake_resolver, "", None))
+    packages.write(locks, packages.resolve(cell(), fake_resolver, "", None))
     staged = context.stage(cell(), tmp_path / "ctx", locks=locks)
     locked = staged / "imagekit" / "locked"
     assert sorted(p.name for p in locked.iterdir()) == ["cuda.txt", "features.txt", "torch.txt"]
@@ -133,10 +135,10 @@ def test_the_context_carries_the_cells_lock_and_an_empty_folder_otherwise(tmp_pa
 def test_groups_py_copies_a_staged_lock_and_resolves_nothing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    lock = packagelock.resolve(cell(), fake_resolver, "", None)
+    lock = packages.resolve(cell(), fake_resolver, "", None)
     locked = tmp_path / "locked"
     locked.mkdir()
-    for group, text in packagelock.group_files(lock).items():
+    for group, text in packages.group_files(lock).items():
         (locked / f"{group}.txt").write_text(text)
     made_room: list[list[str]] = []
     monkeypatch.setattr(groups, "resolve", lambda *a: pytest.fail("resolved"))
@@ -144,7 +146,7 @@ def test_groups_py_copies_a_staged_lock_and_resolves_nothing(
     out = tmp_path / "out"
     assert groups.main(["--installer", "pip", "--out", str(out), "--locked", str(locked),
                         "--torch", "torch==2.13.0"]) == 0  # fmt: skip
-    for group in packagelock.GROUPS:
+    for group in packages.GROUPS:
         assert (out / f"{group}.txt").read_text() == (locked / f"{group}.txt").read_text()
     assert sorted(made_room[0]) == sorted({*TORCH_PINS, *FEATURE_PINS})
     # an empty folder (an unlocked cell's context) resolves as before
@@ -167,7 +169,7 @@ def run(*args: str) -> int:
 def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     shutil.copytree(ROOT / "tests" / "data", tmp_path / "p")
     monkeypatch.chdir(tmp_path / "p")
-    monkeypatch.setattr(packagelock, "RESOLVER", fake_resolver)
+    monkeypatch.setattr(packages, "RESOLVER", fake_resolver)
     assert run("render", "--envs", "envs") == 0
     return tmp_path / "p"
 
@@ -178,7 +180,7 @@ def test_lock_packages_writes_checks_and_render_check_notices_a_stale_lock(
     path = project / "envs" / "packages.lock" / f"{CELL}.txt"
     assert run("lock", "--envs", "envs", "--packages", "--no-bases") == 0
     assert f"{path.relative_to(project)}: written" in capsys.readouterr().out
-    assert packagelock.read(path.parent, CELL) is not None
+    assert packages.read(path.parent, CELL) is not None
     assert run("lock", "--envs", "envs", "--packages", "--no-bases") == 0
     assert "unchanged" in capsys.readouterr().out
     assert run("lock", "--envs", "envs", "--check") == 0
@@ -201,7 +203,7 @@ def test_an_unreachable_index_names_the_cell_and_the_fix_and_writes_nothing(
     def unreachable(*args: object) -> list[Pin]:
         raise ResolveError("error: Failed to fetch: `https://download.pytorch.org/whl/cpu/torch/`")
 
-    monkeypatch.setattr(packagelock, "RESOLVER", unreachable)
+    monkeypatch.setattr(packages, "RESOLVER", unreachable)
     assert run("lock", "--envs", "envs", "--packages", "--no-bases") == 9
     err = capsys.readouterr().err
     assert f"{CELL}: its packages could not be resolved from https://download.pytorch.org" in err
@@ -265,8 +267,8 @@ def test_uv_resolves_a_hashed_lock_and_pip_and_uv_check_the_hashes(tmp_path: Pat
         torch_requirements=("torch==9.0.0",),
         feature_steps=(FeatureStep("feat", ("feat",), True),),
     )
-    resolver = functools.partial(packagelock.uv_resolver, extra=["--no-index"])
-    lock = packagelock.resolve(this, resolver, "", wheels)
+    resolver = functools.partial(packages.uv_resolver, extra=["--no-index"])
+    lock = packages.resolve(this, resolver, "", wheels)
     names = {g: [p.requirement for p in pins] for g, pins in lock.groups.items()}
     # torch's pins come first; the features resolve against them and add only their own
     assert names["cuda"] == ["nvidia-fake-cu12==1.0"]
@@ -276,14 +278,14 @@ def test_uv_resolves_a_hashed_lock_and_pip_and_uv_check_the_hashes(tmp_path: Pat
     assert dict((p.requirement, p.hashes) for p in lock.groups["torch"])["torch==9.0.0"] == (
         digest,
     )
-    text = packagelock.render_text(lock)
-    assert packagelock.parse(text, this.id) == lock
-    files = packagelock.group_files(lock)
+    text = packages.render_text(lock)
+    assert packages.parse(text, this.id) == lock
+    files = packages.group_files(lock)
     good = tmp_path / "torch.txt"
     good.write_text(files["torch"])
     bad = tmp_path / "bad.txt"
     bad.write_text(files["torch"].replace(digest, "0" * 64))
-    uv = packagelock.uv_binary()
+    uv = packages.uv_binary()
     # the host's pip and uv settings (a constraint file, find-links) stay out of it
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "UV_"))}
     clean["PIP_CONFIG_FILE"] = os.devnull

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from imagekit.build import pyc_cache
+from imagekit.buildtime import pyc_cache
 
 SCRIPT = Path(pyc_cache.__file__)
 

@@ -60,7 +60,7 @@ def check_helpers(context: Path, labels: dict[str, str]) -> None:
         assert (helpers / name).read_bytes() == (ROOT / "templates" / "context" / name).read_bytes()
     assert os.stat(helpers / "entrypoint.sh").st_mode & 0o111  # the image's ENTRYPOINT
     for name in ("groups.py", "pyc_cache.py", "venv_delta.py"):
-        assert (helpers / name).read_bytes() == (PACKAGE / "build" / name).read_bytes()
+        assert (helpers / name).read_bytes() == (PACKAGE / "buildtime" / name).read_bytes()
     lib = helpers / "lib" / "imagekit"
     assert (lib / "__init__.py").read_bytes() == (PACKAGE / "__init__.py").read_bytes()
     for package in ("contract", "selfcheck", "runtime"):

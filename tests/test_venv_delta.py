@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from imagekit.build import venv_delta
+from imagekit.buildtime import venv_delta
 
 SCRIPT = Path(venv_delta.__file__)
 

@@ -74,17 +74,17 @@ def render(**kwargs: Any) -> None:
     rendered = render_mod.render_all(cells, syntax)
     whole_matrix = selection.filters.empty  # only then can it tell a cell left the matrix
     if check:
-        from imagekit.build import packagelock
+        from imagekit.locks import packages
 
-        locks = packagelock.stale(cells, selection.package_locks(), whole_matrix)
+        locks = packages.stale(cells, selection.package_locks(), whole_matrix)
         try:
             render_mod.check(rendered, out, prune=whole_matrix)
         except StaleError as exc:
             if locks:
-                raise StaleError(f"{exc}\n{packagelock.stale_message(locks)}") from None
+                raise StaleError(f"{exc}\n{packages.stale_message(locks)}") from None
             raise
         if locks:
-            raise StaleError(packagelock.stale_message(locks))
+            raise StaleError(packages.stale_message(locks))
         click.echo(f"{len(rendered)} Dockerfiles are current.")
         return
     changed = render_mod.write_all(rendered, out, prune=whole_matrix)

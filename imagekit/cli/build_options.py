@@ -1,5 +1,5 @@
 """`imagekit build`'s options, turned into typed objects: BuildOptions (what is built and how)
-and BuildRun (how this run goes); the run itself is imagekit/build/orchestrate.py's."""
+and BuildRun (how this run goes); the run itself is imagekit/builder/orchestrate.py's."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from collections.abc import Mapping
 from dataclasses import fields
 from typing import Any
 
-from imagekit.build.orchestrate import BuildRun
-from imagekit.build.session import BuildOptions
+from imagekit.builder.orchestrate import BuildRun
+from imagekit.builder.session import BuildOptions
 from imagekit.engine.interface import MAX_LEVEL, Compression
 from imagekit.errors import UsageError
 from imagekit.urls import refuse_credentials

@@ -157,9 +157,11 @@ from imagekit.cli.params import (
 )
 def build(**kwargs: Any) -> None:
     """Build the selected cells with BuildKit and report on each."""
-    from imagekit.build import inputs, packagelock
-    from imagekit.build.orchestrate import run_build
+    from imagekit.builder import inputs
+    from imagekit.builder.orchestrate import run_build
     from imagekit.cli.build_options import build_run_from, options_from
+    from imagekit.engine.docker import DockerEngine
+    from imagekit.locks import packages
 
     selection = Selection.of(kwargs)
     cells = selection.cells()
@@ -168,8 +170,11 @@ def build(**kwargs: Any) -> None:
     # Every path is checked before anything is built or contacted; a stale package lock
     # would install what the matrix no longer asks for.
     resolved = inputs.resolve(kwargs["ca_bundle"], kwargs["index_url"], kwargs["wheelhouse"])
-    packagelock.raise_if_stale(cells, locks, whole_matrix=False)
-    run_build(cells, options, resolved, build_run_from(kwargs))
+    packages.raise_if_stale(cells, locks, whole_matrix=False)
+    # The run's one engine: it contacts the daemon only when first used, so a dry run
+    # still needs no Docker.
+    engine = DockerEngine(kwargs["docker_cli"])
+    run_build(engine, cells, options, resolved, build_run_from(kwargs))
 
 
 @click.command(
@@ -208,28 +213,28 @@ def build(**kwargs: Any) -> None:
 def lock(**kwargs: Any) -> None:
     """Pin base images to registry digests in images.lock (the renderer uses the pins), and
     with --packages each cell's Python packages, with hashes (builds install exactly those)."""
-    from imagekit.build import packagelock
+    from imagekit.locks import packages
 
     selection = Selection.of(kwargs)
     folder = selection.package_locks()
     if kwargs["check"]:
         cells = selection.cells()
-        packagelock.raise_if_stale(cells, folder, whole_matrix=selection.filters.empty)
-        count = sum(packagelock.lock_path(folder, c.id).is_file() for c in cells)
+        packages.raise_if_stale(cells, folder, whole_matrix=selection.filters.empty)
+        count = sum(packages.lock_path(folder, c.id).is_file() for c in cells)
         click.echo(f"{folder}: {count} package locks of {len(cells)} cells, all current")
         return
     if not kwargs["no_bases"]:
         lock_bases(selection, kwargs["docker_cli"])
     if kwargs["packages"]:
-        from imagekit.build import inputs
+        from imagekit.builder import inputs
         from imagekit.urls import refuse_credentials
 
         index = refuse_credentials(kwargs["torch_index"], "--torch-index", "the package lock")
         wheelhouse = inputs.check_wheelhouse(kwargs["wheelhouse"])
-        notes = packagelock.lock_cells(
+        notes = packages.lock_cells(
             selection.cells(),
             folder,
-            packagelock.RESOLVER,
+            packages.RESOLVER,
             "" if index == "none" else index,
             wheelhouse,
         )
@@ -238,15 +243,15 @@ def lock(**kwargs: Any) -> None:
 
 
 def lock_bases(selection: Selection, docker_cli: str | None) -> None:
-    from imagekit.build import bases as base
+    from imagekit.builder import bases as base
     from imagekit.engine.docker import DockerEngine
-    from imagekit.matrix import lockfile
+    from imagekit.locks import images
 
     path = selection.images_lock()
-    new, notes = base.lock(DockerEngine(docker_cli), selection.cells(), lockfile.read(path))
+    new, notes = base.lock(DockerEngine(docker_cli), selection.cells(), images.read(path))
     for note in notes:
         click.echo(note)
-    changed = lockfile.write(path, new)
+    changed = images.write(path, new)
     click.echo(
         f"{path}: {len(new.pins)} pins ({'updated' if changed else 'unchanged'}); "
         "run `imagekit render` to use them"
@@ -280,7 +285,7 @@ def base_group() -> None:
 @docker_option
 def bootstrap(suite: str, mirror: str | None, tag: str | None, docker_cli: str | None) -> None:
     """Make a Debian base image from a package mirror with debootstrap."""
-    from imagekit.build import bases as base
+    from imagekit.builder import bases as base
     from imagekit.engine.docker import DockerEngine
     from imagekit.urls import refuse_credentials
 
@@ -464,13 +469,14 @@ def test_nodes(engine: Any, image: str, multi: dict[str, Any], kwargs: dict[str,
 def stage(**kwargs: Any) -> None:
     """Write the build contexts (.imagekit/context/<cell>) that a bake file points at."""
     from imagekit import paths
-    from imagekit.build import context, inputs, packagelock
+    from imagekit.builder import context, inputs
+    from imagekit.locks import packages
 
     wheelhouse = inputs.check_wheelhouse(kwargs["wheelhouse"])
     selection = Selection.of(kwargs)
     cells = selection.cells()
     locks = selection.package_locks()
-    packagelock.raise_if_stale(cells, locks, whole_matrix=False)
+    packages.raise_if_stale(cells, locks, whole_matrix=False)
     for cell in cells:
         context.stage(cell, paths.context_dir(paths.WORK, cell.id), wheelhouse, locks)
     click.echo(f"staged {len(cells)} contexts under {paths.contexts(paths.WORK)}/")

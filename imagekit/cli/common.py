@@ -90,14 +90,14 @@ class Selection:
         return select(load_cells(self.envs, self.lock), self.filters)
 
     def images_lock(self) -> Path:
-        from imagekit.matrix import lockfile
+        from imagekit.locks import images
         from imagekit.matrix.catalog import default_envs
 
-        return self.lock or lockfile.default_path(list(self.envs) or default_envs())
+        return self.lock or images.default_path(list(self.envs) or default_envs())
 
     def package_locks(self) -> Path:
         """packages.lock/, beside images.lock."""
-        from imagekit.build.packagelock import default_dir
+        from imagekit.locks.packages import default_dir
 
         return default_dir(self.images_lock())
 

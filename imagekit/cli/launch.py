@@ -132,9 +132,9 @@ def one_cell(cells: list[Cell]) -> Cell:
 
 
 def pins(selection: Selection) -> dict[str, str]:
-    from imagekit.matrix import lockfile
+    from imagekit.locks import images
 
-    return lockfile.read(selection.images_lock()).pins
+    return images.read(selection.images_lock()).pins
 
 
 def options_from(kwargs: dict[str, Any]) -> Any:

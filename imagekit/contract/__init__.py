@@ -2,6 +2,6 @@
 product table, the checks' tolerances, image references, and the readers both sides share.
 
 Standard library only: it is copied into every image beside imagekit/selfcheck and
-imagekit/runtime (build/context.py), which import it there, and the host side imports the
+imagekit/runtime (builder/context.py), which import it there, and the host side imports the
 same modules (tests/test_contract.py holds it to that).
 """

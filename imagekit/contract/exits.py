@@ -5,7 +5,7 @@ the README's table branch on. The self-check's (`python -m imagekit.selfcheck`, 
 multi-node rank program, the drain-reason helper) are read by the host: `imagekit test`
 treats anything but CHECK_PASSED as a failed image, and the launch scripts' preflight
 drains a node on it. The build helpers copied into the build context as single files
-(build/groups.py, pyc_cache.py, venv_delta.py) run in the builder without this package and
+(buildtime/groups.py, pyc_cache.py, venv_delta.py) run in the builder without this package and
 keep their own plain 0 / 2 (usage), which match USAGE here.
 """
 

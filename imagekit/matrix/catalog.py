@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from imagekit.errors import UsageError
+from imagekit.locks import images
 from imagekit.matrix import compat as compat_mod
-from imagekit.matrix import lockfile
 from imagekit.matrix.cells import Cell, complete_all
 from imagekit.matrix.load import load_spec
 from imagekit.resources import default_envs_dir
@@ -67,7 +67,7 @@ def default_envs() -> list[Path]:
 def load_cells(envs: Sequence[Path] = (), lock: Path | None = None) -> list[Cell]:
     paths = list(envs) or default_envs()
     spec = load_spec(paths)
-    pins = lockfile.read(lock or lockfile.default_path(paths)).pins
+    pins = images.read(lock or images.default_path(paths)).pins
     return complete_all(spec.cells, compat_mod.load(), pins, spec.problems)
 
 

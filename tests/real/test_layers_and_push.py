@@ -47,7 +47,7 @@ def report(root: Path) -> dict:  # type: ignore[type-arg]
 
 @pytest.mark.compat
 def test_layers_and_the_ones_two_images_share(tmp_path: Path, project: Path) -> None:
-    from imagekit.build.session import CellReport, share_layers
+    from imagekit.builder.session import CellReport, share_layers
     from imagekit.engine.docker import DockerEngine
 
     engine = DockerEngine()

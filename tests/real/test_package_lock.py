@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from imagekit.build import packagelock
+from imagekit.locks import packages
 
 from ..realengine import REGISTRY, build_args, docker, imagekit, make_project, marked_ca_bundle
 from ..realengine import wheelhouse as wheels
@@ -31,7 +31,7 @@ def test_a_build_from_a_lock_installs_exactly_the_locked_versions(tmp_path: Path
         "--torch-index", "none", "--wheelhouse", str(wheels()), cwd=root,
     )  # fmt: skip
     assert locked.returncode == 0, locked.stdout + locked.stderr
-    lock = packagelock.read(root / "envs" / "packages.lock", CELL)
+    lock = packages.read(root / "envs" / "packages.lock", CELL)
     assert lock is not None
     pins = {p.name: p.requirement.split("==")[1] for group in lock.groups.values() for p in group}
     assert pins["torch"] == "2.13.0+cpu" and "onnx" in pins
@@ -41,7 +41,7 @@ def test_a_build_from_a_lock_installs_exactly_the_locked_versions(tmp_path: Path
     result = imagekit(*build_args(marked_ca_bundle(root)), cwd=root, timeout=1500)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
     out = docker("run", "--rm", "--entrypoint", "/opt/venv/bin/python", TAG, "-c", VERSIONS)
-    installed = {packagelock.groups.normalize(k): v for k, v in json.loads(out.stdout).items()}
+    installed = {packages.groups.normalize(k): v for k, v in json.loads(out.stdout).items()}
     assert {name: installed.get(name) for name in pins} == pins
     # nothing beyond the lock but the venv's own installer
     assert set(installed) - set(pins) <= {"pip"}, sorted(set(installed) - set(pins))
@@ -49,4 +49,4 @@ def test_a_build_from_a_lock_installs_exactly_the_locked_versions(tmp_path: Path
     result = imagekit(*build_args(marked_ca_bundle(root), "--target", "builder"), cwd=root)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
     staged = docker("run", "--rm", "--entrypoint", "cat", TAG, "/opt/imagekit/groups/torch.txt")
-    assert staged.stdout == packagelock.group_files(lock)["torch"]
+    assert staged.stdout == packages.group_files(lock)["torch"]

@@ -8,7 +8,7 @@ import threading
 import time
 from typing import Any, Protocol
 
-from imagekit.build.log import StepLog
+from imagekit.builder.log import StepLog
 
 
 class Display(Protocol):

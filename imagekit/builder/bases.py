@@ -19,8 +19,8 @@ from pathlib import Path
 from imagekit.contract.refs import parse
 from imagekit.engine.interface import Engine
 from imagekit.errors import EngineError, ImagekitError
+from imagekit.locks.images import Lock
 from imagekit.matrix.cells import Cell
-from imagekit.matrix.lockfile import Lock
 
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
 # Trimmed like the official -slim images: no docs, man pages or apt lists.

@@ -1,5 +1,5 @@
 """A package lock's text: its records (Pin, PackageLock), writing it, reading it line by line,
-and checking its pins against the cell (`verify`). packagelock.py resolves, reads and
+and checking its pins against the cell (`verify`). packages.py resolves, reads and
 checks locks on disk with these.
 """
 
@@ -14,7 +14,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from imagekit.build import groups
+from imagekit.buildtime import groups
 from imagekit.errors import UsageError, printable
 from imagekit.matrix.cells import Cell
 from imagekit.urls import mask

@@ -1,6 +1,7 @@
 """`imagekit build` from typed options to reports: the selection checked, then a dry run
 (dry_run.py) or the engine's support checked, the preflight and base bootstrap
-(preflight.py), the builds (session.py) and the summary."""
+(preflight.py), the builds (session.py) and the summary. The engine is the caller's: the
+CLI makes one DockerEngine per run, tests pass engine/fake.py's."""
 
 from __future__ import annotations
 
@@ -10,12 +11,12 @@ from pathlib import Path
 
 import click
 
-from imagekit.build import bases as base
-from imagekit.build.display import make_display
-from imagekit.build.dry_run import print_dry_run
-from imagekit.build.inputs import Inputs
-from imagekit.build.preflight import bootstrap_missing, check_tag_suffix, check_target, preflight
-from imagekit.build.session import (
+from imagekit.builder import bases as base
+from imagekit.builder.display import make_display
+from imagekit.builder.dry_run import print_dry_run
+from imagekit.builder.inputs import Inputs
+from imagekit.builder.preflight import bootstrap_missing, check_tag_suffix, check_target, preflight
+from imagekit.builder.session import (
     BuildOptions,
     CellReport,
     Runner,
@@ -24,30 +25,28 @@ from imagekit.build.session import (
     raise_for_failures,
     summary,
 )
-from imagekit.engine.docker import DockerEngine
+from imagekit.engine.interface import Engine
 from imagekit.matrix.cells import Cell
 
 
 @dataclass(frozen=True)
 class BuildRun:
-    """How this run goes, beside what it builds: a dry run, base bootstrapping, the CLI."""
+    """How this run goes, beside what it builds: a dry run, base bootstrapping, the display."""
 
     dry_run: bool = False
     bootstrap_base: bool = False
     mirror: str | None = None
-    docker_cli: str | None = None
     progress: str = "auto"
 
 
 def run_build(
-    cells: Sequence[Cell], options: BuildOptions, resolved: Inputs, run: BuildRun
+    engine: Engine, cells: Sequence[Cell], options: BuildOptions, resolved: Inputs, run: BuildRun
 ) -> None:
     check_target(cells, options.target)
     check_tag_suffix(cells, options.tag_suffix)
     if run.dry_run:  # contacts nothing, so no git call for the revision label
         print_dry_run(cells, options, resolved)
         return
-    engine = DockerEngine(run.docker_cli)
     # what this builder cannot do is refused before anything runs (exit 2)
     engine.check_support(options.cache_to, options.compression)
     builds = plan(cells, replace(options, labels=build_labels()), resolved)

@@ -23,10 +23,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from imagekit import paths
-from imagekit.build import context as context_mod
-from imagekit.build.display import Display
-from imagekit.build.inputs import Inputs
-from imagekit.build.log import StepLog
+from imagekit.builder import context as context_mod
+from imagekit.builder.display import Display
+from imagekit.builder.inputs import Inputs
+from imagekit.builder.log import StepLog
 from imagekit.engine.interface import BuildRequest, Compression, Engine, build_flags, push_flags
 from imagekit.errors import BuildError, ImagekitError, Interrupted
 from imagekit.matrix.cells import Cell

@@ -8,9 +8,8 @@ from collections.abc import Sequence
 
 import click
 
-from imagekit.build import bases as base
+from imagekit.builder import bases as base
 from imagekit.contract.refs import parse
-from imagekit.engine.docker import DockerEngine
 from imagekit.engine.interface import Engine
 from imagekit.errors import BuildError, UsageError
 from imagekit.matrix.cells import Cell
@@ -83,7 +82,7 @@ def _unbuildable_message(
     return "\n".join(lines)
 
 
-def bootstrap_missing(engine: DockerEngine, cells: Sequence[Cell], mirror: str) -> None:
+def bootstrap_missing(engine: Engine, cells: Sequence[Cell], mirror: str) -> None:
     suites = base.bootstrappable()
     for ref in base.bases_of(cells):
         if ref in suites and engine.inspect(ref) is None:

@@ -26,8 +26,10 @@ import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from imagekit.build import groups
-from imagekit.build.lock_text import (
+from imagekit.buildtime import groups
+from imagekit.contract import exits
+from imagekit.errors import ImagekitError, StaleError, UsageError
+from imagekit.locks.package_file import (
     FORMAT,
     GROUPS,
     PackageLock,
@@ -37,8 +39,6 @@ from imagekit.build.lock_text import (
     unreadable,
     verify,
 )
-from imagekit.contract import exits
-from imagekit.errors import ImagekitError, StaleError, UsageError
 from imagekit.matrix.cells import Cell
 from imagekit.paths import UnsafeFile, read_checked, write_atomic
 
@@ -218,7 +218,7 @@ def _verify_resolved(lock: PackageLock, cell: Cell) -> None:
     except UsageError as exc:
         raise ResolveError(
             f"{exc}\nNothing was written. If torch now depends on that package, add its name "
-            "to TORCH_DEPENDENCIES in imagekit/build/packagelock.py after reading torch's "
+            "to TORCH_DEPENDENCIES in imagekit/locks/packages.py after reading torch's "
             "metadata."
         ) from None
 

@@ -7,8 +7,8 @@ from collections.abc import Sequence
 
 import click
 
-from imagekit.build.inputs import Inputs
-from imagekit.build.session import BuildOptions, plan
+from imagekit.builder.inputs import Inputs
+from imagekit.builder.session import BuildOptions, plan
 from imagekit.matrix.cells import Cell
 
 

@@ -11,6 +11,8 @@ imagekit/groups.py         resolves the venv's package groups in the builder (bi
 imagekit/locked/           the cell's package lock as group files, or empty (bind-mounted)
 wheelhouse/                hard links to --wheelhouse wheels (bind-mounted, never a layer)
 source/                    the cell's `source` folder, copied last into /workspace
+
+groups.py, pyc_cache.py and venv_delta.py are imagekit/buildtime/'s scripts, copied flat.
 """
 
 from __future__ import annotations
@@ -20,8 +22,8 @@ import os
 import shutil
 from pathlib import Path
 
-from imagekit.build import packagelock
 from imagekit.contract import labels as label
+from imagekit.locks import packages
 from imagekit.matrix.cells import Cell
 from imagekit.matrix.source import copy_source
 from imagekit.render.dockerfile import LAYER_EPOCH
@@ -43,7 +45,7 @@ def stage(
         shutil.copy2(templates_dir() / "context" / name, helpers / name)
     os.chmod(helpers / "entrypoint.sh", 0o755)
     for name in ("groups.py", "pyc_cache.py", "venv_delta.py"):
-        shutil.copy2(PACKAGE_DIR / "build" / name, helpers / name)
+        shutil.copy2(PACKAGE_DIR / "buildtime" / name, helpers / name)
     lib = helpers / "lib" / "imagekit"
     for package in ("contract", "selfcheck", "runtime"):
         shutil.copytree(PACKAGE_DIR / package, lib / package, ignore=IGNORE)
@@ -72,10 +74,10 @@ def _stage_lock(cell: Cell, locks: Path | None, dest: Path) -> None:
     """Always the folder (the Dockerfile mounts it); the group files only for a locked cell.
     One fixed date, so the context's bytes alone decide the builder's cache."""
     dest.mkdir()
-    lock = packagelock.read(locks, cell.id, cell) if locks and packagelock.lockable(cell) else None
+    lock = packages.read(locks, cell.id, cell) if locks and packages.lockable(cell) else None
     if lock is None:
         return
-    for group, text in packagelock.group_files(lock).items():
+    for group, text in packages.group_files(lock).items():
         (dest / f"{group}.txt").write_text(text)
         os.utime(dest / f"{group}.txt", (LAYER_EPOCH, LAYER_EPOCH))
 

@@ -1,1 +1,0 @@
-"""Building: the plan, BuildKit runs, contexts, inputs, base images, in-build helpers."""
