@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from imagekit.contract.checks import CheckResult, Status, failed, passed
 from imagekit.errors import UsageError
 from imagekit.imagetest.image import wants_gpus
 from imagekit.imagetest.stamp import validated_on
-from imagekit.selfcheck import gpu_host, processes, registry
+from imagekit.selfcheck import gpu_host, registry
 from imagekit.selfcheck.archs import arch_verdict, parse_entry
 from imagekit.selfcheck.peaks import gemm_dtype, mig_reason, normalise, peak_for, stable
 from imagekit.selfcheck.verdicts import (
@@ -199,7 +200,7 @@ def test_driver_verdict_and_reader(tmp_path: Path) -> None:
 def test_read_host_sees_device_nodes_but_not_control_nodes(tmp_path: Path) -> None:
     for name in ("nvidia0", "nvidia1", "nvidiactl", "nvidia-uvm", "null"):
         (tmp_path / name).touch()
-    seen = gpu_host.read_host({"IMAGEKIT_EXPECT_GPU": "1"}, dev=str(tmp_path))
+    seen = gpu_host.read_host({"IMAGEKIT_GPUS": "all"}, dev=str(tmp_path))
     assert seen.device_nodes == (f"{tmp_path}/nvidia0", f"{tmp_path}/nvidia1")
     assert seen.gpus_requested
 
@@ -374,8 +375,8 @@ def test_gpus_all_without_an_nvidia_runtime_is_an_error() -> None:
     assert not wants_gpus("auto", False) and not wants_gpus("none", True)
 
 
-def check(name: str, device: str | None, **m: object) -> dict[str, object]:
-    return {"name": name, "status": "passed", "measurements": {"device": device, **m}}
+def check(name: str, device: str | None, **m: object) -> CheckResult:
+    return CheckResult(Status.PASSED, "", {"device": device, **m}, name)
 
 
 def test_an_image_checked_on_the_cpu_is_never_stamped_as_gpu_validated() -> None:
@@ -388,13 +389,16 @@ def test_an_image_checked_on_the_cpu_is_never_stamped_as_gpu_validated() -> None
 
 
 def test_registry_limits_replace_the_fixed_multiplier() -> None:
-    assert set(registry.ORDER) == set(processes.ORDER)
+    assert {c.name for c in registry.CHECKS} | {v.name for v in registry.VERDICTS} == set(
+        registry.ORDER
+    )
     assert registry.total_limit(["stack", "perf"], None) == 60 + 180 + registry.STARTUP_S
     # A verdict runs nothing itself: its limit is that of the probes it needs.
     assert registry.total_limit(["links"], None) == 180 + 150 + registry.STARTUP_S
     assert registry.probes_for(["gpus", "health"]) == ["stack"]
     assert registry.total_limit(["stack", "perf"], 10) == 20 + registry.STARTUP_S
-    assert {c.name for c in registry.CHECKS if c.exclusive} == {"amp", "flash", "perf"}
+    # What times something runs alone: the all-reduce (ddp), GEMM and copies (perf).
+    assert {c.name for c in registry.CHECKS if c.exclusive} == {"amp", "ddp", "flash", "perf"}
 
 
 # -- the entrypoint: threads for torchrun launches ------------------------------------------
@@ -446,13 +450,13 @@ def test_a_rank_that_dies_before_reporting_is_named_at_once() -> None:
     from imagekit.selfcheck.ddp import _collect
 
     reports: queue.Queue = queue.Queue()  # type: ignore[type-arg]
-    reports.put((0, 0, {"status": "passed", "reason": "", "measurements": {}}))
+    reports.put((0, 0, passed()))
     ranks = {(0, 0): FakeRank(False, 0), (0, 1): FakeRank(False, 3)}
     started = time.monotonic()
     got = _collect(reports, ranks, deadline=time.monotonic() + 60)
     assert time.monotonic() - started < 5  # not the 60 s deadline
-    assert got[(0, 1)]["reason"] == "rank 1 died with exit code 3"
-    assert got[(0, 0)]["status"] == "passed"
+    assert got[(0, 1)].reason == "rank 1 died with exit code 3"
+    assert got[(0, 0)].status is Status.PASSED
 
 
 def test_a_rank_that_never_reports_fails_at_the_deadline() -> None:
@@ -461,27 +465,26 @@ def test_a_rank_that_never_reports_fails_at_the_deadline() -> None:
     from imagekit.selfcheck.ddp import _collect
 
     got = _collect(queue.Queue(), {(0, 0): FakeRank(True, None)}, deadline=0.0)
-    assert got[(0, 0)]["status"] == "failed" and "did not report" in got[(0, 0)]["reason"]
+    assert got[(0, 0)].failed and "did not report" in got[(0, 0)].reason
 
 
 def test_the_rank_that_died_is_named_before_its_peers_echo() -> None:
     from imagekit.selfcheck.ddp import merge_ranks
 
-    echo = {"status": "failed", "reason": "rank 0: RuntimeError: Connection closed by peer"}
-    died = {"status": "failed", "reason": "rank 1 died with exit code 3"}
-    ok = {"status": "passed", "reason": "", "measurements": {}}
-    assert merge_ranks([echo, died])["reason"].startswith("rank 1 died with exit code 3")
+    echo = failed("rank 0: RuntimeError: Connection closed by peer")
+    died = failed("rank 1 died with exit code 3")
+    ok = passed()
+    assert merge_ranks([echo, died]).reason.startswith("rank 1 died with exit code 3")
     assert merge_ranks([ok, ok]) is ok
     # gloo's own words for the echo (torch 2.13, seen in the launch's real Slurm test) say
     # "reporting": still only the echo.
-    gloo = {
-        "status": "failed",
-        "reason": "rank 0: RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:537] "
+    gloo = failed(
+        "rank 0: RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:537] "
         "Read error [127.0.0.1]:7607: Connection reset by peer. This is typically caused by a "
         "remote worker hanging or bugs in the application. Check the logs of the remote worker "
-        "before reporting an error.",
-    }
-    assert merge_ranks([gloo, died])["reason"].startswith("rank 1 died with exit code 3")
+        "before reporting an error."
+    )
+    assert merge_ranks([gloo, died]).reason.startswith("rank 1 died with exit code 3")
 
 
 def test_a_flash_attn_that_fails_to_import_fails_instead_of_not_installed(

@@ -10,26 +10,28 @@ from typing import Any
 
 import pytest
 
+from imagekit.contract.checks import (
+    ENV_GPUS,
+    CheckResult,
+    RecordError,
+    Status,
+    gpus_given,
+    gpus_value,
+)
 from imagekit.engine.fake import FakeEngine
 from imagekit.engine.interface import RunOptions, RunResult
 from imagekit.errors import SelfCheckFailed, UsageError
 from imagekit.imagetest.one_container import SelfCheckOptions, check_image, selfcheck_command
 from imagekit.imagetest.stamp import validated_ref
-from imagekit.selfcheck import processes, report
+from imagekit.selfcheck import failures, judge, processes, report
 from imagekit.selfcheck.peaks import peak_for
 
 
-def result(status: str, reason: str = "", **m: Any) -> dict[str, Any]:
-    return {
-        "status": status,
-        "reason": reason,
-        "measurements": m,
-        "seconds": 1.0,
-        "timed_out": False,
-    }
+def result(status: str, reason: str = "", **m: Any) -> CheckResult:
+    return CheckResult(Status(status), reason, m, seconds=1.0)
 
 
-def cpu_results() -> dict[str, dict[str, Any]]:
+def cpu_results() -> dict[str, CheckResult]:
     return {
         "stack": result("passed", torch="2.13.0+cpu"),
         "flash": result("passed", flash_attn_package="not installed"),
@@ -41,53 +43,53 @@ def cpu_results() -> dict[str, dict[str, Any]]:
 
 def test_cpu_image_passes_and_tensorrt_is_not_required_without_gpu() -> None:
     labels = {"io.imagekit.features": "onnx-tensorrt"}
-    need = processes.required(set(), labels, gpu=False)
+    need = judge.required(set(), labels, gpu=False)
     assert need == {"onnx"}
     results = cpu_results()
-    processes.apply_requirements(results, need)
-    assert processes.exit_code(results) == 0
+    judge.apply_requirements(results, need)
+    assert judge.exit_code(results) == 0
 
 
 def test_labels_require_tensorrt_and_flash_attn_on_gpu() -> None:
     labels = {"io.imagekit.features": "flash-attn,onnx-tensorrt"}
-    need = processes.required(set(), labels, gpu=True)
+    need = judge.required(set(), labels, gpu=True)
     assert need == {"flash", "flash-attn", "onnx", "tensorrt"}
     results = cpu_results()
-    results["stack"]["measurements"]["gpu"] = "NVIDIA H100 80GB HBM3"
-    processes.apply_requirements(results, need)
-    assert results["flash"]["status"] == "failed"
-    assert "flash_attn package not installed" in results["flash"]["reason"]
-    assert results["tensorrt"]["reason"] == (
+    results["stack"].measurements["gpu"] = "NVIDIA H100 80GB HBM3"
+    judge.apply_requirements(results, need)
+    assert results["flash"].status is Status.FAILED
+    assert "flash_attn package not installed" in results["flash"].reason
+    assert results["tensorrt"].reason == (
         "required (tensorrt); the tensorrt package is not installed"
     )
-    assert processes.exit_code(results) == 1
+    assert judge.exit_code(results) == 1
 
 
 def test_require_turns_skips_into_failures_with_reasons() -> None:
     results = cpu_results()
     results["flash"] = result("skipped", "the CUDA flash backend needs sm80+; this GPU is sm_75")
     results["onnx"] = result("skipped", "onnxruntime is not installed")
-    processes.apply_requirements(results, {"gpu", "flash", "onnx"})
-    assert results["stack"]["reason"] == "required (gpu: no GPU is visible to torch)"
-    assert results["flash"]["reason"] == (
+    judge.apply_requirements(results, {"gpu", "flash", "onnx"})
+    assert results["stack"].reason == "required (gpu: no GPU is visible to torch)"
+    assert results["flash"].reason == (
         "required (flash); the CUDA flash backend needs sm80+; this GPU is sm_75"
     )
-    assert results["onnx"]["status"] == "failed"
-    assert results["perf"]["status"] == "skipped"  # not required: stays a skip with its reason
+    assert results["onnx"].status is Status.FAILED
+    assert results["perf"].status is Status.SKIPPED  # not required: stays a skip with its reason
 
 
 def test_crash_and_missing_result_are_failures(tmp_path: Path) -> None:
     crashed = processes._result(-signal.SIGSEGV, tmp_path / "none.json", "")
-    assert crashed["reason"] == "crashed: killed by signal SIGSEGV (11)"
+    assert crashed.reason == "crashed: killed by signal SIGSEGV (11)"
     silent = processes._result(3, tmp_path / "none.json", "line1\nImportError: no torch\n")
-    assert silent["status"] == "failed" and "exited with 3" in silent["reason"]
-    assert "ImportError: no torch" in silent["reason"]
+    assert silent.failed and "exited with 3" in silent.reason
+    assert "ImportError: no torch" in silent.reason
 
 
 def test_table_json_and_junit() -> None:
     results = cpu_results()
-    results["ddp"] = {**result("failed", "timed out after 20s and was killed"), "timed_out": True}
-    results["ddp"]["name"] = "ddp"
+    results["ddp"] = result("failed", "timed out after 20s and was killed")
+    results["ddp"].timed_out, results["ddp"].name = True, "ddp"
     text = report.checks_table(results)
     assert "TIMEOUT" in text and "3 passed, 1 failed, 2 skipped" in text
     assert "no GPU: GEMM and bandwidth" in text  # a skip always says why
@@ -136,7 +138,7 @@ def test_imagekit_test_passes_labels_shm_memlock_and_stamps(tmp_path: Path) -> N
     )
     (options,) = engine.options
     assert json.loads(options.env["IMAGEKIT_LABELS"])["io.imagekit.torch"] == "2.13.0"
-    assert options.env["IMAGEKIT_EXPECT_GPU"] == "0"  # the fake engine has no NVIDIA runtime
+    assert options.env["IMAGEKIT_GPUS"] == "none"  # the fake engine has no NVIDIA runtime
     assert options.shm_size == "8g" and options.memlock_unlimited and not options.gpus
     assert validated == "reg/x:1-validated" and ("stamp", "reg/x:1-validated") in engine.calls
     assert json.loads((tmp_path / "r.json").read_text())["checks"][0]["name"] == "stack"
@@ -162,3 +164,75 @@ def test_command_and_refs() -> None:
     cmd = selfcheck_command(SelfCheckOptions(require="gpu,tensorrt", timeout=60))
     assert cmd[:3] == ["python", "-m", "imagekit.selfcheck"] and "--require" in cmd
     assert validated_ref("localhost:5000/a/b") == "localhost:5000/a/b:latest-validated"
+
+
+def test_result_record_round_trips_through_json() -> None:
+    original = CheckResult(Status.FAILED, "rank 1 died", {"world_size": 2}, "ddp", 3.5, True, "x")
+    assert CheckResult.from_json(json.loads(json.dumps(original.to_json()))) == original
+    assert CheckResult.from_json({"status": "skipped"}) == CheckResult(Status.SKIPPED)
+
+
+@pytest.mark.parametrize(
+    ("data", "words"),
+    [
+        (
+            {"status": "fail"},
+            "result.status: 'fail' is not a result status (passed, failed, skipped)",
+        ),
+        ({"status": "warned"}, "'warned' is not a result status"),  # a finding's, not a result's
+        ({}, "result.status: None"),
+        ({"status": "passed", "measurements": [1]}, "result.measurements: expected an object"),
+        ({"status": "passed", "seconds": "soon"}, "result.seconds: 'soon'"),
+        (["passed"], "result: expected an object, got list"),
+    ],
+)
+def test_a_result_that_is_not_one_is_refused_by_field(data: object, words: str) -> None:
+    with pytest.raises(RecordError) as info:
+        CheckResult.from_json(data)
+    assert words in str(info.value)
+
+
+def test_a_probe_that_writes_no_result_record_fails(tmp_path: Path) -> None:
+    (tmp_path / "r.json").write_text('{"status": "maybe"}')
+    got = processes._result(0, tmp_path / "r.json", "")
+    assert got.failed and "wrote a result that is not one: result.status: 'maybe'" in got.reason
+
+
+@pytest.mark.parametrize(
+    ("given", "count", "value", "read_back"),
+    [
+        (False, None, "none", (False, None)),
+        (True, None, "all", (True, None)),
+        (True, 4, "4", (True, 4)),
+    ],
+)
+def test_gpus_given_to_the_image_round_trip(
+    given: bool, count: int | None, value: str, read_back: tuple[bool, int | None]
+) -> None:
+    assert gpus_value(given, count) == value
+    assert gpus_given({ENV_GPUS: value}) == read_back
+
+
+@pytest.mark.parametrize("raw", ["", "0", "eight", "-1", "1.5"])
+def test_gpus_given_unreadable_or_zero_is_none_given(raw: str) -> None:
+    assert gpus_given({ENV_GPUS: raw}) == (False, None)
+    assert gpus_given({}) == (False, None)
+
+
+def test_drain_line_from_a_report_that_is_not_one() -> None:
+    assert "report: expected an object, got list" in failures.one_line([])
+    bad = {"checks": [{"name": "ddp", "status": "red"}]}
+    # Sanitised for Slurm's reason field, and still naming the field and the value.
+    assert "checks 0 .status: red is not a result status" in failures.one_line(bad)
+
+
+def test_judging_a_snapshot_with_a_result_that_is_not_one_is_a_usage_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from imagekit.selfcheck.__main__ import main
+
+    path = tmp_path / "snap.json"
+    path.write_text(json.dumps({"format": 1, "checks": {"ddp": {"status": "green"}}}))
+    assert main(["--judge", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "checks.ddp.status: 'green' is not a result status (passed, failed, skipped)" in err

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 from imagekit.contract import labels as label
+from imagekit.contract.checks import ENV_GPUS, ENV_LABELS, gpus_value
 from imagekit.engine.interface import Engine, ImageInfo
 from imagekit.errors import UsageError
 
@@ -33,13 +34,10 @@ def has_selfcheck(labels: dict[str, str]) -> bool:
 def selfcheck_env(
     labels: dict[str, str], gpus: bool, extra: dict[str, str], count: int | None = None
 ) -> dict[str, str]:
-    """The self-check's container environment: what the image promises (its labels),
-    IMAGEKIT_EXPECT_GPU: GPUs were given, so a torch that sees none must fail, and with a
-    count IMAGEKIT_EXPECT_GPUS, which torch, NVML and the device nodes must all see; then
-    yours."""
-    env = {"IMAGEKIT_LABELS": json.dumps(labels), "IMAGEKIT_EXPECT_GPU": str(int(gpus))}
-    if gpus and count is not None:
-        env["IMAGEKIT_EXPECT_GPUS"] = str(count)
+    """The self-check's container environment (contract/checks.py): what the image promises
+    (its labels), and the GPUs given: none, all (a torch that sees none must fail) or N
+    (torch, NVML and the device nodes must all see N); then yours."""
+    env = {ENV_LABELS: json.dumps(labels), ENV_GPUS: gpus_value(gpus, count)}
     return {**env, **extra}
 
 

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from imagekit.contract.checks import PASSED
+
 
 def nodes_table(image: str, report: dict[str, Any]) -> str:
     lines = [f"multi-node self-check of {image}: {report['status'].upper()}"]
     for label, value in rows(report):
         lines.append(f"  {label:<17} {value}")
-    if report["status"] != "passed":
+    if report["status"] != PASSED:
         lines.append(f"  {'reason':<17} {report['reason']}")
         for node in report["node_states"]:
             lines.append(node_line(node))

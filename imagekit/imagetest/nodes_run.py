@@ -17,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from imagekit.contract.checks import PASSED
 from imagekit.engine.interface import Engine, SubnetTaken
 from imagekit.errors import EngineError, SelfCheckFailed, UsageError
 from imagekit.imagetest.image import checkable_image, wants_gpus
@@ -188,7 +189,7 @@ def check_nodes(
     if options.json_path:
         write_atomic(options.json_path, json.dumps(report, indent=2, default=str) + "\n")
     text = nodes_table(image, report)
-    if report["status"] != "passed":
+    if report["status"] != PASSED:
         tails = [f"--- {n['host']} log ---\n{n['log_tail']}" for n in report["node_states"]]
         raise SelfCheckFailed(
             f"multi-node self-check of {image}: {report['reason']}", "\n".join([*tails, text])

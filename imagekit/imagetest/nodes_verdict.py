@@ -10,9 +10,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from imagekit.contract.checks import FAILED, PASSED
 from imagekit.engine.interface import ContainerState
 from imagekit.imagetest.nodes_plan import Plan
-from imagekit.selfcheck.links import transport_problem
+from imagekit.selfcheck.transports import transport_problem
 
 
 @dataclass
@@ -38,10 +39,11 @@ def is_failure(state: ContainerState | None) -> bool:
 def judge_transport(report: dict[str, Any]) -> dict[str, Any]:
     """A passing run of a multi-node-ib image fails where NCCL moved the data over anything
     but InfiniBand (the check in the image judges too; this covers what it did not see)."""
-    if report["status"] != "passed" or report.get("backend") != "nccl":
+    if report["status"] != PASSED or report.get("backend") != "nccl":
         return report
-    problem = transport_problem(report.get("profile"), report.get("transport"))
-    return {**report, "status": "failed", "reason": problem} if problem else report
+    multi_node = len(report.get("hosts") or []) > 1
+    problem = transport_problem(report.get("profile"), report.get("transport"), multi_node)
+    return {**report, "status": FAILED, "reason": problem} if problem else report
 
 
 def read_json(path: Path) -> dict[str, Any]:
@@ -67,7 +69,7 @@ def build_report(
         "ranks": [{k: v for k, v in r.items() if k != "joined_at"} for r in ranks],
         "hosts": sorted({str(r.get("host")) for r in ranks}),
         **{k: v for k, v in check.items() if k not in ("status", "reason")},
-        "status": "failed" if reason else "passed",
+        "status": FAILED if reason else PASSED,
         "reason": reason,
         "run_id": run.run_id,
         "network": run.network,
@@ -93,7 +95,7 @@ def failure(run: Plan, watched: Watched, outcomes: list[NodeOutcome], check: dic
     """One line for the first thing that went wrong ("" when nothing did), naming nodes."""
     if watched.timed_out:
         return timeout_reason(run, outcomes)
-    if check.get("status") == "failed":  # rank 0 judged, then its node exited 1
+    if check.get("status") == FAILED:  # rank 0 judged, then its node exited 1
         return str(check.get("reason") or "the check failed")
     failed = [o for o in outcomes if is_failure(o.state)]
     arrived = [o for o in failed if "RendezvousTimeoutError" in o.log]

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from imagekit.contract import exits
+from imagekit.contract.checks import CheckResult, RecordError, results_from_report
 from imagekit.engine.interface import Engine, RunOptions, RunResult
 from imagekit.errors import SelfCheckFailed
 from imagekit.imagetest.image import checkable_image, gpu_count, selfcheck_env, wants_gpus
@@ -53,7 +54,9 @@ def selfcheck_command(options: SelfCheckOptions) -> list[str]:
     return cmd
 
 
-def run_selfcheck(engine: Engine, image: str, options: SelfCheckOptions) -> tuple[RunResult, dict]:  # type: ignore[type-arg]
+def run_selfcheck(
+    engine: Engine, image: str, options: SelfCheckOptions
+) -> tuple[RunResult, list[CheckResult]]:
     info = checkable_image(engine, image)
     gpus = wants_gpus(options.gpus, engine.has_gpu_runtime())
     count = gpu_count(options.gpus)
@@ -69,10 +72,10 @@ def run_selfcheck(engine: Engine, image: str, options: SelfCheckOptions) -> tupl
             timeout=registry.total_limit(_names(options.checks), options.timeout),
         )
         result = engine.run(image, selfcheck_command(options), run_options)
-        report = _read(Path(tmp) / "selfcheck.json")
+        checks = _read(Path(tmp) / "selfcheck.json")
         _copy(Path(tmp) / "selfcheck.json", options.json_path)
         _copy(Path(tmp) / "selfcheck.xml", options.junit_path)
-    return result, report
+    return result, checks
 
 
 def _names(checks: str) -> list[str]:
@@ -80,8 +83,13 @@ def _names(checks: str) -> list[str]:
     return chosen or list(registry.ORDER)
 
 
-def _read(path: Path) -> dict:  # type: ignore[type-arg]
-    return dict(json.loads(path.read_text())) if path.is_file() else {}
+def _read(path: Path) -> list[CheckResult]:
+    """The report's results; none where it was not written or is not a report (the exit code
+    decides then, and the failure line says no report was read)."""
+    try:
+        return results_from_report(json.loads(path.read_text())) if path.is_file() else []
+    except (OSError, ValueError, RecordError):
+        return []
 
 
 def _copy(src: Path, dest: Path | None) -> None:
@@ -92,23 +100,23 @@ def _copy(src: Path, dest: Path | None) -> None:
 
 def check_image(engine: Engine, image: str, options: SelfCheckOptions) -> tuple[str, str | None]:
     """Returns (the self-check's output, the validated tag if stamped). Raises on failure."""
-    result, report = run_selfcheck(engine, image, options)
+    result, checks = run_selfcheck(engine, image, options)
     output = "\n".join([result.output.rstrip(), *(f"note: {n}" for n in result.notes)])
     if result.timed_out:
         raise SelfCheckFailed(f"the self-check of {image} did not finish in time", output)
     if result.exit_code != exits.CHECK_PASSED:
-        raise SelfCheckFailed(failure_line(image, report, result.exit_code), output)
+        raise SelfCheckFailed(failure_line(image, checks, result.exit_code), output)
     validated = None
     if options.stamp:
         validated = validated_ref(image)
-        engine.stamp(image, validated, stamp_labels(report))
+        engine.stamp(image, validated, stamp_labels(checks))
     return output, validated
 
 
-def failure_line(image: str, report: dict, exit_code: int) -> str:  # type: ignore[type-arg]
-    if not report.get("checks"):
+def failure_line(image: str, checks: list[CheckResult], exit_code: int) -> str:
+    if not checks:
         return f"the self-check of {image} failed (exit {exit_code}) before it wrote a report"
-    names = [c["name"] for c in report["checks"] if c.get("status") == "failed"]
+    names = [c.name for c in checks if c.failed]
     if not names:
         return f"the self-check of {image} failed (exit {exit_code})"
     return f"the self-check of {image} failed: {', '.join(names)} (see the table above)"

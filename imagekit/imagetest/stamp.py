@@ -8,28 +8,27 @@ import json
 from datetime import datetime, timezone
 
 from imagekit.contract import labels as label
+from imagekit.contract.checks import CheckResult
 from imagekit.contract.refs import parse
 from imagekit.errors import UsageError
 
 VALIDATED_SUFFIX = "-validated"
 
 
-def validated_on(checks: list[dict]) -> str:  # type: ignore[type-arg]
+def validated_on(checks: list[CheckResult]) -> str:
     """The GPU an image was proven on, or "cpu": a GPU name only when the stack check and at
     least one other check really ran on it (torch saw it, kernels ran there)."""
-    stack = next((c for c in checks if c.get("name") == "stack"), {})
-    m = stack.get("measurements", {})
-    ran_on_gpu = [c for c in checks if c.get("measurements", {}).get("device") == "cuda"]
+    stack = next((c for c in checks if c.name == "stack"), None)
+    m = stack.measurements if stack else {}
+    ran_on_gpu = [c for c in checks if c.measurements.get("device") == "cuda"]
     if m.get("device") == "cuda" and m.get("gpu") and len(ran_on_gpu) >= 2:
         return str(m["gpu"])
     return "cpu"
 
 
-def stamp_labels(report: dict) -> dict[str, str]:  # type: ignore[type-arg]
-    checks = report.get("checks", [])
+def stamp_labels(checks: list[CheckResult]) -> dict[str, str]:
     per_check = {
-        c["name"]: {"status": c["status"], "device": c.get("measurements", {}).get("device")}
-        for c in checks
+        c.name: {"status": c.status.value, "device": c.measurements.get("device")} for c in checks
     }
     return {
         label.VALIDATED: "true",

@@ -17,8 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from imagekit.contract import exits
+from imagekit.contract.checks import ENV_TIMEOUT, CheckResult
 from imagekit.selfcheck import judge, processes, report, snapshot
-from imagekit.selfcheck.registry import probes_for
+from imagekit.selfcheck.registry import ORDER, probes_for
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
@@ -29,16 +30,16 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--checks",
-        default=",".join(processes.ORDER),
-        help=f"comma list, from: {', '.join(processes.ORDER)}",
+        default=",".join(ORDER),
+        help=f"comma list, from: {', '.join(ORDER)}",
     )
     parser.add_argument(
-        "--require", default="", help=f"comma list, from: {', '.join(processes.REQUIREMENTS)}"
+        "--require", default="", help=f"comma list, from: {', '.join(judge.REQUIREMENTS)}"
     )
     parser.add_argument(
         "--timeout",
         type=float,
-        default=float(os.environ.get("IMAGEKIT_SELFCHECK_TIMEOUT", 0)) or None,
+        default=float(os.environ.get(ENV_TIMEOUT, 0)) or None,
         help="seconds per check before it is killed and reported as timed out "
         "(default: each check's own limit)",
     )
@@ -66,8 +67,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--json", type=Path, help="write the results as JSON")
     parser.add_argument("--junit", type=Path, help="write the results as JUnit XML")
     args = parser.parse_args(argv)
-    unknown = set(filter(None, args.checks.split(","))) - set(processes.ORDER)
-    unknown |= set(filter(None, args.require.split(","))) - set(processes.REQUIREMENTS)
+    unknown = set(filter(None, args.checks.split(","))) - set(ORDER)
+    unknown |= set(filter(None, args.require.split(","))) - set(judge.REQUIREMENTS)
     if unknown:
         parser.error(f"unknown check or requirement: {', '.join(sorted(unknown))}")
     if args.expect_gpus is not None and args.expect_gpus < 0:
@@ -75,15 +76,15 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def _progress(name: str, result: dict) -> None:  # type: ignore[type-arg]
-    print(f"  {name}: {result['status']} ({result['seconds']}s)", file=sys.stderr, flush=True)
+def _progress(name: str, result: CheckResult) -> None:
+    print(f"  {name}: {result.status.value} ({result.seconds}s)", file=sys.stderr, flush=True)
 
 
 def live(args: argparse.Namespace) -> dict[str, Any]:
     """Read the host, run the probes the chosen checks need, and assemble the snapshot."""
-    names = [n for n in processes.ORDER if n in args.checks.split(",")]
-    # torch numbers GPUs fastest first by default, NVML by PCI bus: one order for both, so
-    # a GPU's measurements and its NVML readings meet under one index in the snapshot.
+    names = [n for n in ORDER if n in args.checks.split(",")]
+    # Torch and NVML are matched on each GPU's UUID (gpu_host.match_devices); the PCI bus
+    # order is the fallback where a torch gives no UUID, and makes torch's numbering NVML's.
     os.environ.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
     host = snapshot.read_host(args.expect_gpus, args.require)
     host["selected"] = names
@@ -115,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
         args.json.write_text(report.to_json(results, context) + "\n")
     if args.junit:
         args.junit.write_text(report.to_junit(results) + "\n")
-    return processes.exit_code(results)
+    return judge.exit_code(results)
 
 
 if __name__ == "__main__":

@@ -8,11 +8,12 @@ import importlib.util
 from collections.abc import Callable
 from typing import Any
 
-from imagekit.selfcheck.results import Result, device_of, failed, passed, skipped, sync_of, timed
+from imagekit.contract.checks import CheckResult, failed, passed, skipped
+from imagekit.selfcheck.results import device_of, sync_of, timed
 from imagekit.selfcheck.verdicts import attention_close
 
 
-def check_flash() -> Result:
+def check_flash() -> CheckResult:
     import torch
     from torch.nn.attention import SDPBackend, sdpa_kernel
 

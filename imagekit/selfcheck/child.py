@@ -3,27 +3,25 @@ NAME RESULT_FILE WORKDIR. Kept apart so a hang or a crash takes only this proces
 
 from __future__ import annotations
 
-import importlib
 import json
 import sys
 import traceback
 
-from imagekit.selfcheck.registry import BY_NAME
-from imagekit.selfcheck.results import failed
+from imagekit.contract.checks import failed
+from imagekit.selfcheck.registry import BY_NAME, function_of
 
 
 def main() -> None:
     name, result_file, workdir = sys.argv[1:4]
     check = BY_NAME[name]
-    module, function = check.target.split(":")
     try:
-        fn = getattr(importlib.import_module(f"imagekit.selfcheck.{module}"), function)
+        fn = function_of(check.target)
         result = fn(workdir) if check.workdir else fn()
     except Exception as exc:
         tail = "".join(traceback.format_exception(exc)[-3:]).strip()
         result = failed(f"{type(exc).__name__}: {exc}", traceback=tail)
     with open(result_file, "w", encoding="utf-8") as fh:
-        json.dump(result, fh, default=str)
+        json.dump(result.to_json(), fh, default=str)
 
 
 if __name__ == "__main__":

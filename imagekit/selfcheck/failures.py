@@ -11,9 +11,9 @@ import json
 import re
 import sys
 from pathlib import Path
-from typing import Any
 
 from imagekit.contract import exits
+from imagekit.contract.checks import RecordError, results_from_report
 
 # Slurm keeps a node's reason as free text, but it travels through scontrol's KEY=VALUE
 # arguments and the job's shell: letters, digits and plain punctuation only.
@@ -25,15 +25,18 @@ def sanitized(text: str, limit: int = LIMIT) -> str:
     return " ".join(UNSAFE.sub(" ", text).split())[:limit].rstrip()
 
 
-def one_line(report: dict[str, Any], limit: int = LIMIT) -> str:
+def one_line(report: object, limit: int = LIMIT) -> str:
     """e.g. "ddp,links failed: ddp: rank 1 died with exit code 3"."""
-    failed = [c for c in report.get("checks") or [] if c.get("status") == "failed"]
+    try:
+        failed = [c for c in results_from_report(report) if c.failed]
+    except RecordError as exc:
+        return sanitized(f"the self-check's report is not one: {exc}", limit)
     if not failed:
         return "the self-check failed, no check in its report did"
-    names = ",".join(str(c.get("name", "?")) for c in failed)
+    names = ",".join(c.name or "?" for c in failed)
     first = failed[0]
-    reason = first.get("reason") or "no reason given"
-    return sanitized(f"{names} failed: {first.get('name', '?')}: {reason}", limit)
+    reason = first.reason or "no reason given"
+    return sanitized(f"{names} failed: {first.name or '?'}: {reason}", limit)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -9,14 +9,12 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from imagekit.selfcheck.results import Result, failed, passed, skipped
-
-FAIL, WARN, SKIP = "fail", "warn", "skip"
+from imagekit.contract.checks import CheckResult, Status, failed, passed, skipped
 
 
 @dataclass(frozen=True)
 class Finding:
-    level: str  # FAIL, WARN or SKIP (a skip: the rule could not be judged, and why)
+    level: Status  # FAILED, WARNED or SKIPPED (skipped: the rule could not be judged, and why)
     rule: str  # a short stable id, e.g. "ecc-uncorrected", for reports and tests
     message: str  # a sentence with the GPU index, the reading and the rule
     gpu: int | None = None
@@ -26,29 +24,32 @@ class Finding:
 
 
 def fail(rule: str, message: str, gpu: int | None = None) -> Finding:
-    return Finding(FAIL, rule, message, gpu)
+    return Finding(Status.FAILED, rule, message, gpu)
 
 
 def warn(rule: str, message: str, gpu: int | None = None) -> Finding:
-    return Finding(WARN, rule, message, gpu)
+    return Finding(Status.WARNED, rule, message, gpu)
 
 
 def skip(rule: str, message: str, gpu: int | None = None) -> Finding:
-    return Finding(SKIP, rule, message, gpu)
+    return Finding(Status.SKIPPED, rule, message, gpu)
 
 
-def result_of(findings: Iterable[Finding], judged: int, **measurements: Any) -> Result:
+def result_of(findings: Iterable[Finding], judged: int, **measurements: Any) -> CheckResult:
     """Failed when any rule failed; skipped when no rule could be judged at all (never a pass
     for what was not read); else passed. Warnings and skips are listed either way."""
     found = list(findings)
-    by = {level: [f.text() for f in found if f.level == level] for level in (FAIL, WARN, SKIP)}
+    by = {
+        level: [f.text() for f in found if f.level == level]
+        for level in (Status.FAILED, Status.WARNED, Status.SKIPPED)
+    }
     m = dict(measurements)
-    m["findings"] = [asdict(f) for f in found]
-    if by[WARN]:
-        m["warning"] = "; ".join(by[WARN])
-    if by[FAIL]:
-        return failed("; ".join(by[FAIL]), **m)
+    m["findings"] = [{**asdict(f), "level": f.level.value} for f in found]
+    if by[Status.WARNED]:
+        m["warning"] = "; ".join(by[Status.WARNED])
+    if by[Status.FAILED]:
+        return failed("; ".join(by[Status.FAILED]), **m)
     if judged == 0:
-        return skipped("; ".join(by[SKIP]) or "nothing to judge", **m)
-    not_judged = "; ".join(f"not judged: {s}" for s in by[SKIP])
+        return skipped("; ".join(by[Status.SKIPPED]) or "nothing to judge", **m)
+    not_judged = "; ".join(f"not judged: {s}" for s in by[Status.SKIPPED])
     return passed(not_judged, **m)

@@ -13,9 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from imagekit.contract import labels as label
+from imagekit.contract.checks import CheckResult, failed, passed, skipped
 from imagekit.contract.tolerances import ONNX_VS_TORCH, TENSORRT_VS_TORCH
 from imagekit.selfcheck.int8 import dot_product, int8_scheme, int8_verdict, read_cpu
-from imagekit.selfcheck.results import Result, failed, features, labels, passed, skipped
+from imagekit.selfcheck.results import features, labels
 from imagekit.selfcheck.verdicts import (
     CPU,
     TRT,
@@ -73,7 +74,7 @@ def _preload_tensorrt() -> str:
         return f"not loaded: {type(exc).__name__}: {exc}"
 
 
-def check_onnx(workdir: str) -> Result:
+def check_onnx(workdir: str) -> CheckResult:
     import torch
 
     try:
@@ -116,7 +117,7 @@ def check_onnx(workdir: str) -> Result:
     return passed(judged.reason, **m)
 
 
-def check_int8(workdir: str) -> Result:
+def check_int8(workdir: str) -> CheckResult:
     """INT8 dynamic quantization with onnxruntime's tools: close to fp32, smaller, faster.
     The scheme follows the CPU (int8.int8_scheme): U8S8 saturates on x86 without VNNI."""
     import torch
@@ -190,7 +191,7 @@ def _timed_run(session: Any, feed: dict[str, Any]) -> tuple[Any, float]:
     return out, (time.perf_counter() - start) / 20
 
 
-def check_tensorrt(workdir: str) -> Result:
+def check_tensorrt(workdir: str) -> CheckResult:
     """Build and run a TensorRT engine from the exported ONNX model, without onnxruntime."""
     import torch
 

@@ -1,10 +1,14 @@
-"""The self-check's checks as records: what runs, where it lives, its time limit, and whether
-it measures speed (then it runs alone, after the others, so nothing else skews it).
-Standard library only: `imagekit test` on the host reads the limits from here too."""
+"""The self-check's checks as records, the one list of them: the probes (`CHECKS`: what
+runs, where it lives, its time limit, whether it times something and so runs alone) and the
+verdicts over the host snapshot (`VERDICTS`: where each lives and the probes whose readings
+it needs). Standard library only: `imagekit test` on the host reads the limits from here."""
 
 from __future__ import annotations
 
+import importlib
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -16,12 +20,21 @@ class Check:
     exclusive: bool = False  # times something: runs alone, after the parallel ones
 
 
+@dataclass(frozen=True)
+class Verdict:
+    name: str
+    target: str  # "module:function" inside imagekit.selfcheck, over the snapshot
+    needs: tuple[str, ...]  # the probes whose readings it judges (NVML is always read)
+
+
 CHECKS: tuple[Check, ...] = (
     Check("stack", "stack:check_stack", 60),
     Check("amp", "training:check_amp", 120, exclusive=True),
     Check("checkpoint", "training:check_checkpoint", 60),
     Check("compile", "training:check_compile", 300),
-    Check("ddp", "ddp:check_ddp", 150),
+    # Its NCCL all-reduce's bus bandwidth is judged against floors: alone, like the others
+    # that time something.
+    Check("ddp", "ddp:check_ddp", 150, exclusive=True),
     Check("flash", "attention:check_flash", 90, exclusive=True),
     Check("onnx", "inference:check_onnx", 150, workdir=True),
     Check("int8", "inference:check_int8", 150, workdir=True),
@@ -30,13 +43,13 @@ CHECKS: tuple[Check, ...] = (
     Check("perf", "perf:check_perf", 180, exclusive=True),
 )
 BY_NAME = {c.name: c for c in CHECKS}
-# Judged from the snapshot, each with the probes whose readings it needs (NVML is read by
-# the self-check's own process for every run).
-VERDICTS: dict[str, tuple[str, ...]] = {
-    "gpus": ("stack",),
-    "health": (),
-    "links": ("perf", "ddp"),
-}
+VERDICTS: tuple[Verdict, ...] = (
+    Verdict("gpus", "health:check_gpus", ("stack",)),
+    Verdict("health", "health:check_health", ()),
+    Verdict("perf", "perf_verdict:check_perf_verdict", ("perf",)),
+    Verdict("links", "links:check_links", ("perf", "ddp")),
+)
+VERDICT_BY_NAME = {v.name: v for v in VERDICTS}
 ORDER = (
     "stack",
     "gpus",
@@ -58,10 +71,18 @@ def probes_for(names: list[str] | tuple[str, ...]) -> list[str]:
     verdict asked for needs."""
     wanted = {n for n in names if n in BY_NAME}
     for name in names:
-        wanted.update(VERDICTS.get(name, ()))
+        if name in VERDICT_BY_NAME:
+            wanted.update(VERDICT_BY_NAME[name].needs)
     return [n for n in ORDER if n in wanted]
 
 
 def total_limit(names: list[str] | tuple[str, ...], override: float | None) -> float:
     """The longest a whole self-check may take: every check at its limit, run one by one."""
     return sum(limit(n, override) for n in probes_for(names)) + STARTUP_S
+
+
+def function_of(target: str) -> Callable[..., Any]:
+    """The function a "module:function" target names, imported when asked (the host reads
+    this registry without torch or the probes' modules)."""
+    module, name = target.split(":")
+    return getattr(importlib.import_module(f"imagekit.selfcheck.{module}"), name)  # type: ignore[no-any-return]

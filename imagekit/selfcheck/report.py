@@ -6,6 +6,8 @@ import json
 import xml.etree.ElementTree as ET
 from typing import Any
 
+from imagekit.contract.checks import RESULT_STATUSES, CheckResult, Status
+
 KEYS = (
     "torch",
     "gpu",
@@ -53,47 +55,46 @@ def _short(value: object) -> str:
     return f"{value:.3g}" if isinstance(value, float) else str(value)
 
 
-def _details(result: dict[str, Any]) -> str:
-    m = result.get("measurements", {})
+def _details(result: CheckResult) -> str:
+    m = result.measurements
     shown = [f"{k}={_short(m[k])}" for k in KEYS if m.get(k) not in (None, "", {})]
-    reason = result.get("reason") or ""
-    return "; ".join(filter(None, [reason, ", ".join(shown)]))
+    return "; ".join(filter(None, [result.reason, ", ".join(shown)]))
 
 
-def checks_table(results: dict[str, dict[str, Any]]) -> str:
+def _count(results: dict[str, CheckResult], status: Status) -> int:
+    return sum(r.status is status for r in results.values())
+
+
+def checks_table(results: dict[str, CheckResult]) -> str:
     lines = [f"{'CHECK':<15}{'STATUS':<9}{'TIME':>7}  DETAILS"]
     for name, r in results.items():
-        status = "TIMEOUT" if r.get("timed_out") else r["status"].upper()
-        lines.append(f"{name:<15}{status:<9}{r['seconds']:>6.1f}s  {_details(r)}")
-    counts = {
-        s: sum(r["status"] == s for r in results.values()) for s in ("passed", "failed", "skipped")
-    }
-    lines.append(
-        f"{counts['passed']} passed, {counts['failed']} failed, {counts['skipped']} skipped"
-    )
+        status = "TIMEOUT" if r.timed_out else r.status.value.upper()
+        lines.append(f"{name:<15}{status:<9}{r.seconds:>6.1f}s  {_details(r)}")
+    lines.append(", ".join(f"{_count(results, s)} {s.value}" for s in RESULT_STATUSES))
     return "\n".join(lines)
 
 
-def to_json(results: dict[str, dict[str, Any]], context: dict[str, Any]) -> str:
-    return json.dumps({"context": context, "checks": list(results.values())}, indent=2, default=str)
+def to_json(results: dict[str, CheckResult], context: dict[str, Any]) -> str:
+    checks = [r.to_json() for r in results.values()]
+    return json.dumps({"context": context, "checks": checks}, indent=2, default=str)
 
 
-def to_junit(results: dict[str, dict[str, Any]]) -> str:
+def to_junit(results: dict[str, CheckResult]) -> str:
     suite = ET.Element(
         "testsuite",
         name="imagekit.selfcheck",
         tests=str(len(results)),
-        failures=str(sum(r["status"] == "failed" for r in results.values())),
-        skipped=str(sum(r["status"] == "skipped" for r in results.values())),
-        time=f"{sum(r['seconds'] for r in results.values()):.2f}",
+        failures=str(_count(results, Status.FAILED)),
+        skipped=str(_count(results, Status.SKIPPED)),
+        time=f"{sum(r.seconds for r in results.values()):.2f}",
     )
     for name, r in results.items():
         case = ET.SubElement(
-            suite, "testcase", classname="selfcheck", name=name, time=f"{r['seconds']:.2f}"
+            suite, "testcase", classname="selfcheck", name=name, time=f"{r.seconds:.2f}"
         )
-        if r["status"] == "failed":
-            ET.SubElement(case, "failure", message=r.get("reason", "")).text = r.get("log_tail", "")
-        elif r["status"] == "skipped":
-            ET.SubElement(case, "skipped", message=r.get("reason", ""))
-        ET.SubElement(case, "system-out").text = json.dumps(r.get("measurements", {}), default=str)
+        if r.failed:
+            ET.SubElement(case, "failure", message=r.reason).text = r.log_tail
+        elif r.skipped:
+            ET.SubElement(case, "skipped", message=r.reason)
+        ET.SubElement(case, "system-out").text = json.dumps(r.measurements, default=str)
     return ET.tostring(suite, encoding="unicode", xml_declaration=True)

@@ -1,4 +1,5 @@
-"""What every check returns, and the small helpers they share. Standard library only."""
+"""The small helpers the probes share (what a probe returns is contract/checks.py's
+CheckResult). Standard library only."""
 
 from __future__ import annotations
 
@@ -10,36 +11,20 @@ from pathlib import Path
 from typing import Any
 
 from imagekit.contract import labels as label
+from imagekit.contract.checks import ENV_FAULT, ENV_LABELS
 
-Result = dict[str, Any]
 LABELS_FILE = Path("/etc/imagekit/labels.json")
 
 
-def passed(reason: str = "", **measurements: Any) -> Result:
-    return {"status": "passed", "reason": reason, "measurements": measurements}
-
-
-def failed(reason: str, **measurements: Any) -> Result:
-    return {"status": "failed", "reason": reason, "measurements": measurements}
-
-
-def skipped(reason: str, **measurements: Any) -> Result:
-    return {"status": "skipped", "reason": reason, "measurements": measurements}
-
-
-def verdict(problems: list[str], **measurements: Any) -> Result:
-    return failed("; ".join(problems), **measurements) if problems else passed(**measurements)
-
-
 def fault(name: str) -> bool:
-    """Fault injection for the runner's own tests (IMAGEKIT_SELFCHECK_FAULT=ddp-hang,...)."""
-    return name in os.environ.get("IMAGEKIT_SELFCHECK_FAULT", "").split(",")
+    """Fault injection for the runner's own tests ($IMAGEKIT_SELFCHECK_FAULT=ddp-hang,...)."""
+    return name in os.environ.get(ENV_FAULT, "").split(",")
 
 
 def labels() -> dict[str, str]:
     """What the image promises: $IMAGEKIT_LABELS (set by `imagekit test` from the image's
     real labels), else the copy baked into the image."""
-    raw = os.environ.get("IMAGEKIT_LABELS")
+    raw = os.environ.get(ENV_LABELS)
     if raw:
         return dict(json.loads(raw))
     if LABELS_FILE.is_file():

@@ -9,13 +9,14 @@ from typing import Any
 
 from imagekit.contract import labels as label
 from imagekit.contract.cgroup import cgroup_quota
+from imagekit.contract.checks import CheckResult, verdict
 from imagekit.selfcheck import gpu_host
 from imagekit.selfcheck.archs import arch_verdict
-from imagekit.selfcheck.results import Result, labels, verdict
+from imagekit.selfcheck.results import labels
 from imagekit.selfcheck.verdicts import omp_problem
 
 
-def check_stack() -> Result:
+def check_stack() -> CheckResult:
     import torch
 
     promise = labels()

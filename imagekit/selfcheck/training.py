@@ -10,21 +10,14 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
+from imagekit.contract.checks import CheckResult, failed, passed, verdict
 from imagekit.contract.tolerances import (
     AMP_LOSS_ABS,
     AMP_LOSS_FALL,
     AMP_LOSS_REL,
     COMPILE_GRAD_RTOL,
 )
-from imagekit.selfcheck.results import (
-    Result,
-    device_of,
-    failed,
-    fault,
-    passed,
-    timed,
-    verdict,
-)
+from imagekit.selfcheck.results import device_of, fault, timed
 from imagekit.selfcheck.verdicts import compile_hint, gradients_match
 
 # -- amp --------------------------------------------------------------------------------
@@ -72,7 +65,7 @@ def loss_problems(losses: dict[str, list[float]]) -> list[str]:
     return problems
 
 
-def check_amp() -> Result:
+def check_amp() -> CheckResult:
     import torch
 
     if fault("amp-crash"):
@@ -135,7 +128,7 @@ def _grads_and_peak(torch: Any, device: str, checkpointed: bool) -> tuple[Any, i
     return torch.cat([p.grad.flatten() for p in blocks.parameters()]), peak
 
 
-def check_checkpoint() -> Result:
+def check_checkpoint() -> CheckResult:
     """Activation checkpointing gives the same gradients, and on a GPU a lower peak memory."""
     import torch
 
@@ -167,7 +160,7 @@ def _step(torch: Any, model: Any, x: Any, y: Any) -> tuple[float, Any]:
     return float(loss), torch.cat([p.grad.flatten() for p in model.parameters()])
 
 
-def check_compile() -> Result:
+def check_compile() -> CheckResult:
     """torch.compile (inductor) of a training step, forward and backward, against eager."""
     import torch
 

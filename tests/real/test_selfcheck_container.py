@@ -145,13 +145,13 @@ def test_stamp_marks_a_passing_image(project: Path) -> None:
 
 def test_a_cuda_image_given_gpus_that_torch_cannot_see_fails(project: Path) -> None:
     """The false green of a GPU host whose torch runs on the CPU: here GPUs were 'given'
-    (IMAGEKIT_EXPECT_GPU=1, as `imagekit test --gpus` sets) to an image labelled CUDA."""
+    (IMAGEKIT_GPUS=all, as `imagekit test --gpus all` sets) to an image labelled CUDA."""
     labels = {"io.imagekit.cuda": "12.6", "io.imagekit.min-driver": "525.60.13"}
     result = docker(
         "run",
         "--rm",
         "-e",
-        "IMAGEKIT_EXPECT_GPU=1",
+        "IMAGEKIT_GPUS=all",
         "-e",
         f"IMAGEKIT_LABELS={json.dumps(labels)}",
         TAG,
