@@ -14,12 +14,13 @@ from typing import Any
 import pynvml
 import pytest
 
+from imagekit.contract.checks import Status
 from imagekit.selfcheck import health, nvml
-from imagekit.selfcheck.findings import FAIL, SKIP, WARN, Finding
+from imagekit.selfcheck.findings import Finding
 
 SNAPSHOTS = Path(__file__).parent / "data" / "snapshots"
 
-# file -> the (rule, GPU) of every FAIL its snapshot must give, no more, no fewer.
+# file -> the (rule, GPU) of every Status.FAILED its snapshot must give, no more, no fewer.
 EXPECTED: dict[str, set[tuple[str, int | None]]] = {
     "h100-1x": set(),
     "a100-sxm4-80gb": set(),
@@ -56,32 +57,32 @@ def test_every_recorded_snapshot_is_judged_and_cites_its_source() -> None:
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_recorded_snapshot_fails_exactly_as_expected(name: str) -> None:
     snapshot = load(name)
-    failed = {(f.rule, f.gpu) for f in findings(snapshot) if f.level == FAIL}
+    failed = {(f.rule, f.gpu) for f in findings(snapshot) if f.level == Status.FAILED}
     assert failed == EXPECTED[name]
-    statuses = {health.check_gpus(snapshot)["status"], health.check_health(snapshot)["status"]}
+    statuses = {health.check_gpus(snapshot).status, health.check_health(snapshot).status}
     assert ("failed" in statuses) is bool(EXPECTED[name])
 
 
 def test_fail_messages_name_the_gpu_the_reading_and_the_rule() -> None:
-    (width,) = [f for f in findings(load("l4-pcie-x8")) if f.level == FAIL]
+    (width,) = [f for f in findings(load("l4-pcie-x8")) if f.level == Status.FAILED]
     assert width.text() == (
         "GPU 0: PCIe link at Gen4 x8, the maximum of this card in this slot is Gen4 x16 under "
         "load: the link trained down (reseat the card, check the riser and the slot's BIOS "
         "setting)"
     )
-    (link,) = [f for f in findings(load("h100-8x-nvlink-down")) if f.level == FAIL]
+    (link,) = [f for f in findings(load("h100-8x-nvlink-down")) if f.level == Status.FAILED]
     assert link.text().startswith("GPU 5: 17 of 18 NVLinks active: every link of an SXM GPU")
-    (count,) = [f for f in findings(load("h100-8x-missing-gpu")) if f.level == FAIL]
+    (count,) = [f for f in findings(load("h100-8x-missing-gpu")) if f.level == Status.FAILED]
     assert "torch 7, NVML 7, /dev/nvidia* 7, expected 8" in count.message
 
 
 def test_healthy_h100_node_passes_with_its_warnings_listed() -> None:
     result = health.check_health(load("h100-8x"))
-    assert result["status"] == "passed"
-    assert result["measurements"]["warning"].count("persistence mode is off") == 8
+    assert result.status == "passed"
+    assert result.measurements["warning"].count("persistence mode is off") == 8
     gpus = health.check_gpus(load("h100-8x"))
-    assert gpus["status"] == "passed"
-    assert gpus["measurements"]["counts"] == {
+    assert gpus.status == "passed"
+    assert gpus.measurements["counts"] == {
         "torch": 8,
         "NVML": 8,
         "/dev/nvidia*": 8,
@@ -92,11 +93,13 @@ def test_healthy_h100_node_passes_with_its_warnings_listed() -> None:
 def test_a_mig_slice_skips_the_whole_gpu_readings_and_still_judges_the_rest() -> None:
     snapshot = load("h100-mig-slice")
     found = health.health_findings(snapshot)[0]
-    mig = {f.rule for f in found if f.level == SKIP and f.message.startswith("MIG slice:")}
-    assert mig == {"ecc-uncorrected", "pcie-link", "nvlink-down"}
-    assert health.check_health(snapshot)["status"] == "passed"
+    mig = {
+        f.rule for f in found if f.level == Status.SKIPPED and f.message.startswith("MIG slice:")
+    }
+    assert mig == {"ecc-uncorrected", "row-remap-pending", "pcie-link", "nvlink-down"}
+    assert health.check_health(snapshot).status == "passed"
     # torch counts the slice, NVML and /dev/nvidia* the GPU: compared within each side
-    assert health.check_gpus(snapshot)["status"] == "passed"
+    assert health.check_gpus(snapshot).status == "passed"
     not_read = [f.message for f in found if f.rule == "other-processes"]
     assert not_read == ["other processes (NVML said: Insufficient Permissions)"]
 
@@ -143,15 +146,15 @@ def cpu_host(**overrides: Any) -> dict[str, Any]:
 
 def test_a_cpu_only_host_with_nothing_expected_has_nothing_to_judge() -> None:
     result = health.check_gpus(cpu_host())
-    assert result["status"] == "skipped"
-    assert "no GPU on this host" in result["reason"]
-    assert "NVML Shared Library Not Found" in result["reason"]
+    assert result.status == "skipped"
+    assert "no GPU on this host" in result.reason
+    assert "NVML Shared Library Not Found" in result.reason
 
 
 def test_gpus_expected_but_none_in_the_container_fails() -> None:
     found, judged = health.count_findings(cpu_host(expected_gpus=8))
     assert judged == 1
-    (failed,) = [f for f in found if f.level == FAIL]
+    (failed,) = [f for f in found if f.level == Status.FAILED]
     assert failed.message.startswith("the GPU counts disagree: /dev/nvidia* 0, expected 8. ")
 
 
@@ -169,18 +172,18 @@ def test_missing_count_sources_are_skips_and_one_source_is_not_a_pass() -> None:
 def test_cuda_visible_devices_takes_torch_out_of_the_comparison() -> None:
     snapshot = load("h100-8x")
     snapshot["torch"]["device_count"] = 2
-    assert health.check_gpus(snapshot)["status"] == "failed"
+    assert health.check_gpus(snapshot).status == "failed"
     snapshot["container"]["cuda_visible_devices"] = "0,1"
     result = health.check_gpus(snapshot)
-    assert result["status"] == "passed"
-    assert "CUDA_VISIBLE_DEVICES=0,1 limits what torch sees" in result["reason"]
+    assert result.status == "passed"
+    assert "CUDA_VISIBLE_DEVICES=0,1 limits what torch sees" in result.reason
 
 
 def test_a_privileged_container_sees_more_gpus_than_it_was_given() -> None:
     snapshot = load("h100-8x")
     snapshot["container"]["visible_devices"] = "0,1"
     found, _ = health.count_findings(snapshot)
-    assert [f.rule for f in found if f.level == FAIL] == ["gpu-count"]
+    assert [f.rule for f in found if f.level == Status.FAILED] == ["gpu-count"]
     assert "NVIDIA_VISIBLE_DEVICES 2" in found[0].message
 
 
@@ -216,16 +219,19 @@ def healthy_h100_with(readings: dict[str, Any]) -> dict[str, Any]:
     ("readings", "want"),
     [
         # idle: the generation drops for power saving, so it is not judged there
-        ({"pcie_gen": 1, "pcie_gen_under_load": None}, {(SKIP, "pcie-gen")}),
+        ({"pcie_gen": 1, "pcie_gen_under_load": None}, {(Status.SKIPPED, "pcie-gen")}),
         ({"pcie_gen": 5, "pcie_gen_under_load": None}, set()),
-        ({"pcie_gen_under_load": 3}, {(FAIL, "pcie-gen")}),
-        ({"pcie_gen": 5, "pcie_width": 8, "pcie_width_under_load": None}, {(WARN, "pcie-width")}),
-        ({"pcie_width_under_load": 8}, {(FAIL, "pcie-width")}),
+        ({"pcie_gen_under_load": 3}, {(Status.FAILED, "pcie-gen")}),
+        (
+            {"pcie_gen": 5, "pcie_width": 8, "pcie_width_under_load": None},
+            {(Status.WARNED, "pcie-width")},
+        ),
+        ({"pcie_width_under_load": 8}, {(Status.FAILED, "pcie-width")}),
         # a Gen5 card in a Gen4 slot: NVML's maximum is the slot's, no fault of the link
         ({"pcie_max_gen": 4, "pcie_gen_under_load": 4}, set()),
         (
             {"pcie_max_gen": None, "unread": {"pcie_max_gen": "Not Supported"}},
-            {(SKIP, "pcie-link")},
+            {(Status.SKIPPED, "pcie-link")},
         ),
     ],
 )
@@ -236,13 +242,13 @@ def test_pcie_rules(readings: dict[str, Any], want: set[tuple[str, str]]) -> Non
 @pytest.mark.parametrize(
     ("name", "active", "total", "peers", "want"),
     [
-        ("NVIDIA H100 80GB HBM3", 17, 18, 7, {(FAIL, "nvlink-down")}),
-        ("NVIDIA H100 80GB HBM3", 0, 18, 7, {(FAIL, "nvlink-down")}),
+        ("NVIDIA H100 80GB HBM3", 17, 18, 7, {(Status.FAILED, "nvlink-down")}),
+        ("NVIDIA H100 80GB HBM3", 0, 18, 7, {(Status.FAILED, "nvlink-down")}),
         ("NVIDIA H100 80GB HBM3", 0, 18, 0, set()),  # a one-GPU VM of an HGX board
-        ("NVIDIA A100-SXM4-80GB", 11, 12, 0, {(FAIL, "nvlink-down")}),
-        ("NVIDIA B200", 17, 18, 7, {(FAIL, "nvlink-down")}),
+        ("NVIDIA A100-SXM4-80GB", 11, 12, 0, {(Status.FAILED, "nvlink-down")}),
+        ("NVIDIA B200", 17, 18, 7, {(Status.FAILED, "nvlink-down")}),
         ("NVIDIA H100 PCIe", 0, 18, 1, set()),  # no bridge fitted
-        ("NVIDIA A100 80GB PCIe", 4, 12, 1, {(WARN, "nvlink-down")}),
+        ("NVIDIA A100 80GB PCIe", 4, 12, 1, {(Status.WARNED, "nvlink-down")}),
         ("NVIDIA L4", 0, 0, 0, set()),
     ],
 )
@@ -256,13 +262,16 @@ def test_nvlink_rules(
 @pytest.mark.parametrize(
     ("readings", "want"),
     [
-        ({"ecc_volatile_uncorrected": 2}, {(FAIL, "ecc-uncorrected")}),
-        ({"remapped_rows_failure": True}, {(FAIL, "row-remap-failure")}),
+        ({"ecc_volatile_uncorrected": 2}, {(Status.FAILED, "ecc-uncorrected")}),
+        ({"remapped_rows_failure": True}, {(Status.FAILED, "row-remap-failure")}),
         (
             {"remapped_rows_pending": True, "remapped_rows_failure": True},
-            {(FAIL, "row-remap-pending"), (FAIL, "row-remap-failure")},
+            {(Status.FAILED, "row-remap-pending"), (Status.FAILED, "row-remap-failure")},
         ),
-        ({"ecc_volatile_uncorrected": None, "ecc_mode": False}, {(SKIP, "ecc-uncorrected")}),
+        (
+            {"ecc_volatile_uncorrected": None, "ecc_mode": False},
+            {(Status.SKIPPED, "ecc-uncorrected")},
+        ),
         # a V100 retires pages instead of remapping rows: each GPU is judged by its own
         (
             {
@@ -271,7 +280,7 @@ def test_nvlink_rules(
                 "retired_pages_pending": True,
                 "unread": {"remapped_rows_pending": "Not Supported"},
             },
-            {(FAIL, "retired-pages-pending")},
+            {(Status.FAILED, "retired-pages-pending")},
         ),
         (
             {
@@ -279,18 +288,18 @@ def test_nvlink_rules(
                 "remapped_rows_failure": None,
                 "unread": {"remapped_rows_pending": "Not Supported"},
             },
-            {(SKIP, "row-remap-pending")},
+            {(Status.SKIPPED, "row-remap-pending")},
         ),
-        ({"compute_mode": "PROHIBITED"}, {(FAIL, "compute-prohibited")}),
+        ({"compute_mode": "PROHIBITED"}, {(Status.FAILED, "compute-prohibited")}),
         ({"compute_mode": "EXCLUSIVE_PROCESS"}, set()),  # a note, not a finding
-        ({"persistence_mode": False}, {(WARN, "persistence-off")}),
+        ({"persistence_mode": False}, {(Status.WARNED, "persistence-off")}),
         ({"clock_event_reasons": ["sw_power_cap"]}, set()),  # normal under a full GEMM
-        ({"clock_event_reasons": ["sw_thermal_slowdown"]}, {(WARN, "clocks-thermal")}),
-        ({"clock_event_reasons": ["hw_thermal_slowdown"]}, {(FAIL, "clocks-hw-slowdown")}),
-        ({"clock_event_reasons": None}, {(SKIP, "clocks-hw-slowdown")}),
+        ({"clock_event_reasons": ["sw_thermal_slowdown"]}, {(Status.WARNED, "clocks-thermal")}),
+        ({"clock_event_reasons": ["hw_thermal_slowdown"]}, {(Status.FAILED, "clocks-hw-slowdown")}),
+        ({"clock_event_reasons": None}, {(Status.SKIPPED, "clocks-hw-slowdown")}),
         (
             {"processes": [{"pid": 31337, "used_mib": 30210, "name": "python"}]},
-            {(WARN, "other-processes")},
+            {(Status.WARNED, "other-processes")},
         ),
     ],
 )
@@ -319,8 +328,8 @@ def test_exclusive_mode_is_a_note_and_serialises_the_checks() -> None:
     snapshot = load("h100-1x")
     snapshot["gpus"][0]["compute_mode"] = "EXCLUSIVE_PROCESS"
     result = health.check_health(snapshot)
-    assert result["status"] == "passed"
-    assert result["measurements"]["note"] == (
+    assert result.status == "passed"
+    assert result.measurements["note"] == (
         "GPU 0 is EXCLUSIVE_PROCESS: the self-check runs its GPU checks one at a time"
     )
     assert health.parallel_ok(snapshot) == (False, "GPU 0 is EXCLUSIVE_PROCESS")
@@ -330,8 +339,8 @@ def test_exclusive_mode_is_a_note_and_serialises_the_checks() -> None:
 
 def test_no_gpu_readings_is_skipped_with_nvmls_reason() -> None:
     result = health.check_health(cpu_host())
-    assert result["status"] == "skipped"
-    assert result["reason"] == "no GPU readings: NVML did not start: NVML Shared Library Not Found"
+    assert result.status == "skipped"
+    assert result.reason == "no GPU readings: NVML did not start: NVML Shared Library Not Found"
 
 
 # -- the NVML reader ------------------------------------------------------------------------
@@ -504,7 +513,7 @@ def test_reader_leaves_out_what_nvml_refuses_with_its_reason() -> None:
     for key in gpu["unread"]:
         assert key not in gpu
     # and the verdict says so instead of passing it
-    skips = {f.rule for f in health.gpu_findings(gpu) if f.level == SKIP}
+    skips = {f.rule for f in health.gpu_findings(gpu) if f.level == Status.SKIPPED}
     assert {"ecc-uncorrected", "nvlink-down", "other-processes"} <= skips
 
 
@@ -601,5 +610,9 @@ def test_sampler_without_nvml_samples_nothing_and_says_why() -> None:
     fake = FakeNvml([], init_error=pynvml.NVMLError_DriverNotLoaded())
     with nvml.ClockSampler([0], nvml=fake) as sampler:
         pass
-    assert sampler.readings() == {}
-    assert sampler.error == "NVML did not start: Driver Not Loaded"
+    why = "NVML did not start: Driver Not Loaded"
+    assert sampler.error == why
+    # nothing sampled, and each GPU's readings say why (the health verdict skips them)
+    assert sampler.readings() == {
+        0: {"clock_samples": 0, "unread": dict.fromkeys(nvml.SAMPLED, why)}
+    }

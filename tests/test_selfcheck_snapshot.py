@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from imagekit.contract.checks import CheckResult, Status
 from imagekit.engine.fake import FakeEngine
 from imagekit.engine.interface import ImageInfo, RunOptions, RunResult
 from imagekit.imagetest.one_container import SelfCheckOptions, run_selfcheck
@@ -25,15 +26,8 @@ from .test_selfcheck_health import EXPECTED
 SNAPSHOTS = Path(__file__).parent / "data" / "snapshots"
 
 
-def result(status: str, reason: str = "", seconds: float = 1.0, **m: Any) -> dict[str, Any]:
-    return {
-        "status": status,
-        "reason": reason,
-        "measurements": m,
-        "seconds": seconds,
-        "timed_out": False,
-        "log_tail": "",
-    }
+def result(status: str, reason: str = "", seconds: float = 1.0, **m: Any) -> CheckResult:
+    return CheckResult(Status(status), reason, m, seconds=seconds)
 
 
 def cpu_host() -> dict[str, Any]:
@@ -53,7 +47,7 @@ def cpu_host() -> dict[str, Any]:
     }
 
 
-def cpu_results() -> dict[str, dict[str, Any]]:
+def cpu_results() -> dict[str, CheckResult]:
     return {
         "stack": result("passed", torch="2.13.0+cpu", torch_cuda=None, device="cpu"),
         "ddp": result("passed", backend="gloo", world_size=2, device="cpu"),
@@ -65,8 +59,9 @@ def cpu_results() -> dict[str, dict[str, Any]]:
 
 
 def test_expected_gpus_from_the_environment() -> None:
-    assert snapshot.expected_from_env({"IMAGEKIT_EXPECT_GPUS": "8"}) == 8
-    assert snapshot.expected_from_env({"IMAGEKIT_EXPECT_GPUS": "eight"}) is None
+    assert snapshot.expected_from_env({"IMAGEKIT_GPUS": "8"}) == 8
+    assert snapshot.expected_from_env({"IMAGEKIT_GPUS": "eight"}) is None
+    assert snapshot.expected_from_env({"IMAGEKIT_GPUS": "all"}) is None
     assert snapshot.expected_from_env({}) is None
 
 
@@ -125,7 +120,7 @@ def test_a_cpu_host_is_judged_without_a_false_red() -> None:
     snap = snapshot.assemble(cpu_host(), cpu_results())
     results = judge.judge(snap)
     assert list(results) == ["stack", "gpus", "health", "ddp", "onnx", "perf", "links"]
-    assert {n: r["status"] for n, r in results.items()} == {
+    assert {n: r.status for n, r in results.items()} == {
         "stack": "passed",
         "gpus": "skipped",
         "health": "skipped",
@@ -134,16 +129,16 @@ def test_a_cpu_host_is_judged_without_a_false_red() -> None:
         "perf": "skipped",
         "links": "skipped",
     }
-    assert results["perf"]["reason"].startswith("no GPU")
-    assert processes.exit_code(results) == 0
+    assert results["perf"].reason.startswith("no GPU")
+    assert judge.exit_code(results) == 0
 
 
 def test_a_crashed_perf_probe_stays_failed() -> None:
     snap = snapshot.assemble(cpu_host(), cpu_results())
-    snap["checks"]["perf"] = result("failed", "crashed: killed by signal SIGSEGV (11)")
+    snap["checks"]["perf"] = result("failed", "crashed: killed by signal SIGSEGV (11)").to_json()
     results = judge.judge(snap)
-    assert results["perf"]["status"] == "failed"
-    assert "SIGSEGV" in results["perf"]["reason"]
+    assert results["perf"].status == "failed"
+    assert "SIGSEGV" in results["perf"].reason
 
 
 def test_a_gpu_the_perf_probe_could_not_measure_fails_the_perf_verdict() -> None:
@@ -161,25 +156,25 @@ def test_a_gpu_the_perf_probe_could_not_measure_fails_the_perf_verdict() -> None
     snap = snapshot.assemble(host, results)
     assert snap["gpus"][1]["perf_error"].startswith("RuntimeError")
     perf = judge.judge(snap)["perf"]
-    assert perf["status"] == "failed"
-    assert "GPU 1: measuring failed: RuntimeError: CUDA error" in perf["reason"]
-    assert "GPU 0" not in perf["reason"]
+    assert perf.status == "failed"
+    assert "GPU 1: measuring failed: RuntimeError: CUDA error" in perf.reason
+    assert "GPU 0" not in perf.reason
 
 
 def test_the_image_promises_are_applied_to_a_recorded_snapshot() -> None:
     snap = snapshot.assemble(cpu_host(), cpu_results())
-    snap["checks"]["onnx"] = result("skipped", "onnxruntime is not installed")
+    snap["checks"]["onnx"] = result("skipped", "onnxruntime is not installed").to_json()
     results = judge.judge(snap)
     # the image's label promises onnx: a skip of it is a failure, judged offline too
-    assert results["onnx"]["status"] == "failed"
-    assert results["onnx"]["reason"].startswith("required (onnx)")
+    assert results["onnx"].status == "failed"
+    assert results["onnx"].reason.startswith("required (onnx)")
 
 
 def test_judge_prints_the_live_table_and_exit_code(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     snap = snapshot.assemble(cpu_host(), cpu_results())
-    snap["checks"]["ddp"] = result("failed", "gradients differ across ranks by 0.5")
+    snap["checks"]["ddp"] = result("failed", "gradients differ across ranks by 0.5").to_json()
     path = tmp_path / "host.json"
     snapshot.write(snap, path)
     expected = checks_table(judge.judge(copy.deepcopy(snap)))
@@ -255,9 +250,9 @@ def test_imagekit_test_gpus_n_gives_n_gpus_and_expects_them() -> None:
     run_selfcheck(engine, "img:1", SelfCheckOptions(gpus="2"))
     options = engine.runs[0]
     assert options.gpus and options.gpu_ids == ("0", "1")
-    assert options.env["IMAGEKIT_EXPECT_GPUS"] == "2"
+    assert options.env["IMAGEKIT_GPUS"] == "2"
     run_selfcheck(engine, "img:1", SelfCheckOptions(gpus="all"))
-    assert engine.runs[1].gpu_ids == () and "IMAGEKIT_EXPECT_GPUS" not in engine.runs[1].env
+    assert engine.runs[1].gpu_ids == () and engine.runs[1].env["IMAGEKIT_GPUS"] == "all"
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))

@@ -2,9 +2,10 @@
 (memory errors, PCIe and NVLink links, compute mode, clocks during the perf measurements,
 other processes)? Pure functions over plain data; nvml.py reads what they judge.
 
-A reading that is missing is never a pass: it is a SKIP with the reason NVML gave
+A reading that is missing is never a pass: it is a Status.SKIPPED with the reason NVML gave
 (`unread`), or "not read". A MIG slice's container reads the whole GPU's ECC, PCIe and NVLink
-state, which is not the slice's own: those are skipped there.
+state, which is not the slice's own: those are skipped there. A GPU that NVML answered "GPU
+is lost" or "GPU requires reset" for, on any reading, fails.
 """
 
 from __future__ import annotations
@@ -13,12 +14,13 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from imagekit.contract.checks import CheckResult
 from imagekit.selfcheck.findings import Finding, fail, result_of, skip, warn
+from imagekit.selfcheck.gpu_host import PCI_ORDER, parse_visible, resolve_visible
 from imagekit.selfcheck.peaks import normalise
-from imagekit.selfcheck.results import Result
+from imagekit.selfcheck.snapshot import Snapshot
 
-Snapshot = Mapping[str, Any]
-Gpu = Mapping[str, Any]
+Gpu = Mapping[str, Any]  # one entry of the snapshot's `gpus`
 Judged = tuple[list[Finding], int]
 
 EXCLUSIVE = ("EXCLUSIVE_PROCESS", "EXCLUSIVE_THREAD")
@@ -63,7 +65,7 @@ def gpu_counts(snapshot: Snapshot) -> tuple[dict[str, int], list[Finding]]:
         skips.append(skip("gpu-count", "torch's GPU count was not read"))
     elif not torch.get("cuda_available"):
         skips.append(skip("gpu-count", "torch sees no CUDA device (the stack check says why)"))
-    elif (container or {}).get("cuda_visible_devices") is not None:
+    elif _cuda_limits(snapshot):
         cvd = container["cuda_visible_devices"]  # type: ignore[index]
         skips.append(skip("gpu-count", f"CUDA_VISIBLE_DEVICES={cvd} limits what torch sees"))
     else:
@@ -84,6 +86,40 @@ def gpu_counts(snapshot: Snapshot) -> tuple[dict[str, int], list[Finding]]:
     if snapshot.get("expected_gpus") is not None:
         counts["expected"] = int(snapshot["expected_gpus"])
     return counts, skips
+
+
+def _cuda_limits(snapshot: Snapshot) -> bool:
+    """Whether $CUDA_VISIBLE_DEVICES (as CUDA reads it) may hide some of NVML's GPUs from
+    torch; a value that names every GPU of the container, in any order, hides none."""
+    container = snapshot.get("container") or {}
+    value = container.get("cuda_visible_devices")
+    if value is None:
+        return False
+    entries = parse_visible(value) or []
+    if any(isinstance(e, str) and e.startswith("MIG-") for e in entries):
+        return True  # torch counts slices
+    gpus = [g for g in snapshot.get("gpus") or [] if isinstance(g.get("index"), int)]
+    whole = sorted(g["index"] for g in gpus)
+    own_order = len(whole) > 1 and container.get("cuda_device_order") != PCI_ORDER
+    if not whole or (own_order and any(isinstance(e, int) for e in entries)):
+        return True  # nothing to resolve it against, or indices in CUDA's own order
+    return sorted(resolve_visible(entries, gpus)) != whole
+
+
+def unmatched_findings(snapshot: Snapshot) -> list[Finding]:
+    """The perf probe's readings of a torch device that matched no NVML GPU (by UUID): they
+    are put on no GPU (docs/host-snapshot.md), and said so here."""
+    perf = (snapshot.get("checks") or {}).get("perf") or {}
+    measured = (perf.get("measurements") or {}).get("gpus") or []
+    return [
+        skip(
+            "gpu-match",
+            f"torch device {m.get('torch_index')} (UUID {m.get('torch_uuid') or 'not read'}) "
+            f"is no GPU NVML read, so its perf readings are on none: {m['unmatched']}",
+        )
+        for m in measured
+        if isinstance(m, Mapping) and m.get("unmatched")
+    ]
 
 
 def count_findings(snapshot: Snapshot) -> Judged:
@@ -129,7 +165,8 @@ def _count_message(counts: Mapping[str, int]) -> str:
 
 
 def _not_read(gpu: Gpu, key: str, rule: str, what: str) -> Finding:
-    why = (gpu.get("unread") or {}).get(key)
+    unread = gpu.get("unread") or {}
+    why = unread.get(key) or unread.get("handle")
     said = f"NVML said: {why}" if why else "not read"
     return skip(rule, f"{what} ({said})", gpu.get("index"))
 
@@ -141,7 +178,10 @@ def _mig_skip(gpu: Gpu, rule: str, what: str) -> Finding:
 def _memory(gpu: Gpu) -> Judged:
     index = gpu.get("index")
     if gpu.get("mig_mode"):
-        return [_mig_skip(gpu, "ecc-uncorrected", "the memory error state")], 0
+        return [
+            _mig_skip(gpu, "ecc-uncorrected", "the memory error state"),
+            _mig_skip(gpu, "row-remap-pending", "memory repair (row remapping, page retirement)"),
+        ], 0
     found: list[Finding] = []
     judged = 0
     errors = gpu.get("ecc_volatile_uncorrected")
@@ -292,6 +332,9 @@ def _compute_mode(gpu: Gpu) -> Judged:
             )
         ], 1
     others = gpu.get("processes") or []
+    if mode in EXCLUSIVE and gpu.get("processes") is None:
+        what = f"compute mode {mode}: whether another process holds the GPU"
+        return [_not_read(gpu, "processes", "gpu-exclusive-busy", what)], 1
     if mode in EXCLUSIVE and others:
         pids = _pids(others)
         return [
@@ -358,10 +401,38 @@ def _processes(gpu: Gpu) -> Judged:
     return [warn("other-processes", message, index)], 1
 
 
+def _lost(gpu: Gpu) -> Judged:
+    """NVML's "GPU is lost" or "GPU requires reset", to whatever was asked: the GPU cannot
+    run the job. (Its other readings are then unread, and skipped.)"""
+    index = gpu.get("index")
+    found = []
+    if gpu.get("gpu_lost"):
+        found.append(
+            fail(
+                "gpu-lost",
+                f"NVML says the GPU is lost ({gpu['gpu_lost']}): it fell off the bus or "
+                "stopped answering; drain the node, look for Xid 79 in the host's kernel log, "
+                "then reset or reseat the GPU",
+                index,
+            )
+        )
+    if gpu.get("gpu_reset_required"):
+        found.append(
+            fail(
+                "gpu-reset-required",
+                f"NVML says the GPU requires a reset ({gpu['gpu_reset_required']}): drain it "
+                "and reset it (nvidia-smi -r), or reboot the host",
+                index,
+            )
+        )
+    return found, len(found)
+
+
 def _judge_gpu(gpu: Gpu, peers: int) -> Judged:
     found: list[Finding] = []
     judged = 0
     rules: list[Callable[[Gpu], Judged]] = [
+        _lost,
         _memory,
         _pcie,
         lambda g: _nvlink(g, peers),
@@ -401,13 +472,13 @@ def health_findings(snapshot: Snapshot) -> Judged:
 # -- results and scheduling -----------------------------------------------------------------
 
 
-def check_gpus(snapshot: Snapshot) -> Result:
+def check_gpus(snapshot: Snapshot) -> CheckResult:
     found, judged = count_findings(snapshot)
     counts, _ = gpu_counts(snapshot)
-    return result_of(found, judged, counts=counts)
+    return result_of(found + unmatched_findings(snapshot), judged, counts=counts)
 
 
-def check_health(snapshot: Snapshot) -> Result:
+def check_health(snapshot: Snapshot) -> CheckResult:
     found, judged = health_findings(snapshot)
     m: dict[str, Any] = {"gpus": len(snapshot.get("gpus") or [])}
     exclusive = _exclusive(snapshot)

@@ -2,14 +2,21 @@
 snapshot needs of each GPU, and a sampler of the clock event reasons while the perf
 measurements run. pynvml is imported lazily; the verdicts live in health.py.
 
-Every field is read on its own: an NVMLError (NotSupported on a MIG slice or on a GPU without
-row remapping, NoPermission in a container, ...) leaves the key out and records
-`unread[field] = reason`, so a verdict says "not judged" instead of passing what was not read.
+Every field is read on its own, and any exception from any NVML call (an NVMLError:
+NotSupported on a MIG slice or on a GPU without row remapping, NoPermission in a container,
+...; pynvml's NVMLLibraryMismatchError, which its unversioned wrappers raise where the
+driver lacks the versioned symbol, e.g. nvmlDeviceGetComputeRunningProcesses_v3 before
+R510; anything else) leaves the key out and records `unread[field] = reason`, so a verdict
+says "not judged" instead of passing what was not read. Init, the GPU count and shutdown
+fail soft the same way. A GPU that NVML answers "GPU is lost" (fell off the bus) or "GPU
+requires reset" for, on any reading, is marked so (`gpu_lost`, `gpu_reset_required`): the
+health verdict fails it.
 
-GPU indices are NVML's (PCI bus order); torch's may differ (CUDA_DEVICE_ORDER): match the two
-on the UUID. In a container with its own PID namespace NVML reports the host's PIDs, so the
-self-check's own PID cannot be told apart there: read the processes before any check starts
-CUDA.
+GPU indices are NVML's (PCI bus order); torch's differ (CUDA_VISIBLE_DEVICES,
+CUDA_DEVICE_ORDER): the perf probe matches the two on the UUID (gpu_host.match_devices) and
+samples the GPUs it measures by their UUID. In a container with its own PID namespace NVML
+reports the host's PIDs, so the self-check's own PID cannot be told apart there: read the
+processes before any check starts CUDA.
 """
 
 from __future__ import annotations
@@ -18,7 +25,7 @@ import contextlib
 import os
 import threading
 from collections import Counter
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Any
 
@@ -40,7 +47,42 @@ COMPUTE_MODES = {0: "DEFAULT", 1: "EXCLUSIVE_THREAD", 2: "PROHIBITED", 3: "EXCLU
 NVLINK_GENERATION = {1: 1, 2: 2, 3: 2, 4: 3, 5: 3, 6: 4, 7: 5, 8: 6}
 # Link queries for links a GPU does not have answer with these (a PCIe card without NVLink).
 NO_LINK = ("NVMLError_NotSupported", "NVMLError_InvalidArgument", "NVMLError_NotFound")
+# A MIG slot with no device, or one that is not this container's.
+NO_MIG_DEVICE = ("NVMLError_NotFound", "NVMLError_InvalidArgument", "NVMLError_NoPermission")
 MIB = 1 << 20
+# NVML's answers that say the GPU itself is gone or unusable, whatever was asked (nvml.h):
+# NVML_ERROR_GPU_IS_LOST (15, "the GPU has fallen off the bus or has otherwise become
+# inaccessible") and NVML_ERROR_RESET_REQUIRED (16, "the GPU requires a reset before it can
+# be used again"). NVML_ERROR_GPU_NOT_FOUND (28, "no GPUs were found") names no GPU: it is
+# an unread reading like any other.
+GPU_LOST, RESET_REQUIRED = "gpu_lost", "gpu_reset_required"
+FAULTS = {15: GPU_LOST, 16: RESET_REQUIRED}
+FAULT_CLASSES = {"NVMLError_GpuIsLost": GPU_LOST, "NVMLError_ResetRequired": RESET_REQUIRED}
+# What the clock sampler records per GPU (the keys a failed handle leaves unread).
+SAMPLED = ("clock_event_reasons", "pcie_gen_under_load", "pcie_width_under_load")
+REASON_CHARS = 300
+
+
+def reason_of(exc: BaseException) -> str:
+    """Why a reading failed, in words: an NVMLError's own ("Not Supported"), anything else
+    with its class ("NVMLLibraryMismatchError: Unversioned function called ...")."""
+    try:
+        text = str(exc)
+    except Exception:  # NVMLError.__str__ asks the library for the words of newer codes
+        text = f"code {getattr(exc, 'value', '?')}"
+    if not type(exc).__name__.startswith("NVMLError"):
+        text = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    return text[:REASON_CHARS]
+
+
+def fault_of(exc: BaseException) -> str | None:
+    """GPU_LOST or RESET_REQUIRED where NVML's answer says so of the GPU, else None."""
+    if type(exc).__name__ in FAULT_CLASSES:
+        return FAULT_CLASSES[type(exc).__name__]
+    if type(exc).__name__.startswith("NVMLError"):
+        value = getattr(exc, "value", None)
+        return FAULTS.get(value) if isinstance(value, int) else None
+    return None
 
 
 def reason_names(mask: int) -> list[str]:
@@ -58,33 +100,70 @@ def read_nvml(own_pids: Collection[int] = ()) -> tuple[dict[str, Any], list[dict
         import pynvml
     except ImportError as exc:
         return _unavailable(f"pynvml is not installed ({exc}): the image lacks nvidia-ml-py"), []
+    except Exception as exc:  # a broken install
+        return _unavailable(f"pynvml did not import: {reason_of(exc)}"), []
     return read_with(pynvml, own_pids)
 
 
 def read_with(
     nvml: Any, own_pids: Collection[int] = ()
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """read_nvml over a given pynvml module (tests pass a fake one)."""
+    """read_nvml over a given pynvml module (tests pass a fake one or patch the real one)."""
     try:
         nvml.nvmlInit()
-    except nvml.NVMLError as exc:  # libnvidia-ml.so.1 missing, driver not loaded, ...
-        return _unavailable(f"NVML did not start: {exc}"), []
+    except Exception as exc:  # libnvidia-ml.so.1 missing, driver not loaded, ...
+        return _unavailable(f"NVML did not start: {reason_of(exc)}"), []
     try:
         info: dict[str, Any] = {"available": True, "reason": ""}
         try:
             info["driver"] = _text(nvml.nvmlSystemGetDriverVersion())
-        except nvml.NVMLError as exc:
-            info["reason"] = f"driver version not read: {exc}"
+        except Exception as exc:
+            info["reason"] = f"driver version not read: {reason_of(exc)}"
         try:
             count = int(nvml.nvmlDeviceGetCount())
-        except nvml.NVMLError as exc:
-            return _unavailable(f"NVML could not count the GPUs: {exc}"), []
+        except Exception as exc:
+            return _unavailable(f"NVML could not count the GPUs: {reason_of(exc)}"), []
         info["device_count"] = count
         skip = {os.getpid(), *own_pids}
-        return info, [read_gpu(nvml, index, skip) for index in range(count)]
+        return info, [_read_soft(read_gpu, nvml, index, skip) for index in range(count)]
     finally:
-        with contextlib.suppress(nvml.NVMLError):
-            nvml.nvmlShutdown()
+        _shutdown(nvml)
+
+
+def read_identities(nvml: Any = None) -> tuple[list[dict[str, Any]], str]:
+    """Each GPU's `index`, `uuid`, `mig_mode` and `mig_uuids` (what the perf probe matches
+    torch's devices against), with `unread` as read_gpu; ([], why) where NVML cannot be read.
+    """
+    if nvml is None:
+        try:
+            import pynvml as nvml
+        except Exception as exc:
+            return [], f"pynvml did not import: {reason_of(exc)}"
+    try:
+        nvml.nvmlInit()
+    except Exception as exc:
+        return [], f"NVML did not start: {reason_of(exc)}"
+    try:
+        count = int(nvml.nvmlDeviceGetCount())
+        return [_read_soft(read_identity, nvml, index) for index in range(count)], ""
+    except Exception as exc:
+        return [], f"NVML could not count the GPUs: {reason_of(exc)}"
+    finally:
+        _shutdown(nvml)
+
+
+def _read_soft(read: Callable[..., dict[str, Any]], nvml: Any, index: int, *args: Any) -> dict:  # type: ignore[type-arg]
+    """read(nvml, index, ...), which records its own failures; should it raise all the same,
+    the GPU is left unread with the reason rather than the run ending."""
+    try:
+        return read(nvml, index, *args)
+    except Exception as exc:
+        return {"index": index, "unread": {"handle": reason_of(exc)}}
+
+
+def _shutdown(nvml: Any) -> None:
+    with contextlib.suppress(Exception):
+        nvml.nvmlShutdown()
 
 
 def _unavailable(reason: str) -> dict[str, Any]:
@@ -95,26 +174,69 @@ def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def read_gpu(nvml: Any, index: int, own_pids: Collection[int] = ()) -> dict[str, Any]:
-    """One GPU's readings; what NVML refused is in `unread`, with its reason."""
-    gpu: dict[str, Any] = {"index": index}
-    unread: dict[str, str] = {}
-    try:
-        handle = nvml.nvmlDeviceGetHandleByIndex(index)
-    except nvml.NVMLError as exc:  # e.g. GPU is lost (fell off the bus)
-        gpu["unread"] = {"handle": str(exc)}
-        return gpu
+Reader = Callable[[str | Sequence[str], Callable[[], Any]], None]
+
+
+def _reader(gpu: dict[str, Any], unread: dict[str, str]) -> Reader:
+    """read(keys, fn): fn's value(s) into gpu[keys]; any exception leaves the keys out with
+    its reason in `unread`, and a lost GPU (or one that needs a reset) is marked so."""
 
     def read(keys: str | Sequence[str], fn: Callable[[], Any]) -> None:
         names = [keys] if isinstance(keys, str) else list(keys)
         try:
             value = fn()
-        except nvml.NVMLError as exc:
-            unread.update(dict.fromkeys(names, str(exc)))
+            values = [value] if isinstance(keys, str) else list(value)
+            got = dict(zip(names, values, strict=True))
+        except Exception as exc:
+            why = reason_of(exc)
+            unread.update(dict.fromkeys(names, why))
+            fault = fault_of(exc)
+            if fault:
+                gpu.setdefault(fault, f"{names[0]}: {why}")
             return
-        values = [value] if isinstance(keys, str) else list(value)
-        gpu.update(zip(names, values, strict=True))
+        gpu.update(got)
 
+    return read
+
+
+def _handle_of(nvml: Any, index: int, gpu: dict[str, Any]) -> Any:
+    """The GPU's handle, or None with the reason in gpu["unread"]["handle"]."""
+    try:
+        return nvml.nvmlDeviceGetHandleByIndex(index)
+    except Exception as exc:
+        why = reason_of(exc)
+        gpu["unread"] = {"handle": why}
+        fault = fault_of(exc)
+        if fault:
+            gpu[fault] = f"handle: {why}"
+        return None
+
+
+def read_identity(nvml: Any, index: int) -> dict[str, Any]:
+    """Which GPU NVML's `index` is: its UUID, and its MIG devices' where MIG is on."""
+    gpu: dict[str, Any] = {"index": index}
+    handle = _handle_of(nvml, index, gpu)
+    if handle is None:
+        return gpu
+    unread: dict[str, str] = {}
+    read = _reader(gpu, unread)
+    read("uuid", lambda: _text(nvml.nvmlDeviceGetUUID(handle)))
+    read("mig_mode", lambda: _mig_mode(nvml, handle))
+    if gpu.get("mig_mode"):
+        read("mig_uuids", lambda: _mig_uuids(nvml, handle))
+    if unread:
+        gpu["unread"] = unread
+    return gpu
+
+
+def read_gpu(nvml: Any, index: int, own_pids: Collection[int] = ()) -> dict[str, Any]:
+    """One GPU's readings; what NVML refused is in `unread`, with its reason."""
+    gpu: dict[str, Any] = {"index": index}
+    handle = _handle_of(nvml, index, gpu)  # e.g. GPU is lost (fell off the bus)
+    if handle is None:
+        return gpu
+    unread: dict[str, str] = {}
+    read = _reader(gpu, unread)
     enabled = nvml.NVML_FEATURE_ENABLED
     read("name", lambda: _text(nvml.nvmlDeviceGetName(handle)))
     read("uuid", lambda: _text(nvml.nvmlDeviceGetUUID(handle)))
@@ -126,6 +248,8 @@ def read_gpu(nvml: Any, index: int, own_pids: Collection[int] = ()) -> dict[str,
     read("compute_mode", lambda: _compute_mode(nvml.nvmlDeviceGetComputeMode(handle)))
     read("persistence_mode", lambda: nvml.nvmlDeviceGetPersistenceMode(handle) == enabled)
     read("mig_mode", lambda: _mig_mode(nvml, handle))
+    if gpu.get("mig_mode"):
+        read("mig_uuids", lambda: _mig_uuids(nvml, handle))
     read("ecc_mode", lambda: nvml.nvmlDeviceGetEccMode(handle)[0] == enabled)
     read(
         "ecc_volatile_uncorrected",
@@ -167,10 +291,25 @@ def _mig_mode(nvml: Any, handle: Any) -> bool:
     """A GPU without MIG (L4, T4, consumer cards) answers NotSupported: it is no MIG slice."""
     try:
         return bool(nvml.nvmlDeviceGetMigMode(handle)[0] == nvml.NVML_DEVICE_MIG_ENABLE)
-    except nvml.NVMLError as exc:
+    except Exception as exc:
         if type(exc).__name__ == "NVMLError_NotSupported":
             return False
         raise
+
+
+def _mig_uuids(nvml: Any, handle: Any) -> list[str]:
+    """The UUIDs ("MIG-<uuid>") of the MIG devices on this GPU that NVML shows here; a slot
+    with none, or one that is not this container's, is passed over."""
+    out = []
+    for slot in range(int(nvml.nvmlDeviceGetMaxMigDeviceCount(handle))):
+        try:
+            mig = nvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, slot)
+        except Exception as exc:
+            if type(exc).__name__ in NO_MIG_DEVICE:
+                continue
+            raise
+        out.append(_text(nvml.nvmlDeviceGetUUID(mig)))
+    return out
 
 
 def _remapped(nvml: Any, handle: Any) -> tuple[bool, bool]:
@@ -185,7 +324,7 @@ def _nvlinks(nvml: Any, handle: Any) -> tuple[int, int, int | None]:
     for link in range(nvml.NVML_NVLINK_MAX_LINKS):
         try:
             state = nvml.nvmlDeviceGetNvLinkState(handle, link)
-        except nvml.NVMLError as exc:
+        except Exception as exc:
             if type(exc).__name__ in NO_LINK:
                 continue  # no such link on this GPU
             raise
@@ -198,9 +337,13 @@ def _nvlinks(nvml: Any, handle: Any) -> tuple[int, int, int | None]:
 
 
 def _nvlink_generation(nvml: Any, handle: Any, link: int) -> int | None:
+    """None where NVML does not say (the links verdict then goes by the architecture); a lost
+    GPU is lost all the same."""
     try:
         return NVLINK_GENERATION.get(int(nvml.nvmlDeviceGetNvLinkVersion(handle, link)))
-    except nvml.NVMLError:
+    except Exception as exc:
+        if fault_of(exc):
+            raise
         return None
 
 
@@ -224,41 +367,60 @@ def _processes(nvml: Any, handle: Any, own_pids: Collection[int]) -> list[dict[s
 def _process_name(nvml: Any, pid: int) -> str:
     try:
         return _text(nvml.nvmlSystemGetProcessName(pid))
-    except nvml.NVMLError:
+    except Exception:
         return ""  # a host PID outside this container's namespace
 
 
 def clock_reasons_mask(nvml: Any, handle: Any) -> int:
-    """nvmlDeviceGetCurrentClocksEventReasons (driver 535+), else the older ThrottleReasons."""
+    """nvmlDeviceGetCurrentClocksEventReasons (driver 535+: older libraries lack the symbol,
+    and pynvml raises NVMLError_FunctionNotFound), else the older ThrottleReasons."""
     try:
         return int(nvml.nvmlDeviceGetCurrentClocksEventReasons(handle))
-    except (AttributeError, nvml.NVMLError_FunctionNotFound):
-        return int(nvml.nvmlDeviceGetCurrentClocksThrottleReasons(handle))
+    except Exception as exc:
+        if not isinstance(exc, AttributeError) and type(exc).__name__ != (
+            "NVMLError_FunctionNotFound"
+        ):
+            raise
+    return int(nvml.nvmlDeviceGetCurrentClocksThrottleReasons(handle))
 
 
 class ClockSampler:
-    """Samples each GPU's clock event reasons and PCIe link every `interval` seconds on a
-    thread while the perf measurements run:
+    """Samples the clock event reasons and PCIe link of the GPUs under test every `interval`
+    seconds on a thread while the perf measurements run:
 
-        with ClockSampler([0, 1]) as sampler:
+        with ClockSampler({0: "GPU-5d1a...", 1: "GPU-9e8d..."}) as sampler:
             run_perf()
-        for index, readings in sampler.readings().items(): gpus[index].update(readings)
+        merge_readings(measured, sampler.readings(), key="torch_index")
 
-    NVML reports "HW Slowdown" briefly during a P-state or clock change, so a reason counts
-    only when at least `min_samples` samples saw it. The PCIe generation drops when a GPU is
-    idle; the fastest link seen under load is what the card trained to.
+    `gpus` maps a key of the caller's (the perf probe: torch's device index) to the GPU to
+    sample: its NVML UUID (str), or its NVML index (int); a plain list of NVML indices keys
+    each by itself. NVML reports "HW Slowdown" briefly during a P-state or clock change, so
+    a reason counts only when at least `min_samples` samples saw it. The PCIe generation
+    drops when a GPU is idle; the fastest link seen under load is what the card trained to.
+
+    It never raises and its thread never dies silently: whatever NVML answers (a GPU whose
+    handle cannot be had, an error from any call, NVML that will not start) ends up as the
+    reason in the `unread` of the GPUs it concerns, or in `error`.
     """
 
     def __init__(
-        self, indices: Iterable[int], interval: float = 0.1, nvml: Any = None, min_samples: int = 2
+        self,
+        gpus: Iterable[int] | Mapping[int, int | str],
+        interval: float = 0.1,
+        nvml: Any = None,
+        min_samples: int = 2,
     ) -> None:
-        self.indices = list(indices)
+        self.targets: dict[int, int | str] = (
+            dict(gpus) if isinstance(gpus, Mapping) else {i: i for i in gpus}
+        )
+        self.indices = list(self.targets)
         self.interval = interval
         self.min_samples = min_samples
-        self.error = ""  # why nothing was sampled, when nothing was
+        self.error = ""  # why nothing was sampled, or why sampling stopped
         self.samples: Counter[int] = Counter()
         self._reads: Counter[int] = Counter()
         self.unread: dict[int, dict[str, str]] = {}
+        self.faults: dict[int, dict[str, str]] = {}  # GPU_LOST / RESET_REQUIRED, per key
         self._nvml = nvml
         self._seen: dict[int, Counter[str]] = {i: Counter() for i in self.indices}
         self._pcie: dict[int, dict[str, int]] = {i: {} for i in self.indices}
@@ -267,33 +429,38 @@ class ClockSampler:
         self._thread: threading.Thread | None = None
 
     def open(self) -> bool:
-        """Start NVML and find the GPUs; False (with `error`) where NVML cannot be had."""
+        """Start NVML and find the GPUs; False (with `error`) where NVML cannot be had. A GPU
+        whose handle cannot be had is not sampled: its readings are unread, with the reason."""
         if self._nvml is None:
             try:
                 import pynvml
-            except ImportError as exc:
-                self.error = f"pynvml is not installed ({exc})"
+            except Exception as exc:
+                self.error = f"pynvml is not installed ({reason_of(exc)})"
                 return False
             self._nvml = pynvml
         nvml = self._nvml
         try:
             nvml.nvmlInit()
-        except nvml.NVMLError as exc:
-            self.error = f"NVML did not start: {exc}"
+        except Exception as exc:
+            self.error = f"NVML did not start: {reason_of(exc)}"
             return False
-        try:
-            self._handles = {i: nvml.nvmlDeviceGetHandleByIndex(i) for i in self.indices}
-        except nvml.NVMLError as exc:
-            self.error = f"NVML: {exc}"
-            self._handles = {}
+        for key, gpu in self.targets.items():
+            try:
+                if isinstance(gpu, str):
+                    self._handles[key] = nvml.nvmlDeviceGetHandleByUUID(gpu)
+                else:
+                    self._handles[key] = nvml.nvmlDeviceGetHandleByIndex(gpu)
+            except Exception as exc:
+                self._failed(key, SAMPLED, exc, f"NVML found no handle for {gpu}: ")
+        if not self._handles:
             self.close()
             return False
         return True
 
     def close(self) -> None:
         """Shut NVML down (the readings stay)."""
-        with contextlib.suppress(self._nvml.NVMLError):
-            self._nvml.nvmlShutdown()
+        if self._nvml is not None:
+            _shutdown(self._nvml)
 
     def __enter__(self) -> ClockSampler:
         if self.open():
@@ -315,66 +482,87 @@ class ClockSampler:
         self.close()
 
     def _run(self) -> None:
-        while True:
-            self.sample()
-            if self._stop.wait(self.interval):
-                self.sample()  # the last moment of the measurement too
-                return
+        try:
+            while True:
+                self.sample()
+                if self._stop.wait(self.interval):
+                    self.sample()  # the last moment of the measurement too
+                    return
+        except BaseException as exc:  # never die silently: say why sampling stopped
+            self.error = f"clock sampling stopped: {reason_of(exc)}"
+
+    def _failed(self, key: int, names: Iterable[str], exc: BaseException, lead: str = "") -> None:
+        why = lead + reason_of(exc)
+        for name in names:
+            self.unread.setdefault(key, {})[name] = why
+        fault = fault_of(exc)
+        if fault:
+            self.faults.setdefault(key, {}).setdefault(fault, f"{next(iter(names))}: {why}")
 
     def sample(self) -> None:
         """One reading of every GPU (the thread calls it; tests call it directly)."""
         nvml = self._nvml
-        for index, handle in self._handles.items():
-            self.samples[index] += 1
+        for key, handle in self._handles.items():
+            self.samples[key] += 1
             try:
-                self._seen[index].update(reason_names(clock_reasons_mask(nvml, handle)))
-                self._reads[index] += 1
-            except nvml.NVMLError as exc:
-                self.unread.setdefault(index, {})["clock_event_reasons"] = str(exc)
-            for key, fn in (
-                ("pcie_gen_under_load", nvml.nvmlDeviceGetCurrPcieLinkGeneration),
-                ("pcie_width_under_load", nvml.nvmlDeviceGetCurrPcieLinkWidth),
+                self._seen[key].update(reason_names(clock_reasons_mask(nvml, handle)))
+                self._reads[key] += 1
+            except Exception as exc:
+                self._failed(key, ["clock_event_reasons"], exc)
+            for name, read in (
+                ("pcie_gen_under_load", lambda h: nvml.nvmlDeviceGetCurrPcieLinkGeneration(h)),
+                ("pcie_width_under_load", lambda h: nvml.nvmlDeviceGetCurrPcieLinkWidth(h)),
             ):
                 try:
-                    value = int(fn(handle))
-                except nvml.NVMLError as exc:
-                    self.unread.setdefault(index, {})[key] = str(exc)
+                    value = int(read(handle))
+                except Exception as exc:
+                    self._failed(key, [name], exc)
                     continue
-                self._pcie[index][key] = max(value, self._pcie[index].get(key, 0))
+                self._pcie[key][name] = max(value, self._pcie[key].get(name, 0))
 
     def reasons(self) -> dict[int, list[str]]:
         """Per GPU, the reasons seen in at least `min_samples` samples, in bit order."""
         order = [name for _, name in REASON_BITS]
         out = {}
-        for index in self._handles:
-            seen = [n for n, c in self._seen[index].items() if c >= self.min_samples]
-            out[index] = sorted(seen, key=lambda n: order.index(n) if n in order else len(order))
+        for key in self._handles:
+            seen = [n for n, c in self._seen[key].items() if c >= self.min_samples]
+            out[key] = sorted(seen, key=lambda n: order.index(n) if n in order else len(order))
         return out
 
     def readings(self) -> dict[int, dict[str, Any]]:
-        """Per GPU, the keys to merge into the snapshot's GPU dict (see merge_readings):
-        clock_event_reasons, pcie_gen_under_load, pcie_width_under_load, clock_samples, and
-        `unread` for what no sample could read."""
+        """Per GPU key, what to merge into its snapshot dict (see merge_readings):
+        clock_event_reasons, pcie_gen_under_load, pcie_width_under_load, clock_samples,
+        gpu_lost / gpu_reset_required, and `unread` for what no sample could read (with
+        NVML's reason, or the sampler's own `error`)."""
         out: dict[int, dict[str, Any]] = {}
         reasons = self.reasons()
-        for index in self._handles:
-            entry: dict[str, Any] = {"clock_samples": self.samples[index]}
-            if self._reads[index]:
-                entry["clock_event_reasons"] = reasons[index]
-            entry.update(self._pcie[index])
-            failed = {k: v for k, v in self.unread.get(index, {}).items() if k not in entry}
+        for key in self.indices:
+            entry: dict[str, Any] = {"clock_samples": self.samples[key]}
+            if self._reads[key]:
+                entry["clock_event_reasons"] = reasons[key]
+            entry.update(self._pcie[key])
+            entry.update(self.faults.get(key, {}))
+            failed = {k: v for k, v in self.unread.get(key, {}).items() if k not in entry}
+            if self.error:
+                failed.update({k: self.error for k in SAMPLED if k not in entry | failed})
             if failed:
                 entry["unread"] = failed
-            out[index] = entry
+            out[key] = entry
         return out
 
 
-def merge_readings(gpus: list[dict[str, Any]], readings: dict[int, dict[str, Any]]) -> None:
-    """Merge ClockSampler.readings() into the snapshot's GPU dicts (by NVML index); the
-    `unread` dicts are merged, not replaced."""
+def merge_readings(
+    gpus: list[dict[str, Any]], readings: Mapping[int, dict[str, Any]], key: str = "index"
+) -> None:
+    """Merge ClockSampler.readings() into the GPU dicts whose `key` (NVML's "index", or the
+    perf probe's "torch_index") is the sampler's; the `unread` dicts are merged, not
+    replaced, and a GPU already marked lost keeps the first answer that said so."""
     for gpu in gpus:
-        extra = dict(readings.get(gpu.get("index", -1), {}))
+        extra = dict(readings.get(gpu.get(key, -1), {}))
         unread = extra.pop("unread", {})
+        for fault in (GPU_LOST, RESET_REQUIRED):
+            if fault in gpu:
+                extra.pop(fault, None)
         gpu.update(extra)
         if unread:
             gpu["unread"] = {**gpu.get("unread", {}), **unread}

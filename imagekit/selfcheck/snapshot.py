@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import platform
-import re
 from collections.abc import Mapping
 from datetime import datetime, timezone
 from pathlib import Path
@@ -20,8 +19,9 @@ from typing import Any
 
 from imagekit import __version__
 from imagekit.contract import labels as label
+from imagekit.contract.checks import CheckResult, RecordError, gpus_given
 from imagekit.selfcheck import gpu_host
-from imagekit.selfcheck.results import Result, labels
+from imagekit.selfcheck.results import labels
 
 FORMAT = 1
 Snapshot = dict[str, Any]
@@ -41,7 +41,14 @@ GPU_MEASURED = (
     "perf_error",
     "name",
     "memory_total_mib",
+    "torch_index",
+    "torch_uuid",
+    "matched_by",
+    "gpu_lost",
+    "gpu_reset_required",
 )
+# NVML's marks of a GPU that is gone or unusable (nvml.py): once seen, they stay.
+GPU_FAULTS = ("gpu_lost", "gpu_reset_required")
 
 
 def read_host(expect_gpus: int | None, require: str = "") -> Snapshot:
@@ -63,6 +70,8 @@ def read_host(expect_gpus: int | None, require: str = "") -> Snapshot:
             "device_nodes": list(host.device_nodes),
             "visible_devices": host.visible_devices,
             "gpus_requested": host.gpus_requested,
+            "cuda_visible_devices": host.cuda_visible_devices,
+            "cuda_device_order": host.cuda_device_order,
         },
         "cpu": int8.read_cpu(),
         "driver": host.driver,
@@ -76,29 +85,40 @@ def read_host(expect_gpus: int | None, require: str = "") -> Snapshot:
 
 def nvml_again(host: Snapshot) -> Snapshot:
     """NVML read once more after the probes: error counters, row remaps and retired pages
-    that the memory test itself brought out belong to this verdict, not the next one."""
+    that the memory test itself brought out belong to this verdict, not the next one. A GPU
+    the first reading found lost (or needing a reset) stays marked so."""
     from imagekit.selfcheck import nvml
 
     status, gpus = nvml.read_nvml()
-    return {**host, "nvml": status, "gpus": gpus} if status.get("available") else host
+    if not status.get("available"):
+        return host
+    before = {g.get("index"): g for g in host.get("gpus") or []}
+    for gpu in gpus:
+        for key in GPU_FAULTS:
+            if key in before.get(gpu.get("index"), {}):
+                gpu.setdefault(key, before[gpu["index"]][key])
+    return {**host, "nvml": status, "gpus": gpus}
 
 
-def assemble(host: Snapshot, results: Mapping[str, Result]) -> Snapshot:
+def assemble(host: Snapshot, results: Mapping[str, CheckResult]) -> Snapshot:
     """The host readings plus what the probes measured: the perf probe's per-GPU figures
     merged into each GPU by index, torch's view from the stack check, NCCL's from ddp; every
     check's own result is kept under `checks`."""
     snap = dict(host)
-    checks = {name: dict(result) for name, result in results.items()}
-    snap["torch"] = _torch_view(checks.get("stack"))
-    perf = checks.get(PERF_PROBE, {}).get("measurements", {})
+    snap["torch"] = _torch_view(results.get("stack"))
+    perf = _measured(results.get(PERF_PROBE))
     snap["gpus"] = merge_gpus(host.get("gpus", []), perf.get("gpus", []))
     if "p2p" in perf:
         snap["p2p"] = perf["p2p"]
-    nccl = _nccl_view(checks.get("ddp"))
+    nccl = _nccl_view(results.get("ddp"))
     if nccl:
         snap["nccl"] = nccl
-    snap["checks"] = checks
+    snap["checks"] = {name: result.to_json() for name, result in results.items()}
     return snap
+
+
+def _measured(result: CheckResult | None) -> dict[str, Any]:
+    return result.measurements if result is not None else {}
 
 
 # Where NVML and torch both name a GPU, NVML's reading is kept (torch only fills in for it).
@@ -106,11 +126,16 @@ NVML_WINS = ("name", "memory_total_mib")
 
 
 def merge_gpus(nvml_gpus: list[dict[str, Any]], measured: list[dict[str, Any]]) -> list[dict]:  # type: ignore[type-arg]
-    """One dict per GPU index: NVML's readings, then the perf probe's measurements. A GPU
-    that only torch saw (NVML unreadable) still gets its measurements."""
+    """One dict per NVML GPU: NVML's readings, then the perf probe's measurements of that
+    GPU (gpu_of_reading says which). A reading of no GPU stays only in the perf check's own
+    measurements, with its reason. A GPU that only torch saw (NVML read none) still gets its
+    measurements."""
     by_index: dict[int, dict[str, Any]] = {int(g["index"]): dict(g) for g in nvml_gpus}
     for reading in measured:
-        gpu = by_index.setdefault(int(reading["index"]), {"index": int(reading["index"])})
+        index = gpu_of_reading(reading, nvml_gpus)
+        if index is None:
+            continue
+        gpu = by_index.setdefault(index, {"index": index})
         for key in GPU_MEASURED:
             if key in reading and not (key in gpu and key in NVML_WINS):
                 gpu[key] = reading[key]
@@ -119,8 +144,29 @@ def merge_gpus(nvml_gpus: list[dict[str, Any]], measured: list[dict[str, Any]]) 
     return [by_index[i] for i in sorted(by_index)]
 
 
-def _torch_view(stack: Result | None) -> dict[str, Any]:
-    m = (stack or {}).get("measurements", {})
+def gpu_of_reading(reading: Mapping[str, Any], nvml_gpus: list[dict[str, Any]]) -> int | None:
+    """NVML's index of the GPU a perf reading was measured on: the GPU whose UUID (or a MIG
+    device's) is the one torch gave (`torch_uuid`); else the `index` the probe matched it to
+    (by UUID against its own NVML reading, or by position: see gpu_host.match_devices). A
+    reading from before UUIDs were recorded has torch's index there, which is NVML's under
+    CUDA_DEVICE_ORDER=PCI_BUS_ID with every GPU visible (the old convention). None for a
+    reading the probe matched to no GPU (`unmatched`), and for one numbered only as torch
+    numbers it while NVML did read GPUs here."""
+    uuid = reading.get("torch_uuid")
+    if uuid and nvml_gpus:
+        found = gpu_host.match_devices([uuid], nvml_gpus)[0].index
+        if found is not None:
+            return found
+    index = reading.get("index")
+    if not isinstance(index, int) or isinstance(index, bool):
+        return None
+    if reading.get("matched_by") == "torch" and nvml_gpus:
+        return None
+    return index
+
+
+def _torch_view(stack: CheckResult | None) -> dict[str, Any]:
+    m = _measured(stack)
     if "torch" not in m:
         return {}
     view = {
@@ -134,8 +180,8 @@ def _torch_view(stack: Result | None) -> dict[str, Any]:
     return view
 
 
-def _nccl_view(ddp: Result | None) -> dict[str, Any]:
-    m = (ddp or {}).get("measurements", {})
+def _nccl_view(ddp: CheckResult | None) -> dict[str, Any]:
+    m = _measured(ddp)
     if "nccl" not in str(m.get("backend", "")):
         return {}
     view: dict[str, Any] = {"world_size": m.get("nccl_world_size", m.get("world_size"))}
@@ -178,13 +224,21 @@ def load(path: Path) -> Snapshot:
         raise SnapshotError(
             f"{path}: field {bad[0]} has the wrong shape (see docs/host-snapshot.md)"
         )
+    _check_results(path, data.get("checks") or {})
     return data
 
 
-_INT = re.compile(r"\d+")
+def _check_results(path: Path, checks: Mapping[str, Any] | list[Any]) -> None:
+    """Every recorded result must be one, so the judge never meets a half-formed one."""
+    if not isinstance(checks, Mapping):
+        raise SnapshotError(f"{path}: field checks is an object of results by check name")
+    for name, data in checks.items():
+        try:
+            CheckResult.from_json(data, f"checks.{name}")
+        except RecordError as exc:
+            raise SnapshotError(f"{path}: {exc} (see docs/host-snapshot.md)") from None
 
 
 def expected_from_env(env: Mapping[str, str] = os.environ) -> int | None:
-    """$IMAGEKIT_EXPECT_GPUS=N, which `imagekit test --gpus N` and `imagekit launch` set."""
-    raw = env.get("IMAGEKIT_EXPECT_GPUS", "")
-    return int(raw) if _INT.fullmatch(raw) else None
+    """$IMAGEKIT_GPUS=N, which `imagekit test --gpus N` sets (launch passes --expect-gpus)."""
+    return gpus_given(env)[1]

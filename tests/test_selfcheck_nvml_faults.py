@@ -1,0 +1,726 @@
+"""NVML fault injection through the real `pynvml` module (nvidia-ml-py): its functions are
+replaced by a healthy two-GPU H100 host (GPU 1 has MIG on, with two MIG devices), its own
+exception classes are raised (`pynvml.NVMLError(code)` is the code's subclass), and every
+NVML call the self-check makes is failed with every error pynvml defines, plus pynvml's
+NVMLLibraryMismatchError and a plain RuntimeError; then at random. Whatever NVML answers, the
+reading is left out with the reason, the snapshot is written and judged (`--judge` exits 0
+or 1), no rule whose reading failed is reported as passed, and a lost GPU fails.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import json
+import random
+import re
+import subprocess
+import sys
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pynvml
+import pytest
+
+from imagekit.contract.checks import Status
+from imagekit.selfcheck import gpu_host, health, nvml, snapshot
+from imagekit.selfcheck.__main__ import main
+
+H100 = "NVIDIA H100 80GB HBM3"
+UUIDS = ["GPU-5d1a2e3b-7c4f-4d8e-9a0b-1c2d3e4f5a6b", "GPU-9e8d35e3-0c1d-4b5a-8f7e-6d5c4b3a2910"]
+MIG_UUIDS = ["MIG-2bbca808-35cf-59a3-81cd-726377e03a78", "MIG-7f3e9a1c-4d2b-5e6f-8a9b-0c1d2e3f4a5b"]
+MIG_GPU = 1
+OTHER_PID = 4321
+REAL = {name: getattr(pynvml, name) for name in dir(pynvml) if name.startswith("nvml")}
+
+# Every error pynvml can raise for an NVML return code, by its constant's name, and the two
+# that are not NVMLErrors.
+CODES = {name: getattr(pynvml, name) for name in dir(pynvml) if name.startswith("NVML_ERROR_")}
+MISMATCH = (
+    "Unversioned function called and the pyNVML version does not match the NVML lib "
+    "version. Either use matching pyNVML and NVML lib versions or use a versioned function "
+    "such as nvmlDeviceGetComputeRunningProcesses_v2"
+)
+ERRORS: dict[str, Callable[[], BaseException]] = {
+    **{name: (lambda code=code: pynvml.NVMLError(code)) for name, code in CODES.items()},
+    "NVMLLibraryMismatchError": lambda: pynvml.NVMLLibraryMismatchError(MISMATCH),
+    "RuntimeError": lambda: RuntimeError("the driver went away"),
+}
+LOST = {"NVML_ERROR_GPU_IS_LOST": "gpu_lost", "NVML_ERROR_RESET_REQUIRED": "gpu_reset_required"}
+
+
+@functools.cache
+def nvml_calls() -> frozenset[str]:
+    """Every pynvml function nvml.py calls (`nvml.nvml...`), read from its source."""
+    tree = ast.parse(Path(nvml.__file__).read_text())
+    return frozenset(
+        node.attr
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Attribute)
+        and isinstance(node.value, ast.Name)
+        and node.value.id == "nvml"
+        and node.attr.startswith("nvml")
+    )
+
+
+@dataclass(frozen=True)
+class Handle:
+    gpu: int
+
+
+@dataclass(frozen=True)
+class MigHandle:
+    gpu: int
+    slot: int
+
+
+# The system calls; every other call concerns one GPU (its handle, index or UUID).
+SYSTEM = {
+    "nvmlInit",
+    "nvmlShutdown",
+    "nvmlSystemGetDriverVersion",
+    "nvmlDeviceGetCount",
+    "nvmlSystemGetProcessName",
+}
+
+
+class Host:
+    """The answers of a healthy 2 x H100 host behind pynvml's API; `fail(call, gpu)` returns
+    the exception a call should raise instead (gpu: the GPU it concerns, None for a system
+    call), or None. `raised` records (call, gpu, error class) of every fault injected."""
+
+    def __init__(
+        self,
+        fail: Callable[[str, int | None], BaseException | None] | None = None,
+        mig_gpu: int | None = MIG_GPU,
+        idle: tuple[int, ...] = (),
+    ):
+        self.fail = fail or (lambda call, gpu: None)
+        self.mig_gpu = mig_gpu  # the GPU with MIG on (its devices: MIG_UUIDS), if any
+        self.idle = idle  # GPUs that nothing runs on: their PCIe link is down to Gen1
+        self.old_clock_api = False  # a driver before 535: no ClocksEventReasons symbol
+        self.raised: list[tuple[str, int | None, str]] = []
+
+    def install(self, monkeypatch: pytest.MonkeyPatch, keep: tuple[str, ...] = ()) -> None:
+        for call in sorted(nvml_calls() - set(keep)):
+            monkeypatch.setattr(pynvml, call, self._wrapped(call, getattr(self, call)))
+
+    def _wrapped(self, call: str, answer: Callable[..., Any]) -> Callable[..., Any]:
+        def fn(*args: Any) -> Any:
+            gpu = None if call in SYSTEM else self._gpu_of(args[0])
+            exc = self.fail(call, gpu)
+            if exc is not None:
+                self.raised.append((call, gpu, type(exc).__name__))
+                raise exc
+            return answer(*args)
+
+        fn.__name__ = call
+        return fn
+
+    def _gpu_of(self, arg: Any) -> int | None:
+        if isinstance(arg, Handle | MigHandle):
+            return arg.gpu
+        if isinstance(arg, int):
+            return arg
+        for index, uuid in enumerate(UUIDS):
+            if arg == uuid:
+                return index
+        return self.mig_gpu if arg in MIG_UUIDS else None
+
+    # -- the system
+    def nvmlInit(self) -> None:
+        pass
+
+    def nvmlShutdown(self) -> None:
+        pass
+
+    def nvmlSystemGetDriverVersion(self) -> str:
+        return "580.95.05"
+
+    def nvmlDeviceGetCount(self) -> int:
+        return len(UUIDS)
+
+    def nvmlSystemGetProcessName(self, pid: int) -> str:
+        return "python3"
+
+    # -- handles
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> Handle:
+        if not 0 <= index < len(UUIDS):
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        return Handle(index)
+
+    def nvmlDeviceGetHandleByUUID(self, uuid: str) -> Handle | MigHandle:
+        if uuid in UUIDS:
+            return Handle(UUIDS.index(uuid))
+        if uuid in MIG_UUIDS and self.mig_gpu is not None:
+            return MigHandle(self.mig_gpu, MIG_UUIDS.index(uuid))
+        raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_FOUND)
+
+    # -- one GPU
+    def nvmlDeviceGetName(self, h: Handle) -> str:
+        return H100
+
+    def nvmlDeviceGetUUID(self, h: Handle | MigHandle) -> str:
+        return MIG_UUIDS[h.slot] if isinstance(h, MigHandle) else UUIDS[h.gpu]
+
+    def nvmlDeviceGetMemoryInfo(self, h: Handle) -> Any:
+        return SimpleNamespace(total=81559 << 20, free=80000 << 20, used=1559 << 20)
+
+    def nvmlDeviceGetCudaComputeCapability(self, h: Handle) -> tuple[int, int]:
+        return (9, 0)
+
+    def nvmlDeviceGetComputeMode(self, h: Handle) -> int:
+        return pynvml.NVML_COMPUTEMODE_DEFAULT
+
+    def nvmlDeviceGetPersistenceMode(self, h: Handle) -> int:
+        return pynvml.NVML_FEATURE_ENABLED
+
+    def nvmlDeviceGetMigMode(self, h: Handle) -> list[int]:
+        on = h.gpu == self.mig_gpu
+        mode = pynvml.NVML_DEVICE_MIG_ENABLE if on else pynvml.NVML_DEVICE_MIG_DISABLE
+        return [mode, mode]
+
+    def nvmlDeviceGetMaxMigDeviceCount(self, h: Handle) -> int:
+        return 7
+
+    def nvmlDeviceGetMigDeviceHandleByIndex(self, h: Handle, slot: int) -> MigHandle:
+        if slot >= len(MIG_UUIDS):
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_FOUND)  # an empty slot
+        return MigHandle(h.gpu, slot)
+
+    def nvmlDeviceGetEccMode(self, h: Handle) -> list[int]:
+        return [pynvml.NVML_FEATURE_ENABLED, pynvml.NVML_FEATURE_ENABLED]
+
+    def nvmlDeviceGetTotalEccErrors(self, h: Handle, kind: int, counter: int) -> int:
+        return 0
+
+    def nvmlDeviceGetRemappedRows(self, h: Handle) -> tuple[int, int, int, int]:
+        return (0, 0, 0, 0)
+
+    def nvmlDeviceGetRetiredPagesPendingStatus(self, h: Handle) -> int:
+        return pynvml.NVML_FEATURE_DISABLED
+
+    def nvmlDeviceGetCurrPcieLinkGeneration(self, h: Handle) -> int:
+        return 1 if h.gpu in self.idle else 5
+
+    def nvmlDeviceGetCurrPcieLinkWidth(self, h: Handle) -> int:
+        return 16
+
+    def nvmlDeviceGetMaxPcieLinkGeneration(self, h: Handle) -> int:
+        return 5
+
+    def nvmlDeviceGetMaxPcieLinkWidth(self, h: Handle) -> int:
+        return 16
+
+    def nvmlDeviceGetNvLinkState(self, h: Handle, link: int) -> int:
+        if link >= 18:  # H100 SXM has 18 links; NVML answers InvalidArgument past them
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        return pynvml.NVML_FEATURE_ENABLED
+
+    def nvmlDeviceGetNvLinkVersion(self, h: Handle, link: int) -> int:
+        return pynvml.NVML_NVLINK_VERSION_4_0
+
+    def nvmlDeviceGetComputeRunningProcesses(self, h: Handle) -> list[Any]:
+        if h.gpu == 0:
+            return [SimpleNamespace(pid=OTHER_PID, usedGpuMemory=512 << 20)]
+        return []
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, h: Handle) -> int:
+        if self.old_clock_api:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
+        return pynvml.nvmlClocksEventReasonSwPowerCap
+
+    def nvmlDeviceGetCurrentClocksThrottleReasons(self, h: Handle) -> int:
+        return pynvml.nvmlClocksEventReasonSwPowerCap
+
+
+def host_snapshot(samples: int = 2) -> dict[str, Any]:
+    """What a live run writes for this host: the parent's NVML reading (the real reader over
+    the patched pynvml), the clock sampler's readings merged in (by UUID), torch's view, and
+    the gpus and health verdicts selected."""
+    snap = snapshot.read_host(2)
+    snap["container"] = {
+        "device_nodes": ["/dev/nvidia0", "/dev/nvidia1"],
+        "visible_devices": None,
+        "gpus_requested": True,
+        "cuda_visible_devices": None,
+        "cuda_device_order": "PCI_BUS_ID",
+    }
+    sampler = nvml.ClockSampler(dict(enumerate(UUIDS)), min_samples=1)
+    if sampler.open():
+        for _ in range(samples):
+            sampler.sample()
+        sampler.close()
+    nvml.merge_readings(snap["gpus"], sampler.readings())
+    snap["torch"] = {"version": "2.9.0", "cuda": "12.8", "cuda_available": True}
+    snap["torch"]["device_count"] = 2
+    snap["selected"] = ["gpus", "health"]
+    snap["checks"] = {}
+    return snap
+
+
+# What each health rule needs: where all the readings of one of the alternatives are there,
+# the rule can be judged; where none is complete, a finding of one of the rules must say so
+# (a skip, or a failure), never silence (which the table shows as a pass).
+NEEDS: dict[tuple[str, ...], tuple[tuple[str, ...], ...]] = {
+    ("ecc-uncorrected",): (("ecc_volatile_uncorrected",),),
+    ("row-remap-pending",): (("remapped_rows_pending",), ("retired_pages_pending",)),
+    # the link now: under load, else at idle (where the idle reading is already the maximum,
+    # or is lower and said so: a warning, or a skip "read at idle only")
+    ("pcie-link", "pcie-gen", "pcie-width"): tuple(
+        ("pcie_max_gen", "pcie_max_width", gen, width)
+        for gen in ("pcie_gen_under_load", "pcie_gen")
+        for width in ("pcie_width_under_load", "pcie_width")
+    ),
+    ("nvlink-down",): (("nvlinks_active", "nvlinks_total"),),
+    ("compute-mode",): (("compute_mode",),),
+    ("persistence-off",): (("persistence_mode",),),
+    ("clocks-hw-slowdown",): (("clock_event_reasons",),),
+    ("other-processes",): (("processes",),),
+}
+
+
+def not_passed(snap: dict[str, Any]) -> set[tuple[str, int | None]]:
+    found, _ = health.health_findings(snap)
+    return {(f.rule, f.gpu) for f in found if f.level in (Status.SKIPPED, Status.FAILED)}
+
+
+def assert_nothing_unread_passed(snap: dict[str, Any]) -> None:
+    said = not_passed(snap)
+    for gpu in snap["gpus"]:
+        for rules, alternatives in NEEDS.items():
+            if any(all(k in gpu for k in keys) for keys in alternatives):
+                continue
+            assert any((rule, gpu["index"]) in said for rule in rules), (
+                f"GPU {gpu['index']}: {rules[0]} passed without its readings: {gpu}"
+            )
+
+
+def assert_judged(snap: dict[str, Any], tmp_path: Path) -> int:
+    """The snapshot is plain JSON, and `--judge` on it exits 0 or 1."""
+    path = tmp_path / "host.json"
+    path.write_text(json.dumps(snap))  # no default=: every value is JSON already
+    code = main(["--judge", str(path)])
+    assert code in (0, 1)
+    return code
+
+
+@pytest.fixture(scope="module")
+def baseline() -> dict[str, Any]:
+    with pytest.MonkeyPatch.context() as patch:
+        Host().install(patch)
+        return host_snapshot()
+
+
+@pytest.fixture(scope="module")
+def judged_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("judged")
+
+
+def test_the_healthy_host_is_read_whole_and_passes(
+    baseline: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    gpu0, gpu1 = baseline["gpus"]
+    assert baseline["nvml"] == {
+        "available": True,
+        "reason": "",
+        "driver": "580.95.05",
+        "device_count": 2,
+    }
+    assert gpu0["uuid"] == UUIDS[0] and gpu0["nvlinks_active"] == 18 and gpu0["nvlink_version"] == 4
+    assert gpu0["processes"] == [{"pid": OTHER_PID, "used_mib": 512, "name": "python3"}]
+    assert gpu0["clock_event_reasons"] == ["sw_power_cap"] and gpu0["pcie_gen_under_load"] == 5
+    assert gpu1["mig_mode"] is True and gpu1["mig_uuids"] == MIG_UUIDS
+    assert "unread" not in gpu0 and "unread" not in gpu1
+    assert assert_judged(baseline, tmp_path) == 0
+    assert re.search(r"health +PASSED", capsys.readouterr().out)
+
+
+def test_every_nvml_call_is_faked_here() -> None:
+    """A new NVML call in nvml.py needs its healthy answer here, so its faults are tested."""
+    assert nvml_calls() <= {name for name in dir(Host) if name.startswith("nvml")}
+    assert len(nvml_calls()) >= 28
+
+
+def test_pynvml_errors_are_what_the_reader_expects() -> None:
+    """What the fault tests rely on in the real nvidia-ml-py: NVMLError(code) is the code's
+    own subclass, NVMLLibraryMismatchError is not an NVMLError, and "lost" is code 15."""
+    assert type(pynvml.NVMLError(pynvml.NVML_ERROR_GPU_IS_LOST)).__name__ == "NVMLError_GpuIsLost"
+    assert (
+        pynvml.NVMLError(pynvml.NVML_ERROR_GPU_IS_LOST).value == 15 == pynvml.NVML_ERROR_GPU_IS_LOST
+    )
+    assert pynvml.NVML_ERROR_RESET_REQUIRED == 16 and pynvml.NVML_ERROR_GPU_NOT_FOUND == 28
+    assert not issubclass(pynvml.NVMLLibraryMismatchError, pynvml.NVMLError)
+    assert len(CODES) >= 31
+    for code in CODES.values():
+        assert isinstance(pynvml.NVMLError(code), pynvml.NVMLError)
+        assert nvml.reason_of(pynvml.NVMLError(code))  # words even without the library
+    assert nvml.fault_of(pynvml.NVMLError(pynvml.NVML_ERROR_GPU_IS_LOST)) == "gpu_lost"
+    assert nvml.fault_of(pynvml.NVMLError_ResetRequired()) == "gpu_reset_required"
+    assert nvml.fault_of(pynvml.NVMLError(pynvml.NVML_ERROR_GPU_NOT_FOUND)) is None
+    assert nvml.fault_of(RuntimeError("GPU is lost")) is None
+
+
+# -- one call, one error -------------------------------------------------------------------
+
+# The readings each call gives (the sampler's too); a failure leaves them out, with a reason.
+KEYS: dict[str, tuple[str, ...]] = {
+    "nvmlDeviceGetHandleByIndex": ("handle",),
+    "nvmlDeviceGetHandleByUUID": nvml.SAMPLED,
+    "nvmlDeviceGetName": ("name",),
+    "nvmlDeviceGetUUID": ("uuid",),
+    "nvmlDeviceGetMemoryInfo": ("memory_total_mib",),
+    "nvmlDeviceGetCudaComputeCapability": ("compute_capability",),
+    "nvmlDeviceGetComputeMode": ("compute_mode",),
+    "nvmlDeviceGetPersistenceMode": ("persistence_mode",),
+    "nvmlDeviceGetMigMode": ("mig_mode",),
+    "nvmlDeviceGetMaxMigDeviceCount": ("mig_uuids",),
+    "nvmlDeviceGetMigDeviceHandleByIndex": ("mig_uuids",),
+    "nvmlDeviceGetEccMode": ("ecc_mode",),
+    "nvmlDeviceGetTotalEccErrors": ("ecc_volatile_uncorrected",),
+    "nvmlDeviceGetRemappedRows": ("remapped_rows_pending", "remapped_rows_failure"),
+    "nvmlDeviceGetRetiredPagesPendingStatus": ("retired_pages_pending",),
+    "nvmlDeviceGetCurrPcieLinkGeneration": ("pcie_gen", "pcie_gen_under_load"),
+    "nvmlDeviceGetCurrPcieLinkWidth": ("pcie_width", "pcie_width_under_load"),
+    "nvmlDeviceGetMaxPcieLinkGeneration": ("pcie_max_gen",),
+    "nvmlDeviceGetMaxPcieLinkWidth": ("pcie_max_width",),
+    "nvmlDeviceGetNvLinkState": ("nvlinks_active", "nvlinks_total", "nvlink_version"),
+    "nvmlDeviceGetNvLinkVersion": (),  # the generation unknown: left out, links go by arch
+    "nvmlDeviceGetComputeRunningProcesses": ("processes",),
+    "nvmlDeviceGetCurrentClocksEventReasons": ("clock_event_reasons",),
+    "nvmlDeviceGetCurrentClocksThrottleReasons": ("clock_event_reasons",),
+}
+# Answers that are no failure of the reading, by design (documented in nvml.py).
+MEANS_NONE = {
+    ("nvmlDeviceGetMigMode", "NVML_ERROR_NOT_SUPPORTED"),  # no MIG on this GPU
+    ("nvmlDeviceGetNvLinkState", "NVML_ERROR_NOT_SUPPORTED"),  # no such link
+    ("nvmlDeviceGetNvLinkState", "NVML_ERROR_INVALID_ARGUMENT"),
+    ("nvmlDeviceGetNvLinkState", "NVML_ERROR_NOT_FOUND"),
+    ("nvmlDeviceGetMigDeviceHandleByIndex", "NVML_ERROR_NOT_FOUND"),  # an empty MIG slot
+    ("nvmlDeviceGetMigDeviceHandleByIndex", "NVML_ERROR_INVALID_ARGUMENT"),
+    ("nvmlDeviceGetMigDeviceHandleByIndex", "NVML_ERROR_NO_PERMISSION"),  # not this container's
+    ("nvmlDeviceGetCurrentClocksEventReasons", "NVML_ERROR_FUNCTION_NOT_FOUND"),  # < 535
+}
+MIG_CALLS = {"nvmlDeviceGetMaxMigDeviceCount", "nvmlDeviceGetMigDeviceHandleByIndex"}
+CALLS = sorted(nvml_calls())
+
+
+@pytest.mark.parametrize("call", CALLS)
+def test_one_call_failing_leaves_its_reading_unread_and_the_run_going(
+    call: str,
+    baseline: dict[str, Any],
+    judged_dir: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`call` fails with each error in turn (one pytest item per call: 33 errors each)."""
+    for error in sorted(ERRORS):
+        with pytest.MonkeyPatch.context() as patch:
+            try:
+                one_call_fails(call, error, baseline, patch, judged_dir)
+            except AssertionError as exc:
+                raise AssertionError(f"{call} raising {error}: {exc}") from exc
+            finally:
+                capsys.readouterr()
+
+
+def one_call_fails(
+    call: str,
+    error: str,
+    baseline: dict[str, Any],
+    monkeypatch: pytest.MonkeyPatch,
+    judged_dir: Path,
+) -> None:
+    # The GPU the call is failed on (MIG calls only reach the MIG GPU); the other one must
+    # read as on a healthy host.
+    target = MIG_GPU if call in MIG_CALLS else 0
+    host = Host(lambda c, gpu: ERRORS[error]() if c == call and gpu in (target, None) else None)
+    host.old_clock_api = call == "nvmlDeviceGetCurrentClocksThrottleReasons"
+    host.install(monkeypatch)
+    snap = host_snapshot()
+    assert host.raised, f"{call} was never called"
+    assert_judged(snap, judged_dir)
+    assert_nothing_unread_passed(snap)
+
+    said = nvml.reason_of(ERRORS[error]())
+    if call in ("nvmlInit", "nvmlDeviceGetCount"):
+        assert snap["nvml"]["available"] is False and snap["gpus"] == []
+        assert snap["nvml"]["reason"].endswith(f": {said}")
+        return
+    if call == "nvmlSystemGetDriverVersion":
+        assert snap["nvml"]["reason"] == f"driver version not read: {said}"
+        assert "driver" not in snap["nvml"] and snap["gpus"] == baseline["gpus"]
+        return
+    if call == "nvmlShutdown":
+        assert snap["gpus"] == baseline["gpus"]
+        return
+    if call == "nvmlSystemGetProcessName":  # a PID of another namespace has no name here
+        assert snap["gpus"][0]["processes"] == [{"pid": OTHER_PID, "used_mib": 512, "name": ""}]
+        return
+    gpu, other = snap["gpus"][target], snap["gpus"][1 - target]
+    assert other == baseline["gpus"][1 - target]
+    fault = LOST.get(error)
+    keys = KEYS[call]
+    if call == "nvmlDeviceGetNvLinkVersion" and fault:
+        keys = KEYS["nvmlDeviceGetNvLinkState"]  # a lost GPU is lost for every question
+    if (call, error) in MEANS_NONE:
+        assert "unread" not in gpu or not set(keys) & set(gpu["unread"])
+    else:
+        for key in keys:
+            assert key not in gpu, key
+            assert gpu["unread"][key], key
+    if fault:
+        assert fault in gpu
+        assert ("gpu-lost" if fault == "gpu_lost" else "gpu-reset-required", target) in {
+            (f.rule, f.gpu) for f in health.health_findings(snap)[0] if f.level == Status.FAILED
+        }
+    else:
+        assert "gpu_lost" not in gpu and "gpu_reset_required" not in gpu
+
+
+def test_a_lost_gpu_fails_the_health_verdict_naming_it(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    lost = lambda call, gpu: pynvml.NVMLError_GpuIsLost() if gpu == 1 else None  # noqa: E731
+    Host(lost).install(monkeypatch)
+    snap = host_snapshot()
+    assert snap["gpus"][1] == {
+        "index": 1,
+        "unread": {"handle": "GPU is lost", **dict.fromkeys(nvml.SAMPLED, sampler_lost())},
+        "gpu_lost": "handle: GPU is lost",
+        "clock_samples": 0,
+    }
+    assert assert_judged(snap, tmp_path) == 1
+    out = capsys.readouterr().out
+    assert re.search(r"health +FAILED", out) and "GPU 1: NVML says the GPU is lost" in out
+    # every other rule of that GPU says it was not judged, with NVML's words
+    skips = {
+        f.rule for f in health.health_findings(snap)[0] if f.gpu == 1 and f.level == Status.SKIPPED
+    }
+    assert {"ecc-uncorrected", "compute-mode", "other-processes", "nvlink-down"} <= skips
+
+
+def sampler_lost() -> str:
+    return f"NVML found no handle for {UUIDS[1]}: GPU is lost"
+
+
+def test_a_gpu_lost_before_the_probes_stays_lost_after(monkeypatch: pytest.MonkeyPatch) -> None:
+    """nvml_again reads NVML once more after the probes; a GPU the first reading found lost
+    keeps the mark even where the second one reads it."""
+    with pytest.MonkeyPatch.context() as patch:
+        Host(lambda call, gpu: pynvml.NVMLError_GpuIsLost() if gpu == 1 else None).install(patch)
+        host = host_snapshot()
+    Host().install(monkeypatch)
+    again = snapshot.nvml_again(host)
+    assert again["gpus"][1]["gpu_lost"] == "handle: GPU is lost"
+    assert again["gpus"][1]["uuid"] == UUIDS[1] and "gpu_lost" not in again["gpus"][0]
+
+
+# -- at random -------------------------------------------------------------------------------
+
+
+def random_faults(
+    rng: random.Random, p: float
+) -> Callable[[str, int | None], BaseException | None]:
+    names = sorted(ERRORS)
+
+    def fail(call: str, gpu: int | None) -> BaseException | None:
+        return ERRORS[rng.choice(names)]() if rng.random() < p else None
+
+    return fail
+
+
+@pytest.mark.parametrize("p", [0.05, 0.3])
+def test_random_faults_never_escape_and_nothing_unread_passes(
+    p: float, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rng = random.Random(20260613)
+    for _trial in range(500):
+        host = Host(random_faults(rng, p))
+        host.old_clock_api = rng.random() < 0.3
+        host.install(monkeypatch)
+        snap = host_snapshot()
+        assert_judged(snap, tmp_path)
+        capsys.readouterr()
+        assert_nothing_unread_passed(snap)
+        # a GPU NVML called lost (in an answer the reader acts on) fails, by its index
+        failed = {f.gpu for f in health.health_findings(snap)[0] if f.rule == "gpu-lost"}
+        lost = {
+            gpu
+            for call, gpu, kind in host.raised
+            if kind == "NVMLError_GpuIsLost" and gpu is not None and snap["gpus"]
+        }
+        assert lost <= failed, host.raised
+        # the perf probe's identity reading and match never raise either
+        known, _why = nvml.read_identities()
+        gpu_host.match_devices([UUIDS[0], None], known, "0,1", "PCI_BUS_ID")
+
+
+@pytest.mark.subprocess
+def test_random_faulty_snapshots_judge_in_a_fresh_process(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """`python -m imagekit.selfcheck --judge` itself: exit 0 or 1, never 2 or a traceback."""
+    rng = random.Random(7)
+    for trial in range(3):
+        Host(random_faults(rng, 0.4)).install(monkeypatch)
+        path = tmp_path / f"host{trial}.json"
+        path.write_text(json.dumps(host_snapshot()))
+        done = subprocess.run(
+            [sys.executable, "-m", "imagekit.selfcheck", "--judge", str(path)],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert done.returncode in (0, 1), done.stderr
+        assert "Traceback" not in done.stderr
+
+
+# -- the real pynvml wrappers over a driver without a symbol --------------------------------
+
+
+def c_library(monkeypatch: pytest.MonkeyPatch, symbols: dict[str, Callable[..., int]]) -> None:
+    """pynvml's own function lookup, over a 'library' of Python functions taking the ctypes
+    arguments pynvml passes; a symbol it lacks is NVML_ERROR_FUNCTION_NOT_FOUND, as pynvml
+    answers for a libnvidia-ml.so.1 without it."""
+
+    def lookup(name: str) -> Callable[..., int]:
+        if name not in symbols:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
+        return symbols[name]
+
+    monkeypatch.setattr(pynvml, "_nvmlGetFunctionPointer", lookup)
+
+
+def test_a_driver_without_the_v3_processes_symbol_leaves_processes_unread(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Before R510 libnvidia-ml has no nvmlDeviceGetComputeRunningProcesses_v3: pynvml's
+    unversioned wrapper (@throwOnVersionMismatch) turns FunctionNotFound into
+    NVMLLibraryMismatchError, which is no NVMLError. The run goes on; the reading is
+    unread, with pynvml's words."""
+    Host().install(monkeypatch, keep=("nvmlDeviceGetComputeRunningProcesses",))
+    assert (
+        pynvml.nvmlDeviceGetComputeRunningProcesses is REAL["nvmlDeviceGetComputeRunningProcesses"]
+    )
+    c_library(monkeypatch, {})
+    with pytest.raises(pynvml.NVMLLibraryMismatchError):
+        pynvml.nvmlDeviceGetComputeRunningProcesses(Handle(0))
+    snap = host_snapshot()
+    for gpu in snap["gpus"]:
+        assert "processes" not in gpu
+        assert gpu["unread"]["processes"].startswith(
+            "NVMLLibraryMismatchError: Unversioned function called"
+        )
+        assert "name" in gpu and "ecc_volatile_uncorrected" in gpu  # the rest is read
+    assert assert_judged(snap, tmp_path) == 0
+    assert "other-processes" in {
+        f.rule for f in health.health_findings(snap)[0] if f.level == Status.SKIPPED
+    }
+    capsys.readouterr()
+
+
+def test_the_v3_processes_symbol_answering_gpu_lost_marks_the_gpu(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The same wrapper with the symbol there: its return code becomes pynvml's NVMLError
+    subclass through _nvmlCheckReturn, and GPU_IS_LOST marks the GPU lost."""
+    Host().install(monkeypatch, keep=("nvmlDeviceGetComputeRunningProcesses",))
+    lost = pynvml.NVML_ERROR_GPU_IS_LOST
+    c_library(monkeypatch, {"nvmlDeviceGetComputeRunningProcesses_v3": lambda *a: lost})
+    snap = host_snapshot()
+    assert snap["gpus"][0]["gpu_lost"] == "processes: GPU is lost"
+    assert ("gpu-lost", 0) in not_passed(snap)
+
+
+def test_a_driver_before_535_samples_the_throttle_reasons(monkeypatch: pytest.MonkeyPatch) -> None:
+    """nvmlDeviceGetCurrentClocksEventReasons is missing from older libraries: the real
+    pynvml raises NVMLError_FunctionNotFound and the sampler asks the older symbol."""
+    keep = ("nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons")
+    Host().install(monkeypatch, keep=keep)
+
+    def throttle(handle: Any, reasons: Any) -> int:
+        reasons._obj.value = pynvml.nvmlClocksEventReasonHwSlowdown
+        return pynvml.NVML_SUCCESS
+
+    c_library(monkeypatch, {"nvmlDeviceGetCurrentClocksThrottleReasons": throttle})
+    with pytest.raises(pynvml.NVMLError_FunctionNotFound):
+        pynvml.nvmlDeviceGetCurrentClocksEventReasons(Handle(0))
+    snap = host_snapshot()
+    assert snap["gpus"][0]["clock_event_reasons"] == ["hw_slowdown"]
+    assert ("clocks-hw-slowdown", 0) in not_passed(snap)
+
+
+# -- the sampler's thread ----------------------------------------------------------------------
+
+
+def test_the_sampler_thread_survives_every_error_and_says_why(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    started = threading.Event()
+
+    def fail(call: str, gpu: int | None) -> BaseException | None:
+        if call == "nvmlDeviceGetCurrentClocksEventReasons":
+            started.set()
+            return pynvml.NVMLLibraryMismatchError(MISMATCH)
+        if call == "nvmlDeviceGetCurrPcieLinkWidth":
+            return RuntimeError("no width")
+        return None
+
+    Host(fail).install(monkeypatch)
+    with nvml.ClockSampler(dict(enumerate(UUIDS)), interval=0.005) as sampler:
+        assert started.wait(5)
+    readings = sampler.readings()
+    assert sampler.error == ""
+    for key in (0, 1):
+        assert readings[key]["clock_samples"] >= 2
+        assert readings[key]["pcie_gen_under_load"] == 5
+        assert readings[key]["unread"] == {
+            "clock_event_reasons": f"NVMLLibraryMismatchError: {MISMATCH}"[: nvml.REASON_CHARS],
+            "pcie_width_under_load": "RuntimeError: no width",
+        }
+
+
+def test_a_sampler_thread_that_dies_leaves_its_reason_on_every_reading(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    Host().install(monkeypatch)
+    sampler = nvml.ClockSampler(dict(enumerate(UUIDS)), interval=0.005)
+
+    def broken() -> None:
+        raise MemoryError("out of memory in the sampler")
+
+    monkeypatch.setattr(sampler, "sample", broken)
+    with sampler:
+        pass
+    assert sampler.error == "clock sampling stopped: MemoryError: out of memory in the sampler"
+    for key in (0, 1):
+        assert sampler.readings()[key] == {
+            "clock_samples": 0,
+            "unread": dict.fromkeys(nvml.SAMPLED, sampler.error),
+        }
+
+
+def test_a_gpu_whose_handle_the_sampler_cannot_get_is_the_only_one_unsampled(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    Host(
+        lambda call, gpu: (
+            pynvml.NVMLError_NotFound()
+            if call == "nvmlDeviceGetHandleByUUID" and gpu == 1
+            else None
+        )
+    ).install(monkeypatch)
+    sampler = nvml.ClockSampler({0: UUIDS[0], 1: UUIDS[1]})
+    assert sampler.open()
+    sampler.sample()
+    sampler.close()
+    readings = sampler.readings()
+    assert readings[0]["pcie_gen_under_load"] == 5 and "unread" not in readings[0]
+    assert readings[1] == {
+        "clock_samples": 0,
+        "unread": dict.fromkeys(nvml.SAMPLED, f"NVML found no handle for {UUIDS[1]}: Not Found"),
+    }
