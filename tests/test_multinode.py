@@ -368,3 +368,31 @@ def test_in_image_transport_and_verdict(tmp_path: Path) -> None:
     labels = {"io.imagekit.profile": "multi-node-ib"}
     assert nodes_check.image_profile({}, labels) == "multi-node-ib"
     assert nodes_check.image_profile({"IMAGEKIT_PROFILE": "single-node"}, labels) == "single-node"
+
+
+@pytest.mark.parametrize(
+    ("transport", "hosts", "status"),
+    [
+        ("IB", ["n1", "n2"], "passed"),
+        ("IB+P2P", ["n1", "n2"], "passed"),  # the hop between nodes is IB
+        ("Socket+IB", ["n1", "n2"], "failed"),  # judged by its weakest hop
+        (None, ["n1", "n2"], "failed"),  # no transport read: no proof of RDMA
+        ("P2P", ["n1", "n2"], "failed"),  # only what stays inside a node
+        (None, ["n1"], "passed"),  # one node promises nothing between nodes
+    ],
+)
+def test_host_judges_the_ib_promise_by_the_weakest_hop(
+    transport: str | None, hosts: list[str], status: str
+) -> None:
+    from imagekit.imagetest.nodes_verdict import judge_transport
+
+    report = {
+        "status": "passed",
+        "backend": "nccl",
+        "profile": "multi-node-ib",
+        "transport": transport,
+        "hosts": hosts,
+    }
+    got = judge_transport(report)
+    assert got["status"] == status
+    assert status == "passed" or "InfiniBand/RDMA" in got["reason"]

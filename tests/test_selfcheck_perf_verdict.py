@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from imagekit.selfcheck.findings import FAIL, SKIP
+from imagekit.contract.checks import Status
 from imagekit.selfcheck.peaks import DEFAULT_FLOOR_SOURCE, PEAKS, peak_for
 from imagekit.selfcheck.perf_verdict import check_perf_verdict, perf_findings
 
@@ -137,9 +137,9 @@ H100 = ("NVIDIA H100 80GB HBM3", 81559)  # NVML memory_total_mib of an H100 SXM
 )
 def test_perf_findings(reading: dict, failed_rules: list[str], words: str) -> None:
     found, judged = perf_findings(reading)
-    assert [f.rule for f in found if f.level == FAIL] == failed_rules
+    assert [f.rule for f in found if f.level == Status.FAILED] == failed_rules
     assert judged == 3  # memtest, GEMM, copy
-    assert all(words in f.text() for f in found if f.level == FAIL)
+    assert all(words in f.text() for f in found if f.level == Status.FAILED)
 
 
 def test_a_failure_names_the_floor_and_its_source() -> None:
@@ -162,7 +162,7 @@ def test_what_cannot_be_compared_is_skipped_not_passed(
 ) -> None:
     found, judged = perf_findings(reading)
     assert judged == 1  # only the memory pattern test
-    assert [(f.level, f.rule) for f in found] == [(SKIP, rule)]
+    assert [(f.level, f.rule) for f in found] == [(Status.SKIPPED, rule)]
     assert words in found[0].message
 
 
@@ -172,17 +172,56 @@ def test_missing_readings_are_skips() -> None:
     found, judged = perf_findings(reading)
     assert judged == 0
     assert {f.rule for f in found} == {"memtest", "gemm", "copy"}
-    assert all(f.level == SKIP for f in found)
+    assert all(f.level == Status.SKIPPED for f in found)
 
 
 def test_check_perf_verdict_over_the_snapshot() -> None:
     two = {"gpus": [gpu(*H100, 798.0, 3.0), gpu(*H100, 603.0, 3.0, index=1)]}
     result = check_perf_verdict(two)
-    assert result["status"] == "failed" and result["reason"].startswith("GPU 1: bfloat16 GEMM")
-    assert check_perf_verdict({"gpus": [gpu(*H100, 798.0, 3.0)]})["status"] == "passed"
-    assert check_perf_verdict({})["status"] == "skipped"
+    assert result.status == "failed" and result.reason.startswith("GPU 1: bfloat16 GEMM")
+    assert check_perf_verdict({"gpus": [gpu(*H100, 798.0, 3.0)]}).status == "passed"
+    assert check_perf_verdict({}).status == "skipped"
     mig = {
         "container": {"visible_devices": "MIG-5c3b9e4a-1f2e-5d6c-8a7b-0e9f8d7c6b5a"},
         "gpus": [gpu(*H100, 100.0, 0.5, memtest=None)],
     }
-    assert check_perf_verdict(mig)["status"] == "skipped"
+    assert check_perf_verdict(mig).status == "skipped"
+
+
+@pytest.mark.parametrize(
+    ("memtest", "level", "judged", "words"),
+    [
+        ({"bytes": 8 * GIB, "errors": 0, "seconds": 1.9}, None, 3, ""),
+        # perf.py tests no whole chunk where under ~3.3 GiB is free: no bytes, no verdict
+        # (changed: 0 errors in 0 bytes used to count as a pass).
+        ({"bytes": 0, "errors": 0, "seconds": 0.0}, Status.SKIPPED, 2, "covered 0 bytes"),
+        (
+            {"errors": 0},
+            Status.SKIPPED,
+            2,
+            "covered 0 bytes",
+        ),  # how much was tested is not recorded
+        ({"bytes": None, "errors": 0}, Status.SKIPPED, 2, "no memory verdict"),
+        # Errors fail whatever else the reading says.
+        ({"bytes": 0, "errors": 3, "seconds": 0.1}, Status.FAILED, 3, "found 3 errors"),
+        ({"errors": 1}, Status.FAILED, 3, "found 1 errors"),
+        ({"bytes": 8 * GIB, "errors": None}, Status.SKIPPED, 2, "not run"),
+        (None, Status.SKIPPED, 2, "not run"),
+    ],
+)
+def test_memory_test_is_judged_only_over_bytes_it_tested(
+    memtest: dict | None, level: str | None, judged: int, words: str
+) -> None:
+    found, count = perf_findings(gpu(*H100, 798.0, 3.0, memtest=memtest))
+    assert [(f.level, f.rule) for f in found] == ([(level, "memtest")] if level else [])
+    assert count == judged  # GEMM and copy, and the memory test where it was judged
+    assert all(words in f.message for f in found)
+
+
+def test_a_gpu_whose_memory_test_covered_nothing_is_not_a_memory_pass() -> None:
+    empty = gpu(
+        "NVIDIA RTX PRO 6000 Blackwell", 97887, 400.0, 1.5, memtest={"bytes": 0, "errors": 0}
+    )
+    result = check_perf_verdict({"gpus": [empty]})  # no datasheet peak: nothing else judged
+    assert result.status == "skipped"
+    assert "covered 0 bytes" in result.reason

@@ -8,19 +8,19 @@ import queue as queues
 import socket
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from imagekit.contract.checks import CheckResult, failed, passed
 from imagekit.contract.tolerances import DDP_GRAD_SPREAD
-from imagekit.selfcheck.links import transport_from_log
+from imagekit.selfcheck.nccl_log import transport_from_log
 from imagekit.selfcheck.results import (
-    Result,
     bus_bandwidth,
-    failed,
     fault,
     gather,
     max_difference,
-    passed,
+    sync_of,
     timed,
 )
 from imagekit.selfcheck.verdicts import DdpRun, ddp_runs, differs, launched_by_torchrun
@@ -54,7 +54,7 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def check_ddp() -> Result:
+def check_ddp() -> CheckResult:
     import torch
 
     if launched_by_torchrun(os.environ):
@@ -64,16 +64,16 @@ def check_ddp() -> Result:
     merged: dict[str, Any] = {}
     problems = []
     for run, result in results:
-        for key, value in result["measurements"].items():
+        for key, value in result.measurements.items():
             keep = key == "backend" or key.startswith(f"{run.backend}_")  # nccl_transport
             merged[key if keep else f"{run.backend}_{key}"] = value
-        if result["status"] == "failed":
-            problems.append(f"{run.backend} ({run.world_size} ranks): {result['reason']}")
+        if result.failed:
+            problems.append(f"{run.backend} ({run.world_size} ranks): {result.reason}")
     merged["backend"] = "+".join(run.backend for run, _ in results)
     merged["device"] = "cuda" if any(run.backend == "nccl" for run, _ in results) else "cpu"
     merged["world_size"] = max(run.world_size for run, _ in results)
     merged["max_grad_difference"] = max(
-        r["measurements"].get("max_grad_difference", 0.0) for _, r in results
+        r.measurements.get("max_grad_difference", 0.0) for _, r in results
     )
     for key in ("allreduce_busbw_GBps", "allreduce_message_bytes", "note"):
         if f"nccl_{key}" in merged:
@@ -81,7 +81,7 @@ def check_ddp() -> Result:
     return failed("; ".join(problems), **merged) if problems else passed(**merged)
 
 
-def _run_all(runs: list[DdpRun]) -> list[tuple[DdpRun, Result]]:
+def _run_all(runs: list[DdpRun]) -> list[tuple[DdpRun, CheckResult]]:
     """Start every rank of every run at once, then collect with a deadline: a rank that
     dies before it reports is named with its exit code, not waited for to the check's limit."""
     import torch.multiprocessing as mp
@@ -108,24 +108,24 @@ def _run_all(runs: list[DdpRun]) -> list[tuple[DdpRun, Result]]:
     return out
 
 
-def merge_ranks(reports: list[Result]) -> Result:
+def merge_ranks(reports: list[CheckResult]) -> CheckResult:
     """One result for a run: a failure wins, and a rank that died or never reported comes
     first, since the others' errors (a closed connection) are only its echo."""
-    failures = [r for r in reports if r["status"] == "failed"]
+    failures = [r for r in reports if r.failed]
     if not failures:
         return reports[0]
-    root = sorted(failures, key=lambda r: not r["reason"].startswith("rank "))
+    root = sorted(failures, key=lambda r: not r.reason.startswith("rank "))
     root = sorted(
-        root, key=lambda r: "died with" not in r["reason"] and "did not report" not in r["reason"]
+        root, key=lambda r: "died with" not in r.reason and "did not report" not in r.reason
     )
-    reasons = list(dict.fromkeys(r["reason"] for r in root))
-    merged = dict(root[0])
-    merged["reason"] = "; ".join(reasons[:2])
-    return merged
+    reasons = list(dict.fromkeys(r.reason for r in root))
+    return replace(root[0], reason="; ".join(reasons[:2]))
 
 
-def _collect(queue: Any, procs: dict[tuple[int, int], Any], deadline: float) -> dict:  # type: ignore[type-arg]
-    reports: dict[tuple[int, int], Result] = {}
+def _collect(
+    queue: Any, procs: dict[tuple[int, int], Any], deadline: float
+) -> dict[tuple[int, int], CheckResult]:
+    reports: dict[tuple[int, int], CheckResult] = {}
     while len(reports) < len(procs) and time.monotonic() < deadline:
         try:
             index, rank, result = queue.get(timeout=1.0)
@@ -148,7 +148,7 @@ def _ddp_entry(index: int, rank: int, world: int, backend: str, port: int, queue
         queue.put((index, rank, failed(f"rank {rank}: {type(exc).__name__}: {exc}")))
 
 
-def ddp_worker(rank: int, world: int, backend: str | None) -> Result:
+def ddp_worker(rank: int, world: int, backend: str | None) -> CheckResult:
     import torch
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
@@ -184,7 +184,8 @@ def ddp_worker(rank: int, world: int, backend: str | None) -> Result:
             "max_grad_difference": spread,
         }
         if backend == "nccl" and world > 1:
-            nbytes = _message_bytes(torch, dist, world, device)
+            free, _ = torch.cuda.mem_get_info(device)
+            nbytes = _message_bytes(torch, dist, world, device, free)
             m["allreduce_busbw_GBps"] = round(_busbw(torch, dist, world, device, nbytes), 1)
             m["allreduce_message_bytes"] = nbytes
         elif backend == "nccl":
@@ -202,17 +203,20 @@ def ddp_worker(rank: int, world: int, backend: str | None) -> Result:
             log.unlink(missing_ok=True)
 
 
-def _message_bytes(torch: Any, dist: Any, world: int, device: str) -> int:
-    """allreduce_bytes for the rank with the least free memory: every rank must reduce a
-    tensor of the same size, or the collective hangs."""
-    free, _ = torch.cuda.mem_get_info(device)
-    mine = torch.tensor([allreduce_bytes(free, world)], dtype=torch.int64, device=device)
-    dist.all_reduce(mine, op=dist.ReduceOp.MIN)
+def _message_bytes(
+    torch: Any, dist: Any, world: int, device: str, free_bytes: int, group: Any = None
+) -> int:
+    """allreduce_bytes for the rank with the least free memory (`free_bytes` is this rank's):
+    every rank must reduce a tensor of the same size, or the collective hangs."""
+    mine = torch.tensor([allreduce_bytes(free_bytes, world)], dtype=torch.int64, device=device)
+    dist.all_reduce(mine, op=dist.ReduceOp.MIN, group=group)
     return int(mine.item())
 
 
-def _busbw(torch: Any, dist: Any, world: int, device: str, nbytes: int) -> float:
-    """nccl-tests' bus bandwidth of an all-reduce of `nbytes`, GB/s."""
+def _busbw(torch: Any, dist: Any, world: int, device: str, nbytes: int, group: Any = None) -> float:
+    """nccl-tests' bus bandwidth of an all-reduce of `nbytes`, GB/s (on any backend: the
+    tests run it over gloo on CPU tensors)."""
     tensor = torch.ones(nbytes // 4, device=device)  # fp32
-    seconds = timed(lambda: dist.all_reduce(tensor), 10, torch.cuda.synchronize)
+    sync = sync_of(torch, device.partition(":")[0])
+    seconds = timed(lambda: dist.all_reduce(tensor, group=group), 10, sync)
     return bus_bandwidth(tensor.numel() * 4 / seconds / 1e9, world)

@@ -1,7 +1,8 @@
 """links: how fast data moves between GPUs, from the host to a GPU, and through NCCL, judged
 against floors that follow the topology the host snapshot reports (NVLink generation and
-active links, else the PCIe generation and width). Standard library only; the two readers
-(measure_p2p, measure_h2d) take torch as an argument and are the only code that touches it.
+active links, else the PCIe generation and width). Pure and standard library only: it judges
+readings others took (copies.py: peer and host-to-device copies; ddp.py: the all-reduce, and
+NCCL's transports through nccl_log.py); transports.py says which link each transport is.
 
 Every floor is a fraction of a theoretical figure, with the source of both in FLOORS and the
 tables below. Where the snapshot does not say which route a pair of GPUs takes (a 4-GPU
@@ -15,11 +16,15 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from imagekit.selfcheck.findings import SKIP, Finding, fail, result_of, skip, warn
-from imagekit.selfcheck.results import Result
-
-COPY_BYTES = 256 * 2**20  # big enough that launch overhead is noise (<1% at 400 GB/s)
-COPY_REPEAT = 5
+from imagekit.contract.checks import CheckResult, Status
+from imagekit.selfcheck.findings import Finding, fail, result_of, skip, warn
+from imagekit.selfcheck.transports import (
+    TCP_PROFILES,
+    local_name,
+    networks,
+    split,
+    transport_problem,
+)
 
 # -- theoretical figures ---------------------------------------------------------------------
 
@@ -32,12 +37,14 @@ PCIE_SOURCE = "PCI-SIG line rates (https://en.wikipedia.org/wiki/PCI_Express#Com
 # NVLink, GB/s per link per direction, by the GPU architecture (compute capability major):
 # P100 4 links 160 GB/s both ways, V100 6 x 50, A100 12 x 50, H100 18 x 50, B200 18 x 100
 # (https://www.nvidia.com/en-us/data-center/nvlink/; hwloc's hwloc/topology-nvml.c counts
-# 20 and 25 the same way). By architecture first, NVML's nvlink_version only as a fallback:
-# that number is an enum whose encoding changed (hwloc reads 1-4 for P100-H100; nvml.h's
-# nvmlNvlinkVersion_t has 2 = 2.0, 3 = 2.2, 4 = 3.0, 5 = 3.1, 6 = 4.0, 7 = 5.0). Both
-# encodings agree on the rate below except 7, which only the newer one uses (NVLink 5.0).
+# 20 and 25 the same way). By architecture first; the snapshot's nvlink_version only as a
+# fallback. That key holds the NVLink generation, not NVML's nvmlNvlinkVersion_t enum
+# (2 = 2.0, 3 = 2.2, 4 = 3.0, 5 = 3.1, 6 = 4.0, 7 = 5.0): nvml.py converts the enum with
+# its NVLINK_GENERATION before the snapshot holds it (A100 3, H100 4, B200 5), so the rate
+# is keyed by generation: NVLink 1.0 (P100) 20, 2.0-4.0 (V100, A100, H100) 25, 5.0 (B200)
+# 50.
 NVLINK_GBPS_BY_ARCH = {6: 20.0, 7: 25.0, 8: 25.0, 9: 25.0, 10: 50.0}
-NVLINK_GBPS_BY_VERSION = {1: 20.0, 2: 25.0, 3: 25.0, 4: 25.0, 5: 25.0, 6: 25.0, 7: 50.0}
+NVLINK_GBPS_BY_GENERATION = {1: 20.0, 2: 25.0, 3: 25.0, 4: 25.0, 5: 50.0}
 NVLINK_SOURCE = "NVLink per-link rates (https://www.nvidia.com/en-us/data-center/nvlink/)"
 # GA10x boards (A40, RTX A6000: compute capability 8.6) bridge 4 links for 112.5 GB/s both
 # ways: 14.06 GB/s per link per direction (A40 datasheet), not GA100's 25.
@@ -94,54 +101,8 @@ BUSBW_MESSAGE_BYTES = 512 * 2**20
 # Skip rules that stand for one reading that was measured but could not be judged.
 PER_READING = frozenset({"p2p-pair", "h2d-link", "nccl-busbw"})
 
-INTRA_NODE = frozenset({"NVLS", "P2P", "SHM", "P2P/NVLink", "P2P/PCIe"})
-RDMA_PROFILES = frozenset({"multi-node-ib"})
-TCP_PROFILES = frozenset({"multi-node-ethernet", "multi-node-tcp"})
-# What the multi-node check records for gloo, which has no log to read: PyTorch's gloo
-# backend moves tensors over TCP sockets (its only transport in PyTorch's Linux builds).
-GLOO_TRANSPORT = "gloo/TCP"
-
-
-# -- live readers (torch passed in; not run here: no GPU) ------------------------------------
-
-
-def measure_p2p(torch: Any) -> list[dict[str, Any]]:
-    """Peer copy GB/s for every ordered pair of GPUs with peer access."""
-    count = torch.cuda.device_count()
-    pairs = []
-    for src in range(count):
-        for dst in range(count):
-            if src != dst and torch.cuda.can_device_access_peer(src, dst):
-                gbps = _timed_copy(torch, src, f"cuda:{src}", f"cuda:{dst}")
-                pairs.append({"src": src, "dst": dst, "gbps": round(gbps, 1)})
-    return pairs
-
-
-def measure_h2d(torch: Any, index: int) -> float:
-    """Pinned host -> device GB/s on GPU `index`."""
-    return round(_timed_copy(torch, index, "pinned", f"cuda:{index}"), 1)
-
-
-def _timed_copy(torch: Any, index: int, source: str, target: str) -> float:
-    """GB/s of COPY_REPEAT copies, timed with CUDA events on GPU `index`'s stream after a
-    warm-up (which also enables peer access or maps the pinned pages)."""
-    if source == "pinned":
-        src = torch.empty(COPY_BYTES, dtype=torch.uint8, pin_memory=True)
-    else:
-        src = torch.empty(COPY_BYTES, dtype=torch.uint8, device=source)
-    dst = torch.empty(COPY_BYTES, dtype=torch.uint8, device=target)
-    with torch.cuda.device(index):  # torch copies between GPUs on the source GPU's stream
-        dst.copy_(src, non_blocking=True)
-        torch.cuda.synchronize()
-        start = torch.cuda.Event(enable_timing=True)
-        end = torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(COPY_REPEAT):
-            dst.copy_(src, non_blocking=True)
-        end.record()
-        end.synchronize()
-        seconds = start.elapsed_time(end) / 1e3
-    return COPY_BYTES * COPY_REPEAT / seconds / 1e9
+# The floor of each transport within a node, where NVLink is not known to carry it.
+LOCAL_FLOOR = {"P2P": "nccl-pcie", "SHM": "nccl-shm"}
 
 
 # -- topology ---------------------------------------------------------------------------------
@@ -173,7 +134,7 @@ def nvlink_rate(gpu: dict[str, Any]) -> float | None:
         if (int(major), minor) == (8, "6"):
             return NVLINK_GBPS_GA10X
         return NVLINK_GBPS_BY_ARCH.get(int(major))
-    return NVLINK_GBPS_BY_VERSION.get(gpu.get("nvlink_version"))  # type: ignore[arg-type]
+    return NVLINK_GBPS_BY_GENERATION.get(gpu.get("nvlink_version"))  # type: ignore[arg-type]
 
 
 def nvlink_link(gpu: dict[str, Any]) -> Link | None:
@@ -185,10 +146,10 @@ def nvlink_link(gpu: dict[str, Any]) -> Link | None:
     return Link("nvlink", active * rate, f"{active} NVLinks x {rate:g} GB/s", NVLINK_SOURCE)
 
 
-def on_nvswitch(gpus: list[dict[str, Any]], transport: str | None = None) -> bool:
+def on_nvswitch(gpus: list[dict[str, Any]], transport: Any = None) -> bool:
     """Every GPU reaches every other through NVSwitch with all its links: NCCL used NVLS
     (which needs NVSwitch), or more than 4 HGX parts with NVLinks are visible."""
-    if transport == "NVLS":
+    if "NVLS" in split(transport):
         return True
     hgx = [g for g in gpus if HGX_PART.search(str(g.get("name", ""))) and nvlink_link(g)]
     return len(gpus) > 4 and len(hgx) == len(gpus)
@@ -295,19 +256,15 @@ def _h2d_finding(gpu: dict[str, Any]) -> Finding | None:
 # -- NCCL -------------------------------------------------------------------------------------
 
 
-def transport_problem(profile: str | None, transport: str | None) -> str:
-    """The profile's transport rule, "" when kept: a multi-node-ib image must move data
-    between nodes over InfiniBand/RDMA, so any other network NCCL used there (Socket: TCP)
-    is a failure. Transports within a node (NVLS, P2P, SHM) and an unread one are no
-    evidence either way."""
-    if profile not in RDMA_PROFILES or transport is None:
-        return ""
-    if transport == "IB" or transport in INTRA_NODE:
-        return ""
-    return (
-        f"NCCL used {transport}, profile {profile} needs InfiniBand/RDMA (check NCCL_IB_HCA, "
-        "the RDMA device plugin, /dev/infiniband)"
-    )
+@dataclass(frozen=True)
+class Expectation:
+    floor: Floor
+    link: Link
+    transport: str  # the transport whose floor this is
+
+    @property
+    def need(self) -> float:
+        return self.floor.fraction * self.link.gbps
 
 
 def nccl_findings(snapshot: dict[str, Any]) -> list[Finding]:
@@ -317,31 +274,35 @@ def nccl_findings(snapshot: dict[str, Any]) -> list[Finding]:
     world = nccl.get("world_size")
     if not isinstance(world, int) or world < 2:
         return [skip("nccl", "bus bandwidth needs 2 or more GPUs (one rank moves no data)")]
-    profile, transport = snapshot.get("profile"), nccl.get("transport")
+    profile, transports = snapshot.get("profile"), split(nccl.get("transport"))
+    nodes = nccl.get("nodes")
+    multi_node = isinstance(nodes, int) and nodes > 1
     out: list[Finding] = []
-    if problem := transport_problem(profile, transport):
+    if problem := transport_problem(profile, transports, multi_node=multi_node):
         out.append(fail("nccl-transport", problem))
-    if transport is None:
+    elif not transports:
         out.append(skip("nccl-transport", "NCCL's transport not read (no NCCL_DEBUG log)"))
-    out += _busbw_findings(snapshot, nccl, profile, transport)
+    out += _busbw_findings(snapshot, nccl, profile, transports)
     return out
 
 
 def _busbw_findings(
-    snapshot: dict[str, Any], nccl: dict[str, Any], profile: Any, transport: Any
+    snapshot: dict[str, Any], nccl: dict[str, Any], profile: Any, transports: tuple[str, ...]
 ) -> list[Finding]:
     busbw = nccl.get("busbw_gbps")
     if not isinstance(busbw, (int, float)):
         return [skip("nccl", "all-reduce bus bandwidth not measured")]
-    expected = nccl_expectation(snapshot, nccl, profile, transport)
+    expected = nccl_expectation(snapshot, nccl, profile, transports)
     if isinstance(expected, str):
         return [skip("nccl-busbw", f"{busbw:g} GB/s busbw measured, not judged: {expected}")]
-    floor, link = expected
-    need = floor.fraction * link.gbps
+    floor, link, need = expected.floor, expected.link, expected.need
     if busbw >= need:
         return []
+    over = "+".join(transports)
+    if len(transports) > 1:
+        over += f" (judged by {expected.transport}, the slowest it used)"
     text = (
-        f"all-reduce busbw {busbw:g} GB/s over {transport}, below {num(need)} GB/s "
+        f"all-reduce busbw {busbw:g} GB/s over {over}, below {num(need)} GB/s "
         f"({floor.fraction:.0%} of {link.what} = {num(link.gbps)} GB/s; {floor.source})"
     )
     size = nccl.get("message_bytes")
@@ -354,44 +315,56 @@ def _busbw_findings(
 
 
 def nccl_expectation(
-    snapshot: dict[str, Any], nccl: dict[str, Any], profile: Any, transport: Any
-) -> tuple[Floor, Link] | str:
-    """The floor and the link for the topology the all-reduce ran on, or why there is none."""
-    gpus = list(by_index(snapshot).values())
-    nodes = nccl.get("nodes")
-    if transport is None:
+    snapshot: dict[str, Any], nccl: dict[str, Any], profile: Any, transports: Any
+) -> Expectation | str:
+    """The floor and the link of the slowest transport the all-reduce used (a ring with P2P
+    and SHM hops runs at its SHM hops' pace), or why there is none. Between nodes the
+    network decides; within a node each transport's floor follows the GPUs' links."""
+    seen = split(transports)
+    if not seen:
         return "NCCL's transport not read"
-    if (isinstance(nodes, int) and nodes > 1) or transport not in INTRA_NODE:
-        return _multinode_expectation(nccl, profile, transport)
-    if transport.startswith("P2P"):  # the schema's P2P/NVLink and P2P/PCIe: the links decide
-        transport = "P2P"
+    nodes = nccl.get("nodes")
+    if (isinstance(nodes, int) and nodes > 1) or any(local_name(t) is None for t in seen):
+        return _multinode_expectation(nccl, profile, seen)
+    gpus = list(by_index(snapshot).values())
     if not gpus:
         return "no GPU in the snapshot"
-    if transport == "NVLS" or (transport == "P2P" and on_nvswitch(gpus)):
+    switch = on_nvswitch(gpus, seen)
+    names = sorted({str(local_name(t)) for t in seen})
+    each = [_local_expectation(name, gpus, switch) for name in names]
+    unread = [e for e in each if isinstance(e, str)]
+    if unread:  # the slowest hop cannot be told
+        return unread[0]
+    return min(each, key=lambda e: (e.need, e.transport))  # type: ignore[union-attr]
+
+
+def _local_expectation(name: str, gpus: list[dict[str, Any]], switch: bool) -> Expectation | str:
+    if name == "NVLS" or (name == "P2P" and switch):
         link = _slowest([nvlink_link(g) for g in gpus])
-        return (FLOORS["nccl-nvlink"], link) if link else "NVLink links not read"
-    if transport in ("P2P", "SHM"):
-        link = _slowest([pcie_link(g) for g in gpus])
-        if link is None:
-            return "PCIe generation and width not read"
-        # With NVLink on some pairs a ring still crosses PCIe somewhere unless on NVSwitch;
-        # the PCIe floor is the one no healthy ring falls under.
-        return (FLOORS["nccl-pcie" if transport == "P2P" else "nccl-shm"], link)
-    return f"transport {transport} has no floor here"
+        return Expectation(FLOORS["nccl-nvlink"], link, name) if link else "NVLink links not read"
+    # With NVLink on some pairs a ring still crosses PCIe somewhere unless on NVSwitch; the
+    # PCIe floor is the one no healthy ring falls under.
+    link = _slowest([pcie_link(g) for g in gpus])
+    if link is None:
+        return "PCIe generation and width not read"
+    return Expectation(FLOORS[LOCAL_FLOOR[name]], link, name)
 
 
 def _multinode_expectation(
-    nccl: dict[str, Any], profile: Any, transport: Any
-) -> tuple[Floor, Link] | str:
-    if profile in TCP_PROFILES or transport == "Socket":
+    nccl: dict[str, Any], profile: Any, seen: tuple[str, ...]
+) -> Expectation | str:
+    nets = networks(seen)
+    if profile in TCP_PROFILES or "Socket" in nets:
         return "TCP sockets between nodes: measured only (no floor for Ethernet over TCP)"
+    if not nets:
+        return f"no network in NCCL's log ({'+'.join(seen)}): no floor between nodes"
+    if any(n != "IB" for n in nets):
+        return f"multi-node transport {'+'.join(n for n in nets if n != 'IB')}: no floor"
     rate = nccl.get("net_gbps")  # the node's NIC line rate, Gb/s, where the snapshot has it
-    if transport == "IB" and isinstance(rate, (int, float)) and rate > 0:
+    if isinstance(rate, (int, float)) and rate > 0:
         link = Link("ib", rate / 8, f"InfiniBand {rate:g} Gb/s", "the NIC's line rate")
-        return FLOORS["nccl-ib"], link
-    if transport == "IB":
-        return "InfiniBand's rate not read: judged by the transport only"
-    return f"multi-node transport {transport}: no floor"
+        return Expectation(FLOORS["nccl-ib"], link, "IB")
+    return "InfiniBand's rate not read: judged by the transport only"
 
 
 def _slowest(links: list[Link | None]) -> Link | None:
@@ -400,61 +373,10 @@ def _slowest(links: list[Link | None]) -> Link | None:
     return min(links, key=lambda link: link.gbps)  # type: ignore[arg-type,return-value]
 
 
-# -- NCCL's log -------------------------------------------------------------------------------
-
-# Real lines (NCCL_DEBUG=INFO), e.g.
-#   host:4015539:4015652 [0] NCCL INFO Channel 07/0 : 0[0] -> 2[0] [receive] via NET/IB/3/GDRDMA
-#   host:1884:2298 [0] NCCL INFO Channel 00/0 : 1[0] -> 2[0] [receive] via NET/IBext_v8/1
-#   host:9621:9692 [7] NCCL INFO Channel 14/0 : 15[7] -> 0[0] [send] via NET/Socket/0
-#   host:5666:5808 [3] NCCL INFO Channel 07/0 : 3[3] -> 4[4] via P2P/CUMEM
-#   host:533:1765 [2] NCCL INFO Channel 07 : 2[6] -> 3[7] via SHM/direct/direct
-#   host:33347:33366 [6] NCCL INFO 16 coll channels, 0 nvls channels, 16 p2p channels, ...
-#   host:5668:5722 [5] NCCL INFO NVLS multicast support is available on dev 5
-_VIA = re.compile(r"NCCL INFO Channel [0-9/]+ : .* via (NET/([^/\s][^/]*)|P2P|SHM|COLLNET)")
-_NVLS_CHANNELS = re.compile(r"NCCL INFO (\d+) nvls channels|NCCL INFO .*, (\d+) nvls channels")
-_NVLS_USED = re.compile(r"NCCL INFO NVLS comm 0x|NVLS multicast support is available")
-
-
-def transport_from_log(text: str) -> str | None:
-    """What NCCL moved the data over, from its own INFO log: the network between nodes when
-    there was one ("IB", "Socket", or a plugin's name), else "NVLS" where NCCL set up NVLink
-    SHARP, else "P2P" or "SHM" within the node; None when the log shows no connection.
-
-    "P2P" does not say NVLink or PCIe (NCCL prints the same line for both): the judge reads
-    that from the GPUs' links. "Using network IB" alone proves nothing: NCCL names its
-    network on every host with an HCA, also when every peer is on the same node."""
-    routes = {m.group(2) or m.group(1) for m in _VIA.finditer(text)}
-    nets = {_net_name(r) for r in routes if r not in ("P2P", "SHM", "COLLNET")}
-    if nets:
-        for name in ("IB", "Socket"):
-            if name in nets:
-                return name
-        return sorted(nets)[0]
-    if _nvls_set_up(text):
-        return "NVLS"
-    if "P2P" in routes:
-        return "P2P"
-    if "SHM" in routes:
-        return "SHM"
-    return None
-
-
-def _net_name(route: str) -> str:
-    # NVIDIA's HPC-X plugin calls its IB transport IBext_v8, IBext_v9, ...
-    return "IB" if route == "IB" or route.startswith("IBext") else route
-
-
-def _nvls_set_up(text: str) -> bool:
-    counts = [int(a or b) for a, b in _NVLS_CHANNELS.findall(text)]
-    if counts:
-        return max(counts) > 0
-    return bool(_NVLS_USED.search(text))
-
-
 # -- the check ------------------------------------------------------------------------------
 
 
-def check_links(snapshot: dict[str, Any]) -> Result:
+def check_links(snapshot: dict[str, Any]) -> CheckResult:
     findings = p2p_findings(snapshot) + h2d_findings(snapshot) + nccl_findings(snapshot)
     nccl = snapshot.get("nccl") if isinstance(snapshot.get("nccl"), dict) else {}
     return result_of(
@@ -476,5 +398,5 @@ def judged_readings(snapshot: dict[str, Any], findings: list[Finding]) -> int:
     nccl = snapshot.get("nccl")
     if isinstance(nccl, dict) and isinstance(nccl.get("busbw_gbps"), (int, float)):
         measured += nccl.get("world_size", 0) >= 2
-    unjudged = sum(f.level == SKIP and f.rule in PER_READING for f in findings)
+    unjudged = sum(f.level == Status.SKIPPED and f.rule in PER_READING for f in findings)
     return max(0, measured - unjudged)

@@ -3,8 +3,9 @@
 
 Every rank records its host, then one DDP step runs and the gradients and parameters must
 be the same on every rank, then an all-reduce is timed for bus bandwidth, and the transport
-NCCL used is read from its INFO log (gloo's is TCP: "gloo/TCP"); a multi-node-ib image that
-moved its data over anything but InfiniBand fails. Each rank writes
+NCCL used is read from its INFO log (nccl_log.py; gloo's is TCP: "gloo/TCP"); a
+multi-node-ib image fails where any hop between nodes used anything but InfiniBand, or where
+the log shows no link between nodes at all (transports.py). Each rank writes
 rank-R.json when it has joined (so the host can tell a node that never arrived from one that
 died later); rank 0 writes the report. Standard library and torch only.
 
@@ -27,9 +28,10 @@ from typing import Any
 
 from imagekit.contract import exits
 from imagekit.contract import labels as label
+from imagekit.contract.checks import FAILED, PASSED
 from imagekit.contract.tolerances import DDP_GRAD_SPREAD
 from imagekit.selfcheck.ddp import nccl_log_env
-from imagekit.selfcheck.links import GLOO_TRANSPORT, transport_from_log, transport_problem
+from imagekit.selfcheck.nccl_log import transport_from_log
 from imagekit.selfcheck.results import (
     bus_bandwidth,
     fault,
@@ -39,6 +41,7 @@ from imagekit.selfcheck.results import (
     sync_of,
     timed,
 )
+from imagekit.selfcheck.transports import GLOO_TRANSPORT, transport_problem
 from imagekit.selfcheck.verdicts import differs, launched_by_torchrun
 
 REPORT = "multinode.json"
@@ -76,12 +79,12 @@ def bandwidth(nbytes: int, seconds: float, world: int) -> dict[str, float]:
 def verdict(grad_diff: float, param_diff: float, transport: str = "") -> tuple[str, str]:
     """`transport`: what transport_problem said of NCCL's transport ("" when kept)."""
     if differs(grad_diff, GRAD_TOLERANCE):
-        return "failed", f"gradients differ across ranks by {grad_diff:g} after a DDP step"
+        return FAILED, f"gradients differ across ranks by {grad_diff:g} after a DDP step"
     if differs(param_diff, GRAD_TOLERANCE):
-        return "failed", f"parameters differ across ranks by {param_diff:g} after a DDP step"
+        return FAILED, f"parameters differ across ranks by {param_diff:g} after a DDP step"
     if transport:
-        return "failed", transport
-    return "passed", ""
+        return FAILED, transport
+    return PASSED, ""
 
 
 def image_profile(env: dict[str, str], promise: dict[str, str]) -> str:
@@ -174,7 +177,8 @@ def run_rank(args: argparse.Namespace, ids: dict[str, int]) -> dict[str, Any]:
         allreduce = time_allreduce(torch, dist, device, args)
         profile = image_profile(dict(os.environ), labels())
         transport = transport_of(backend, log)
-        problem = transport_problem(profile, transport) if backend == "nccl" else ""
+        hosts = {r["host"] for r in ranks}
+        problem = transport_problem(profile, transport, len(hosts) > 1) if backend == "nccl" else ""
         status, reason = verdict(grad_diff, param_diff, problem)
         dist.barrier()  # every rank done before any tears its group down
         return {
@@ -185,7 +189,7 @@ def run_rank(args: argparse.Namespace, ids: dict[str, int]) -> dict[str, Any]:
             "world_size": ids["world_size"],
             "procs_per_node": ids["local_world_size"],
             "ranks": ranks,
-            "hosts": sorted({r["host"] for r in ranks}),
+            "hosts": sorted(hosts),
             "init_s": round(joined_at - started, 3),
             "joined_at": joined_at,
             "max_grad_difference": grad_diff,
@@ -238,7 +242,7 @@ def main(argv: list[str] | None = None) -> int:
     if ids["rank"] == 0:
         write(args.report_dir / REPORT, report)
         print(json.dumps({k: report[k] for k in ("status", "reason", "hosts", "allreduce")}))
-    return exits.CHECK_PASSED if report["status"] == "passed" else exits.CHECK_FAILED
+    return exits.CHECK_PASSED if report["status"] == PASSED else exits.CHECK_FAILED
 
 
 if __name__ == "__main__":

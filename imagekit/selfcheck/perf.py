@@ -4,18 +4,21 @@ device and stream), while NVML samples why clocks were held back; then host-to-d
 peer-to-peer copies, one GPU or pair at a time so they do not share a link.
 
 It only measures. The figures become host-snapshot readings, and perf_verdict.py and links.py
-judge them (per GPU model, per link), so a recorded snapshot is judged the same way.
+judge them (per GPU model, per link), so a recorded snapshot is judged the same way. The
+measuring functions take the device (and their sizes) as arguments, so the tests run the same
+code on CPU tensors (tests/test_selfcheck_cpu_probes.py); the copies are copies.py's.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
+from imagekit.contract.checks import CheckResult, failed, passed, skipped
 from imagekit.selfcheck.peaks import gemm_dtype, stable
-from imagekit.selfcheck.results import Result, failed, passed, skipped
 
 WARMUP_BUDGET_S = 8.0
 GEMM_N = 8192
@@ -42,41 +45,113 @@ def settled_time(fn: Callable[[], Any], sync: Callable[[], None], repeat: int) -
     return min(timings[-2:])
 
 
-def check_perf() -> Result:
+def check_perf() -> CheckResult:
     import torch
 
     if not torch.cuda.is_available():
         return skipped("no GPU: GEMM, bandwidth and memory are measured on GPUs only")
-    from imagekit.selfcheck import links, nvml
+    from imagekit.selfcheck import copies, gpu_host, nvml
 
     count = torch.cuda.device_count()
-    # Indices agree with NVML's: the self-check runs with CUDA_DEVICE_ORDER=PCI_BUS_ID.
-    with nvml.ClockSampler(list(range(count))) as sampler:
+    # Which NVML GPU each torch device is, by UUID (torch numbers only what
+    # CUDA_VISIBLE_DEVICES names): the sampler watches those GPUs, and every figure is
+    # recorded under NVML's index of the GPU that produced it, never under torch's.
+    known, why = nvml.read_identities()
+    uuids = torch_uuids(torch, count)
+    matches = gpu_host.match_devices(
+        uuids,
+        known,
+        os.environ.get("CUDA_VISIBLE_DEVICES"),
+        os.environ.get("CUDA_DEVICE_ORDER"),
+        why,
+    )
+    # (A device numbered as torch numbers it, NVML having read no GPU, is not watched.)
+    watched = {m.torch_index: m.uuid or m.index for m in matches if m.by in ("uuid", "order")}
+    with nvml.ClockSampler(watched) as sampler:
         gpus = on_every_gpu(count, lambda index: measure_gpu(torch, index))
-    nvml.merge_readings(gpus, sampler.readings())
     for gpu in gpus:
-        if "perf_error" not in gpu:
-            gpu["h2d_gbps"] = round(links.measure_h2d(torch, gpu["index"]), 1)
-    p2p = links.measure_p2p(torch) if count > 1 else []
-    broken = [f"GPU {g['index']}: {g['perf_error']}" for g in gpus if "perf_error" in g]
-    m = {"device": "cuda", "gpus": gpus, "p2p": p2p}
+        gpu["torch_index"] = gpu.pop("index")
+    nvml.merge_readings(gpus, sampler.readings(), key="torch_index")
+    # Host-to-device copies share the host's memory and PCIe root: one GPU at a time.
+    one_at_a_time(
+        [g["torch_index"] for g in gpus if "perf_error" not in g],
+        lambda index: {"h2d_gbps": round(copies.measure_h2d(torch, index), 1)},
+        gpus,
+        "host-to-device copy",
+    )
+    m: dict[str, Any] = {"device": "cuda", "gpus": identified(gpus, matches, uuids)}
+    broken = [f"{_named(g)}: {g['perf_error']}" for g in m["gpus"] if "perf_error" in g]
+    try:
+        m["p2p"] = peers_identified(copies.measure_p2p(torch) if count > 1 else [], matches)
+    except Exception as exc:  # no p2p key: the links verdict says "not measured"
+        broken.append(f"peer copies: {type(exc).__name__}: {exc}"[:300])
     return failed("; ".join(broken), **m) if broken else passed(**m)
 
 
-def sampler_readings(sampler: Any, count: int) -> list[dict[str, Any]]:
-    """What NVML saw during the measurements, per GPU (empty where it could not look)."""
-    reasons = sampler.reasons()
-    return [{"clock_event_reasons": reasons[i]} if i in reasons else {} for i in range(count)]
+def _named(gpu: dict[str, Any]) -> str:
+    torch_device = f"torch device {gpu['torch_index']}"
+    return f"GPU {gpu['index']} ({torch_device})" if "index" in gpu else torch_device
+
+
+def torch_uuids(torch: Any, count: int) -> list[Any]:
+    """Each device's UUID as torch gives it (`get_device_properties(i).uuid`: a _CUuuid,
+    8-4-4-4-12 hex without NVML's GPU-/MIG- prefix), as a string; None where this torch has
+    none."""
+    out: list[Any] = []
+    for index in range(count):
+        try:
+            raw = torch.cuda.get_device_properties(index).uuid
+            out.append(None if raw is None else str(raw))
+        except Exception:
+            out.append(None)
+    return out
+
+
+def identified(
+    gpus: list[dict[str, Any]], matches: list[Any], uuids: list[Any]
+) -> list[dict[str, Any]]:
+    """The measured readings, each with torch's `torch_uuid` for the device and under NVML's
+    `index` of the GPU that torch's device `torch_index` is (`matched_by` how), or with
+    `unmatched` and the reason, no index."""
+    out = []
+    for gpu, match, uuid in zip(gpus, matches, uuids, strict=True):
+        gpu = {k: v for k, v in gpu.items() if k != "index"}
+        if uuid is not None:
+            gpu["torch_uuid"] = uuid
+        if match.index is None:
+            gpu["unmatched"] = match.reason
+        else:
+            gpu["index"] = match.index
+            gpu["matched_by"] = match.by
+        out.append(gpu)
+    return out
+
+
+def peers_identified(pairs: list[dict[str, Any]], matches: list[Any]) -> list[dict[str, Any]]:
+    """Peer pairs under NVML's indices (torch's in torch_src/torch_dst); an end that matched
+    no GPU is None, which the links verdict reports as a pair it cannot judge."""
+    nvml_of = {m.torch_index: m.index for m in matches}
+    return [
+        {
+            **pair,
+            "src": nvml_of.get(pair["src"]),
+            "dst": nvml_of.get(pair["dst"]),
+            "torch_src": pair["src"],
+            "torch_dst": pair["dst"],
+        }
+        for pair in pairs
+    ]
 
 
 def on_every_gpu(count: int, measure: Callable[[int], dict[str, Any]]) -> list[dict[str, Any]]:
-    """measure(index) for every GPU at once, one thread each; a GPU whose measurement raised
-    reports the error instead of taking the others down."""
+    """measure(index) for every GPU (torch's index) at once, one thread each, each GPU alone
+    on its own device and stream; a GPU whose measurement raised reports the error instead of
+    taking the others down."""
     out: list[dict[str, Any]] = [{"index": i} for i in range(count)]
 
     def run(index: int) -> None:
         try:
-            out[index] = measure(index)
+            out[index] = {**measure(index), "index": index}
         except Exception as exc:  # a broken GPU is a finding, not a crash of the probe
             out[index] = {"index": index, "perf_error": f"{type(exc).__name__}: {exc}"[:300]}
 
@@ -86,6 +161,23 @@ def on_every_gpu(count: int, measure: Callable[[int], dict[str, Any]]) -> list[d
     for thread in threads:
         thread.join()
     return out
+
+
+def one_at_a_time(
+    indices: list[int],
+    measure: Callable[[int], dict[str, Any]],
+    gpus: list[dict[str, Any]],
+    what: str,
+) -> None:
+    """measure(index) for one GPU after another (torch's index), merged into the reading
+    whose torch_index it is; an error becomes that GPU's perf_error."""
+    by_index = {g["torch_index"]: g for g in gpus}
+    for index in indices:
+        try:
+            by_index[index].update(measure(index))
+        except Exception as exc:
+            error = f"{what}: {type(exc).__name__}: {exc}"[:300]
+            by_index[index].setdefault("perf_error", error)
 
 
 def measure_gpu(torch: Any, index: int) -> dict[str, Any]:
@@ -109,52 +201,73 @@ def measure_gpu(torch: Any, index: int) -> dict[str, Any]:
 
 
 def _sync(torch: Any, device: Any) -> Callable[[], None]:
+    """Wait for the device's queued work; CPU work is done when the call returns."""
+    if torch.device(device).type != "cuda":
+        return lambda: None
     return lambda: torch.cuda.synchronize(device)
 
 
-def _gemm_tflops(torch: Any, device: Any, dtype: str) -> float:
-    n = GEMM_N
+def _gemm_tflops(torch: Any, device: Any, dtype: str, n: int = GEMM_N) -> float:
+    """TFLOP/s of an n x n x n matrix product in `dtype` (2 n^3 flops a product)."""
     a = torch.randn(n, n, device=device, dtype=getattr(torch, dtype))
     b = torch.randn(n, n, device=device, dtype=getattr(torch, dtype))
     seconds = settled_time(lambda: a @ b, _sync(torch, device), 10)
     return float(2 * n**3 / seconds / 1e12)
 
 
-def _copy_tbps(torch: Any, device: Any) -> float:
+def _copy_tbps(torch: Any, device: Any, nbytes: int = COPY_BYTES) -> float:
     """Device-to-device copy, read plus write bytes per second (as bandwidth tests count)."""
-    src = torch.empty(COPY_BYTES, dtype=torch.uint8, device=device)
+    src = torch.empty(nbytes, dtype=torch.uint8, device=device)
     dst = torch.empty_like(src)
     seconds = settled_time(lambda: dst.copy_(src), _sync(torch, device), 10)
-    return float(2 * COPY_BYTES / seconds / 1e12)
+    return float(2 * nbytes / seconds / 1e12)
 
 
-def memory_pattern(torch: Any, device: Any) -> dict[str, Any]:
-    """Write a value unique to each address over most of the free memory, read it back, then
-    flip every bit and read again: a stuck bit or a wrong address line counts as errors."""
+def memory_pattern(
+    torch: Any, device: Any, free_bytes: int | None = None, chunk_bytes: int = CHUNK_BYTES
+) -> dict[str, Any]:
+    """Write a value unique to each address over most of the free memory (`free_bytes`, else
+    what the GPU reports free), read it back, then flip every bit and read again: a stuck
+    bit or a wrong address line counts as errors. Under MEMTEST_FRACTION of the free memory
+    less two chunks of scratch there is no whole chunk to test: 0 bytes, which the verdict
+    does not count as a pass."""
     start = time.perf_counter()
-    free, _ = torch.cuda.mem_get_info(device)
-    chunks_n = max(0, int(free * MEMTEST_FRACTION) // CHUNK_BYTES - 2)
-    elems = CHUNK_BYTES // 8
+    if free_bytes is None:
+        free_bytes, _ = torch.cuda.mem_get_info(device)
+    chunks_n = max(0, int(free_bytes * MEMTEST_FRACTION) // chunk_bytes - 2)
+    elems = chunk_bytes // 8
     base = torch.arange(elems, dtype=torch.int64, device=device)
-    chunks = [_pattern(base, k, elems) for k in range(chunks_n)]
-    errors = sum(_mismatches(c, _pattern(base, k, elems)) for k, c in enumerate(chunks))
-    for chunk in chunks:
-        chunk.bitwise_not_()
-    errors += sum(
-        _mismatches(c, _pattern(base, k, elems).bitwise_not_()) for k, c in enumerate(chunks)
-    )
-    torch.cuda.synchronize(device)
+    chunks = write_pattern(base, chunks_n)
+    errors = check_pattern(chunks, base)
+    _sync(torch, device)()
     del chunks, base
-    torch.cuda.empty_cache()
+    if torch.device(device).type == "cuda":
+        torch.cuda.empty_cache()
     return {
-        "bytes": chunks_n * CHUNK_BYTES,
+        "bytes": chunks_n * elems * 8,
         "errors": errors,
         "seconds": round(time.perf_counter() - start, 2),
     }
 
 
-def _pattern(base: Any, k: int, elems: int) -> Any:
-    return (base + k * elems).mul_(PATTERN_SEED)
+def write_pattern(base: Any, chunks_n: int) -> list[Any]:
+    """`chunks_n` chunks the size of `base` (int64 0..n-1), each holding its own addresses'
+    values."""
+    return [_pattern(base, k) for k in range(chunks_n)]
+
+
+def check_pattern(chunks: list[Any], base: Any) -> int:
+    """Mismatches against the pattern, then against its inverse after every bit of every
+    chunk is flipped in place: an element that is wrong both times counts twice."""
+    errors = sum(_mismatches(c, _pattern(base, k)) for k, c in enumerate(chunks))
+    for chunk in chunks:
+        chunk.bitwise_not_()
+    errors += sum(_mismatches(c, _pattern(base, k).bitwise_not_()) for k, c in enumerate(chunks))
+    return errors
+
+
+def _pattern(base: Any, k: int) -> Any:
+    return (base + k * base.numel()).mul_(PATTERN_SEED)
 
 
 def _mismatches(chunk: Any, expected: Any) -> int:
