@@ -179,6 +179,8 @@ def test_p2p_not_measured_or_not_possible_is_a_skip_never_a_pass() -> None:
     [
         ({"h2d_gbps": 52.3}, None),  # H100 SXM on Gen5 x16
         ({"h2d_gbps": 12.0}, Status.FAILED),  # the same GPU at a Gen3 x16-like rate
+        ({"h2d_gbps": 27.6}, None),  # this project's H200 VM on Gen5 x16 (0.44 of the line)
+        ({"h2d_gbps": 24.0}, Status.FAILED),  # a Gen4 x16 rate on a Gen5 x16 link
         ({"h2d_gbps": 24.6, "pcie_max_gen": 4, "pcie_gen": 4}, None),  # Gen4 x16
         ({"h2d_gbps": 12.0, "pcie_max_width": 8, "pcie_max_gen": 4}, None),  # wired x8
         ({"h2d_gbps": 12.0, "pcie_max_gen": None, "pcie_gen": None}, Status.SKIPPED),
@@ -194,7 +196,7 @@ def test_h2d_against_the_pcie_link(fields: dict[str, Any], level: str | None) ->
 def test_h2d_failure_names_the_gpu_the_reading_and_the_link() -> None:
     (finding,) = links.h2d_findings({"gpus": [gpu(3, h2d_gbps=12.0)]})
     assert finding.text().startswith(
-        "GPU 3: host-to-device copy at 12 GB/s, below 31.5 GB/s (50% of PCIe Gen5 x16 = 63 GB/s"
+        "GPU 3: host-to-device copy at 12 GB/s, below 25.2 GB/s (40% of PCIe Gen5 x16 = 63 GB/s"
     )
 
 
@@ -412,3 +414,10 @@ def test_nccl_writes_its_info_log_to_the_ranks_file(tmp_path: Any) -> None:
         "NCCL_DEBUG_SUBSYS": "INIT,NET",
         "NCCL_DEBUG_FILE": str(tmp_path / "rank0.log"),
     }
+
+
+def test_the_table_shows_each_host_to_device_figure_and_its_link() -> None:
+    result = links.check_links({"gpus": [gpu(3, h2d_gbps=27.6)]})
+    assert result.measurements["figures"] == (
+        "GPU 3: host-to-device 27.6 GB/s over PCIe Gen5 x16 (63 GB/s)"
+    )

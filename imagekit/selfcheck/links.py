@@ -78,6 +78,12 @@ FLOORS = {
     # Pinned host-to-device copies reach 75-85% of the link (Gen4 x16: 24-26 GB/s; HGX H100
     # Gen5 x16: 37 GB/s through host memory both ways, nccl#1264's P2P=Disabled matrix).
     "h2d": Floor(0.5, "pinned host-to-device copy", "https://github.com/NVIDIA/nccl/issues/1264"),
+    # Gen5 hosts reach a smaller share of the line rate: HGX H100 37 GB/s (0.59, nccl#1264),
+    # this project's H200 VM 27.6-28.3 (0.44) on a link that trained Gen5 x16 under load
+    # (docs/selfcheck-gpu.md, 2026-11-26). A downtrained link is the PCIe health rule's.
+    "h2d-gen5": Floor(
+        0.4, "pinned host-to-device copy on PCIe Gen5+", "imagekit: docs/selfcheck-gpu.md"
+    ),
     # NVLS all-reduce on 8 x H100 peaks at ~480 GB/s busbw (107% of the 450 GB/s line
     # rate); rings reach ~370 (82%) (NCCL's maintainer, nccl-tests#212). H800 (8 links,
     # 200 GB/s): 215 GB/s busbw with NVLS (nccl#1374).
@@ -240,7 +246,8 @@ def _h2d_finding(gpu: dict[str, Any]) -> Finding | None:
     link = pcie_link(gpu)
     if link is None:
         return skip("h2d-link", f"{gbps:g} GB/s; PCIe generation and width not read", index)
-    floor = FLOORS["h2d"]
+    gen = gpu.get("pcie_max_gen") or gpu.get("pcie_gen")
+    floor = FLOORS["h2d-gen5"] if isinstance(gen, int) and gen >= 5 else FLOORS["h2d"]
     need = floor.fraction * link.gbps
     if gbps >= need:
         return None
@@ -385,7 +392,15 @@ def check_links(snapshot: dict[str, Any]) -> CheckResult:
         p2p_pairs=len(snapshot.get("p2p") or []),
         nccl_transport=nccl.get("transport"),  # type: ignore[union-attr]
         nccl_busbw_GBps=nccl.get("busbw_gbps"),  # type: ignore[union-attr]
+        figures="; ".join(h2d_figure(g) for g in by_index(snapshot).values() if "h2d_gbps" in g),
     )
+
+
+def h2d_figure(gpu: dict[str, Any]) -> str:
+    """e.g. "GPU 0: host-to-device 28.3 GB/s over PCIe Gen5 x16 (63 GB/s)"."""
+    link = pcie_link(gpu)
+    over = f" over {link.what} ({num(link.gbps)} GB/s)" if link else ""
+    return f"GPU {gpu.get('index')}: host-to-device {gpu['h2d_gbps']} GB/s{over}"
 
 
 def judged_readings(snapshot: dict[str, Any], findings: list[Finding]) -> int:

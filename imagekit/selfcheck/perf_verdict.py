@@ -135,4 +135,24 @@ def check_perf_verdict(snapshot: dict[str, Any]) -> CheckResult:
         more, count = perf_findings(gpu)
         found += more
         judged += count
-    return result_of(found, judged)
+    return result_of(found, judged, figures="; ".join(filter(None, map(figures, gpus))))
+
+
+def figures(gpu: dict[str, Any]) -> str:
+    """What the table shows of one GPU's readings, e.g. "GPU 0: GEMM 667 TFLOP/s (0.67 of
+    989), copy 4.22 TB/s (0.88 of 4.8), memory 130 GB tested, 0 errors"."""
+    peak = peak_for(str(gpu.get("name") or ""))
+    parts = []
+    for key, unit, of in (
+        ("gemm_bf16_tflops", "TFLOP/s", peak.tflops if peak else None),
+        ("copy_tbps", "TB/s", peak.tbps if peak else None),
+    ):
+        value = gpu.get(key)
+        if isinstance(value, (int, float)):
+            share = f" ({value / of:.2f} of {of:g})" if of else ""
+            parts.append(f"{'GEMM' if key.startswith('gemm') else 'copy'} {value:g} {unit}{share}")
+    memtest = gpu.get("memtest") or {}
+    if isinstance(memtest.get("bytes"), int):
+        tested = memtest["bytes"] / 1e9
+        parts.append(f"memory {tested:.0f} GB tested, {memtest.get('errors')} errors")
+    return f"GPU {gpu.get('index')}: {', '.join(parts)}" if parts else ""

@@ -47,6 +47,7 @@ KEYS = (
     "peak_mib_plain",
     "peak_mib_checkpointed",
     "loss_difference",
+    "figures",
     "warning",
 )
 
