@@ -75,10 +75,10 @@ try:
 except (AttributeError, RuntimeError) as exc:  # a CPU torch has no NCCL
     print("nccl: none:", exc)
 print("arch list", " ".join(torch.cuda.get_arch_list()))
+from importlib import metadata
 try:
-    import pynvml
-    print("nvidia-ml-py", getattr(pynvml, "__version__", "?"))
-except ImportError as exc:
+    print("nvidia-ml-py", metadata.version("nvidia-ml-py"))
+except metadata.PackageNotFoundError as exc:
     print("nvidia-ml-py: not installed:", exc)
 EOF
 } >"$out/host.txt"

@@ -271,3 +271,21 @@ def test_recorded_hosts_judge_offline_through_the_cli(
     assert failed == (
         {"gpus"} if name.endswith("missing-gpu") else {"health"} if EXPECTED[name] else set()
     ), out
+
+
+GPU_RUNS = Path(__file__).resolve().parents[1] / "docs" / "gpu-runs"
+
+
+@pytest.mark.parametrize(
+    "run", ["2026-11-26-h200", "2026-11-26-h200/uuid-visible", "2026-11-26-h200-first"]
+)
+def test_the_recorded_h200_runs_judge_as_passed(
+    run: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The committed snapshots of the H200 runs (docs/selfcheck-gpu.md): the final run's, and
+    the first run's, whose two reds (GEMM at the power cap, host-to-device on Gen5) were
+    floors that did not hold on healthy H200 hosts."""
+    assert main(["--judge", str(GPU_RUNS / run / "snapshot.json")]) == 0
+    table = capsys.readouterr().out
+    if run == "2026-11-26-h200":  # the final commit's run: the same table, to the character
+        assert table == (GPU_RUNS / run / "table.txt").read_text()
