@@ -167,7 +167,7 @@ def test_wheel_ships_templates_catalog_and_data(tmp_path: Path) -> None:
         "imagekit/_envs/training.yaml",
         "imagekit/data/compat.yaml",
         "imagekit/selfcheck/registry.py",
-        "imagekit/selfcheck/verdicts.py",
+        "imagekit/selfcheck/rules.py",
         "imagekit/runtime/threads.py",
     ):
         assert needed in names, needed

@@ -16,7 +16,7 @@ from imagekit.imagetest.stamp import validated_on
 from imagekit.selfcheck import gpu_host, registry
 from imagekit.selfcheck.archs import arch_verdict, parse_entry
 from imagekit.selfcheck.peaks import gemm_dtype, mig_reason, normalise, peak_for, stable
-from imagekit.selfcheck.verdicts import (
+from imagekit.selfcheck.rules import (
     CPU,
     CUDA,
     TRT,
@@ -508,7 +508,7 @@ def test_a_flash_attn_that_fails_to_import_fails_instead_of_not_installed(
 
 
 def test_a_nan_or_infinite_difference_is_never_within_tolerance() -> None:
-    from imagekit.selfcheck.verdicts import differs
+    from imagekit.selfcheck.rules import differs
 
     assert differs(float("nan"), 1e-3) and differs(float("inf"), 1e-3)
     assert differs(2e-3, 1e-3) and not differs(1e-3, 1e-3) and not differs(0.0, 1e-6)

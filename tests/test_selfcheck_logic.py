@@ -15,8 +15,10 @@ from imagekit.contract.checks import (
     CheckResult,
     RecordError,
     Status,
+    failed,
     gpus_given,
     gpus_value,
+    passed,
 )
 from imagekit.engine.fake import FakeEngine
 from imagekit.engine.interface import RunOptions, RunResult
@@ -182,7 +184,8 @@ def test_result_record_round_trips_through_json() -> None:
         ({"status": "warned"}, "'warned' is not a result status"),  # a finding's, not a result's
         ({}, "result.status: None"),
         ({"status": "passed", "measurements": [1]}, "result.measurements: expected an object"),
-        ({"status": "passed", "seconds": "soon"}, "result.seconds: 'soon'"),
+        ({"status": "passed", "seconds": "soon"}, "result.seconds: 'soon' is not a number"),
+        ({"status": "passed", "timed_out": "false"}, "result.timed_out: 'false' is not true"),
         (["passed"], "result: expected an object, got list"),
     ],
 )
@@ -236,3 +239,45 @@ def test_judging_a_snapshot_with_a_result_that_is_not_one_is_a_usage_error(
     assert main(["--judge", str(path)]) == 2
     err = capsys.readouterr().err
     assert "checks.ddp.status: 'green' is not a result status (passed, failed, skipped)" in err
+
+
+def h200_snapshot(**checks: CheckResult) -> dict[str, Any]:
+    reading = {
+        "index": 0,
+        "name": "NVIDIA H200",
+        "memory_total_mib": 143771,
+        "gemm_bf16_tflops": 799.1,
+        "gemm_dtype": "bfloat16",
+        "copy_tbps": 4.253,
+        "memtest": {"bytes": 129922760704, "errors": 0, "seconds": 0.91},
+    }
+    return {
+        "format": 1,
+        "gpus": [reading],
+        "checks": {name: {**r.to_json(), "name": name} for name, r in checks.items()},
+    }
+
+
+def test_a_perf_probe_that_failed_after_measuring_is_no_pass() -> None:
+    """Peer copies raised after GEMM, copy and memory test were measured: the readings are
+    judged, and the probe's failure stands beside them."""
+    probe = failed("peer copies: RuntimeError: CUDA error: an illegal memory access", gpus=[{}])
+    got = judge.judge(h200_snapshot(perf=probe), ["perf"])["perf"]
+    assert got.failed
+    assert got.reason == (
+        "the perf probe failed: peer copies: RuntimeError: CUDA error: an illegal memory access"
+    )
+
+
+def test_a_verdict_chosen_without_its_probes_fails_with_theirs() -> None:
+    """--checks links runs perf and ddp for it but shows neither: their failures must not
+    leave links skipped (and the run green)."""
+    snap = h200_snapshot(
+        perf=passed(gpus=[{}]), ddp=failed("nccl (2 ranks): rank 1 died with exit code 3")
+    )
+    got = judge.judge(snap, ["links"])
+    assert list(got) == ["links"] and got["links"].failed
+    assert "the ddp probe failed: nccl (2 ranks): rank 1 died" in got["links"].reason
+    assert judge.exit_code(got) == 1
+    shown = judge.judge(snap, ["ddp", "links"])  # ddp's own row says it; links is judged
+    assert shown["ddp"].failed and not shown["links"].failed

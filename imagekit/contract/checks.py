@@ -77,18 +77,21 @@ class CheckResult:
         measurements = data.get("measurements") or {}
         if not isinstance(measurements, Mapping):
             raise RecordError(f"{where}.measurements: expected an object")
-        try:
-            return cls(
-                status=Status(status),
-                reason=str(data.get("reason") or ""),
-                measurements=dict(measurements),
-                name=str(data.get("name") or ""),
-                seconds=float(data.get("seconds") or 0.0),
-                timed_out=bool(data.get("timed_out", False)),
-                log_tail=str(data.get("log_tail") or ""),
-            )
-        except (TypeError, ValueError) as exc:
-            raise RecordError(f"{where}.seconds: {data.get('seconds')!r}: {exc}") from None
+        seconds = data.get("seconds") or 0.0
+        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
+            raise RecordError(f"{where}.seconds: {seconds!r} is not a number of seconds")
+        timed_out = data.get("timed_out", False)
+        if not isinstance(timed_out, bool):
+            raise RecordError(f"{where}.timed_out: {timed_out!r} is not true or false")
+        return cls(
+            status=Status(status),
+            reason=str(data.get("reason") or ""),
+            measurements=dict(measurements),
+            name=str(data.get("name") or ""),
+            seconds=float(seconds),
+            timed_out=timed_out,
+            log_tail=str(data.get("log_tail") or ""),
+        )
 
 
 def passed(reason: str = "", **measurements: Any) -> CheckResult:

@@ -1,5 +1,5 @@
 """The numeric tolerances the self-check's checks judge by, each once, with why it is what
-it is. A measurement beyond its tolerance fails the check (the verdicts: selfcheck/verdicts.py,
+it is. A measurement beyond its tolerance fails the check (the verdicts: selfcheck/rules.py,
 selfcheck/int8.py, selfcheck/nodes_check.py)."""
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ AMP_LOSS_REL = 0.1
 
 # -- attention -------------------------------------------------------------------------------
 # A fused attention kernel against a float64 reference: within 3x the error the math kernel
-# makes in the same dtype, plus 8 ulps of the dtype (selfcheck/verdicts.attention_close says
+# makes in the same dtype, plus 8 ulps of the dtype (selfcheck/rules.attention_close says
 # why a fixed atol fails healthy GPUs on long sequences).
 ATTENTION_MATH_FACTOR = 3.0
 ATTENTION_ULPS = 8.0

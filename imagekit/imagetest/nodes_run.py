@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from imagekit.contract.checks import PASSED
+from imagekit.contract.checks import ENV_PROFILE, PASSED
 from imagekit.engine.interface import Engine, SubnetTaken
 from imagekit.errors import EngineError, SelfCheckFailed, UsageError
 from imagekit.imagetest.image import checkable_image, wants_gpus
@@ -137,7 +137,7 @@ def run_nodes(
         run = plan(info.labels, options, gpus, new_run_id(), Path(tmp))
         make_report_dirs(run)
         report = execute(engine, image, run, options, say)
-    report["profile"] = info.env.get("IMAGEKIT_PROFILE") or info.labels.get(PROFILE_LABEL, "")
+    report["profile"] = info.env.get(ENV_PROFILE) or info.labels.get(PROFILE_LABEL, "")
     return judge_transport(report)
 
 

@@ -7,6 +7,8 @@ ENV default, so `docker run -e` always overrides it.
 
 from __future__ import annotations
 
+from imagekit.contract.checks import ENV_PROFILE
+
 # Transport settings per profile. Single node leaves NCCL to pick (NVLink/PCIe/SHM).
 PROFILE_ENV: dict[str, dict[str, str]] = {
     "single-node": {},
@@ -50,7 +52,7 @@ def tf32_env(enabled: bool) -> dict[str, str]:
 
 
 def image_env(profile: str, cuda: bool, tf32: bool, require_cuda: str | None) -> dict[str, str]:
-    env: dict[str, str] = {"IMAGEKIT_PROFILE": profile}
+    env: dict[str, str] = {ENV_PROFILE: profile}
     if cuda:
         env.update(CUDA_ENV)
         env.update(tf32_env(tf32))

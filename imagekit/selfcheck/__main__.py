@@ -47,7 +47,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         "--jobs",
         type=int,
         default=max(2, min(4, len(os.sched_getaffinity(0)))),
-        help="functional checks run side by side; the timed ones (amp, flash, perf) alone",
+        help="functional checks run side by side; the timed ones (amp, ddp, flash, perf) alone",
     )
     parser.add_argument(
         "--expect-gpus",
@@ -55,7 +55,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         default=snapshot.expected_from_env(),
         metavar="N",
         help="the GPUs this container was given: torch, NVML and the device nodes must all "
-        "see N (default: $IMAGEKIT_EXPECT_GPUS, else what the container shows)",
+        "see N (default: $IMAGEKIT_GPUS when it is a number, else what the container shows)",
     )
     parser.add_argument("--snapshot", type=Path, help="also write the host snapshot (JSON)")
     parser.add_argument(

@@ -10,7 +10,7 @@ from typing import Any
 
 from imagekit.contract.checks import CheckResult, failed, passed, skipped
 from imagekit.selfcheck.results import device_of, sync_of, timed
-from imagekit.selfcheck.verdicts import attention_close
+from imagekit.selfcheck.rules import attention_close
 
 
 def check_flash() -> CheckResult:

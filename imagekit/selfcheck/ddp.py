@@ -23,7 +23,7 @@ from imagekit.selfcheck.results import (
     sync_of,
     timed,
 )
-from imagekit.selfcheck.verdicts import DdpRun, ddp_runs, differs, launched_by_torchrun
+from imagekit.selfcheck.rules import DdpRun, ddp_runs, differs, launched_by_torchrun
 
 # A rank that has not reported by then is dead or stuck; the check's own limit is longer.
 RANK_WAIT_S = float(os.environ.get("IMAGEKIT_DDP_WAIT", "90"))
@@ -82,30 +82,33 @@ def check_ddp() -> CheckResult:
 
 
 def _run_all(runs: list[DdpRun]) -> list[tuple[DdpRun, CheckResult]]:
-    """Start every rank of every run at once, then collect with a deadline: a rank that
-    dies before it reports is named with its exit code, not waited for to the check's limit."""
+    """Each run on its own, one after the other (NCCL's timed all-reduce shares the host with
+    nothing, gloo's CPU ranks included): every rank of a run started at once, then collected
+    with a deadline, so a rank that dies before it reports is named with its exit code, not
+    waited for to the check's limit."""
     import torch.multiprocessing as mp
 
     ctx = mp.get_context("spawn")
+    deadline = time.monotonic() + RANK_WAIT_S  # one for all runs: within the check's limit
+    return [(run, _one_run(ctx, index, run, deadline)) for index, run in enumerate(runs)]
+
+
+def _one_run(ctx: Any, index: int, run: DdpRun, deadline: float) -> CheckResult:
     queue = ctx.Queue()
+    port = free_port()
     procs: dict[tuple[int, int], Any] = {}
-    for index, run in enumerate(runs):
-        port = free_port()
-        for rank in range(run.world_size):
-            proc = ctx.Process(
-                target=_ddp_entry, args=(index, rank, run.world_size, run.backend, port, queue)
-            )
-            proc.start()
-            procs[(index, rank)] = proc
-    reports = _collect(queue, procs, time.monotonic() + RANK_WAIT_S)
+    for rank in range(run.world_size):
+        proc = ctx.Process(
+            target=_ddp_entry, args=(index, rank, run.world_size, run.backend, port, queue)
+        )
+        proc.start()
+        procs[(index, rank)] = proc
+    reports = _collect(queue, procs, deadline)
     for proc in procs.values():
         proc.join(timeout=5)
         if proc.is_alive():
             proc.kill()
-    out = []
-    for index, run in enumerate(runs):
-        out.append((run, merge_ranks([reports[(index, r)] for r in range(run.world_size)])))
-    return out
+    return merge_ranks([reports[(index, r)] for r in range(run.world_size)])
 
 
 def merge_ranks(reports: list[CheckResult]) -> CheckResult:

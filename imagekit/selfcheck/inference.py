@@ -17,7 +17,7 @@ from imagekit.contract.checks import CheckResult, failed, passed, skipped
 from imagekit.contract.tolerances import ONNX_VS_TORCH, TENSORRT_VS_TORCH
 from imagekit.selfcheck.int8 import dot_product, int8_scheme, int8_verdict, read_cpu
 from imagekit.selfcheck.results import features, labels
-from imagekit.selfcheck.verdicts import (
+from imagekit.selfcheck.rules import (
     CPU,
     TRT,
     differs,

@@ -32,7 +32,7 @@ def judge(snap: Snapshot, names: list[str] | None = None) -> dict[str, CheckResu
         if name not in chosen:
             continue
         if name in VERDICT_BY_NAME:
-            out[name] = _verdict(name, snap, recorded.get(name))
+            out[name] = _verdict(name, snap, recorded, chosen)
         elif name in recorded:
             out[name] = recorded[name]
     apply_requirements(out, requirements(snap))
@@ -55,9 +55,14 @@ def requirements(snap: Snapshot) -> set[str]:
     return required(set(snap.get("require", [])), snap.get("labels", {}), gpu(snap))
 
 
-def _verdict(name: str, snap: Snapshot, probe: CheckResult | None) -> CheckResult:
-    """A verdict over the readings; where its own probe crashed, timed out or could not run,
-    that outcome stands (a probe that measured nothing is no pass)."""
+def _verdict(
+    name: str, snap: Snapshot, recorded: Mapping[str, CheckResult], chosen: list[str]
+) -> CheckResult:
+    """A verdict over the readings. Where its own probe crashed, timed out or could not run,
+    that outcome stands (a probe that measured nothing is no pass); where a probe it needs
+    failed (its own, or one the table does not show), the verdict fails with that reason:
+    readings a failed probe left behind are no pass either."""
+    probe = recorded.get(name)
     if name == PERF_PROBE and probe is not None and _probe_ended_early(probe):
         return probe
     result: CheckResult = function_of(VERDICT_BY_NAME[name].target)(snap)
@@ -65,6 +70,15 @@ def _verdict(name: str, snap: Snapshot, probe: CheckResult | None) -> CheckResul
     result.seconds = probe.seconds if probe else 0.0
     result.timed_out = False
     result.log_tail = result.log_tail or (probe.log_tail if probe else "")
+    failed_needs = [
+        recorded[need]
+        for need in VERDICT_BY_NAME[name].needs
+        if need in recorded and recorded[need].failed and (need == name or need not in chosen)
+    ]
+    if failed_needs:
+        reasons = [f"the {p.name} probe failed: {p.reason}" for p in failed_needs]
+        result.status = Status.FAILED
+        result.reason = "; ".join([*reasons, result.reason]).rstrip("; ")
     return result
 
 

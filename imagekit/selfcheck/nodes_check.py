@@ -28,7 +28,7 @@ from typing import Any
 
 from imagekit.contract import exits
 from imagekit.contract import labels as label
-from imagekit.contract.checks import FAILED, PASSED
+from imagekit.contract.checks import ENV_PROFILE, FAILED, PASSED
 from imagekit.contract.tolerances import DDP_GRAD_SPREAD
 from imagekit.selfcheck.ddp import nccl_log_env
 from imagekit.selfcheck.nccl_log import transport_from_log
@@ -41,8 +41,8 @@ from imagekit.selfcheck.results import (
     sync_of,
     timed,
 )
+from imagekit.selfcheck.rules import differs, launched_by_torchrun
 from imagekit.selfcheck.transports import GLOO_TRANSPORT, transport_problem
-from imagekit.selfcheck.verdicts import differs, launched_by_torchrun
 
 REPORT = "multinode.json"
 GRAD_TOLERANCE = DDP_GRAD_SPREAD  # the single-node ddp check's: contract/tolerances.py
@@ -89,7 +89,7 @@ def verdict(grad_diff: float, param_diff: float, transport: str = "") -> tuple[s
 
 def image_profile(env: dict[str, str], promise: dict[str, str]) -> str:
     """The image's NCCL profile: its IMAGEKIT_PROFILE, else its io.imagekit.profile label."""
-    return env.get("IMAGEKIT_PROFILE") or promise.get(label.PROFILE, "")
+    return env.get(ENV_PROFILE) or promise.get(label.PROFILE, "")
 
 
 def transport_of(backend: str, log: Path | None) -> str | None:

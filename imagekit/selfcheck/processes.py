@@ -91,7 +91,10 @@ def run_check(name: str, timeout: float) -> CheckResult:
 
 def _result(returncode: int, result_file: Path, output: str) -> CheckResult:
     if returncode < 0:
-        sig = signal.Signals(-returncode).name
+        try:
+            sig = signal.Signals(-returncode).name
+        except ValueError:  # a real-time or unnamed signal
+            sig = f"signal {-returncode}"
         return failed(f"crashed: killed by signal {sig} ({-returncode})", signal=sig)
     if not result_file.is_file():
         tail = " | ".join(output.splitlines()[-3:])

@@ -19,7 +19,7 @@ from typing import Any
 
 from imagekit import __version__
 from imagekit.contract import labels as label
-from imagekit.contract.checks import CheckResult, RecordError, gpus_given
+from imagekit.contract.checks import ENV_PROFILE, CheckResult, RecordError, gpus_given
 from imagekit.selfcheck import gpu_host
 from imagekit.selfcheck.results import labels
 
@@ -77,7 +77,7 @@ def read_host(expect_gpus: int | None, require: str = "") -> Snapshot:
         "driver": host.driver,
         "nvml": nvml_status,
         "gpus": gpus,
-        "profile": promised.get(label.PROFILE) or os.environ.get("IMAGEKIT_PROFILE"),
+        "profile": os.environ.get(ENV_PROFILE) or promised.get(label.PROFILE),
         "labels": promised,
         "require": sorted(filter(None, require.split(","))),
     }

@@ -13,7 +13,7 @@ from imagekit.contract.checks import CheckResult, verdict
 from imagekit.selfcheck import gpu_host
 from imagekit.selfcheck.archs import arch_verdict
 from imagekit.selfcheck.results import labels
-from imagekit.selfcheck.verdicts import omp_problem
+from imagekit.selfcheck.rules import omp_problem
 
 
 def check_stack() -> CheckResult:

@@ -18,7 +18,7 @@ from imagekit.contract.tolerances import (
     COMPILE_GRAD_RTOL,
 )
 from imagekit.selfcheck.results import device_of, fault, timed
-from imagekit.selfcheck.verdicts import compile_hint, gradients_match
+from imagekit.selfcheck.rules import compile_hint, gradients_match
 
 # -- amp --------------------------------------------------------------------------------
 
