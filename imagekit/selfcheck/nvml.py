@@ -57,6 +57,7 @@ MIB = 1 << 20
 # an unread reading like any other.
 GPU_LOST, RESET_REQUIRED = "gpu_lost", "gpu_reset_required"
 FAULTS = {15: GPU_LOST, 16: RESET_REQUIRED}
+FAULT_KEYS = (GPU_LOST, RESET_REQUIRED)
 FAULT_CLASSES = {"NVMLError_GpuIsLost": GPU_LOST, "NVMLError_ResetRequired": RESET_REQUIRED}
 # What the clock sampler records per GPU (the keys a failed handle leaves unread).
 SAMPLED = ("clock_event_reasons", "pcie_gen_under_load", "pcie_width_under_load")
@@ -560,7 +561,7 @@ def merge_readings(
     for gpu in gpus:
         extra = dict(readings.get(gpu.get(key, -1), {}))
         unread = extra.pop("unread", {})
-        for fault in (GPU_LOST, RESET_REQUIRED):
+        for fault in FAULT_KEYS:
             if fault in gpu:
                 extra.pop(fault, None)
         gpu.update(extra)

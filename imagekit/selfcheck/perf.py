@@ -84,8 +84,15 @@ def check_perf() -> CheckResult:
     try:
         m["p2p"] = peers_identified(copies.measure_p2p(torch) if count > 1 else [], matches)
     except Exception as exc:  # no p2p key: the links verdict says "not measured"
-        broken.append(f"peer copies: {type(exc).__name__}: {exc}"[:300])
+        broken.append(error_text(exc, "peer copies"))
     return failed("; ".join(broken), **m) if broken else passed(**m)
+
+
+def error_text(exc: BaseException, what: str = "") -> str:
+    """A measurement's error as the snapshot keeps it: what failed, the exception's class and
+    words, at most 300 characters."""
+    text = f"{type(exc).__name__}: {exc}"
+    return (f"{what}: {text}" if what else text)[:300]
 
 
 def _named(gpu: dict[str, Any]) -> str:
@@ -153,7 +160,7 @@ def on_every_gpu(count: int, measure: Callable[[int], dict[str, Any]]) -> list[d
         try:
             out[index] = {**measure(index), "index": index}
         except Exception as exc:  # a broken GPU is a finding, not a crash of the probe
-            out[index] = {"index": index, "perf_error": f"{type(exc).__name__}: {exc}"[:300]}
+            out[index] = {"index": index, "perf_error": error_text(exc)}
 
     threads = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(count)]
     for thread in threads:
@@ -176,8 +183,7 @@ def one_at_a_time(
         try:
             by_index[index].update(measure(index))
         except Exception as exc:
-            error = f"{what}: {type(exc).__name__}: {exc}"[:300]
-            by_index[index].setdefault("perf_error", error)
+            by_index[index].setdefault("perf_error", error_text(exc, what))
 
 
 def measure_gpu(torch: Any, index: int) -> dict[str, Any]:

@@ -47,8 +47,6 @@ GPU_MEASURED = (
     "gpu_lost",
     "gpu_reset_required",
 )
-# NVML's marks of a GPU that is gone or unusable (nvml.py): once seen, they stay.
-GPU_FAULTS = ("gpu_lost", "gpu_reset_required")
 
 
 def read_host(expect_gpus: int | None, require: str = "") -> Snapshot:
@@ -94,7 +92,7 @@ def nvml_again(host: Snapshot) -> Snapshot:
         return host
     before = {g.get("index"): g for g in host.get("gpus") or []}
     for gpu in gpus:
-        for key in GPU_FAULTS:
+        for key in nvml.FAULT_KEYS:  # a GPU found gone or unusable stays marked
             if key in before.get(gpu.get("index"), {}):
                 gpu.setdefault(key, before[gpu["index"]][key])
     return {**host, "nvml": status, "gpus": gpus}

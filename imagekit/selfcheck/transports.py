@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from imagekit.selfcheck.nccl_log import SEPARATOR
+
 # Within one node. The snapshot schema's P2P/NVLink and P2P/PCIe are P2P.
 WITHIN_NODE = frozenset({"NVLS", "P2P", "SHM"})
 # Between nodes without a network: P2P over a multi-node NVLink domain (GB200 NVL72).
@@ -31,7 +33,7 @@ def split(reading: str | Iterable[str] | None) -> tuple[str, ...]:
     """The transports of one reading: "IB+P2P", a list of names, or None (not read)."""
     if reading is None:
         return ()
-    names = reading.split("+") if isinstance(reading, str) else list(reading)
+    names = reading.split(SEPARATOR) if isinstance(reading, str) else list(reading)
     return tuple(dict.fromkeys(n.strip() for n in names if n and n.strip()))
 
 
