@@ -7,12 +7,24 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from imagekit.contract import exits
+from imagekit.contract.text import escape
 
 
 class ImagekitError(Exception):
-    """Base: a failure the user can act on. `exit_code` is what the CLI exits with."""
+    """Base: a failure the user can act on. `exit_code` is what the CLI exits with.
+
+    `message` is one line; `details` are the lines under it (a log's tail, a diff, a list).
+    Each is one line wherever it is shown: a newline inside one is a value's, and shows
+    as `\\n` (imagekit/terminal.py)."""
 
     exit_code = exits.FAILURE
+
+    def __init__(self, message: str = "", *details: str) -> None:
+        super().__init__(message)
+        self.lines = [message, *details]
+
+    def __str__(self) -> str:
+        return "\n".join(self.lines)
 
 
 @dataclass(frozen=True)
@@ -29,7 +41,7 @@ class Problem:
     def __str__(self) -> str:
         # a file name's control characters escaped: a newline in it would otherwise start a
         # line (and a CI workflow command) of its own
-        where = ":".join(printable(str(p)) for p in (self.file, self.line) if p is not None)
+        where = ":".join(escape(str(p)) for p in (self.file, self.line) if p is not None)
         parts = [p for p in (where, self.field) if p]
         if self.value is not None:
             parts.append(f"value {self.value}")
@@ -57,12 +69,6 @@ def escape_property(text: str) -> str:
     return escape_data(text).replace(":", "%3A").replace(",", "%2C")
 
 
-def printable(text: str) -> str:
-    """`text` with every unprintable character written as its escape (a newline as \\n), for
-    names shown on a line of their own, such as a file name in a message."""
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
-
-
 class SpecError(ImagekitError):
     """The matrix files are invalid. Carries every problem found, not just the first."""
 
@@ -73,7 +79,7 @@ class SpecError(ImagekitError):
         self.problems = [str(p) for p in self.records]
         count = len(self.problems)
         head = f"{count} problem{'s' if count != 1 else ''} in the matrix:"
-        super().__init__("\n".join([head, *(f"  - {p}" for p in self.problems)]))
+        super().__init__(head, *(f"  - {p}" for p in self.problems))
 
 
 class UsageError(ImagekitError):
@@ -113,14 +119,14 @@ class PushError(ImagekitError):
 
 
 class SelfCheckFailed(ImagekitError):
-    """The self-check ran and at least one check failed. `report` is its output, which the
-    CLI prints before the one-line error."""
+    """The self-check ran and at least one check failed. `report` is its output's lines, which
+    the CLI prints before the one-line error."""
 
     exit_code = exits.SELFCHECK
 
-    def __init__(self, message: str, report: str = "") -> None:
+    def __init__(self, message: str, report: Sequence[str] = ()) -> None:
         super().__init__(message)
-        self.report = report
+        self.report = list(report)
 
 
 class Interrupted(ImagekitError):

@@ -11,7 +11,7 @@ import stat
 import tempfile
 from pathlib import Path
 
-from imagekit.errors import UsageError, printable
+from imagekit.errors import UsageError
 
 DOCKERFILES = Path("dockerfiles")  # committed, rendered Dockerfiles
 WORK = Path(".imagekit")  # imagekit's scratch space in the project
@@ -87,7 +87,7 @@ def read_checked(path: Path, what: str, root: Path | None = None) -> bytes | Non
     if not os.path.lexists(path):
         return None
     limit = LIMITS[what]
-    shown = printable(str(path))
+    shown = str(path)  # escaped where it is shown (imagekit/terminal.py)
     top = (root or repository_of(Path(os.path.abspath(path)).parent)).resolve()
     target = path.resolve()
     if target != top and top not in target.parents:

@@ -9,6 +9,7 @@ import threading
 import zipfile
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -96,13 +97,13 @@ def test_refresh_prints_diff_and_writes_only_when_asked(tmp_path: Path, side_fil
     fetch = fake_pypi(
         "2.7.1", ["3.10", "3.11"], "Requires-Dist: nvidia-cuda-runtime-cu12 (==12.8.90)", side_file
     )
-    out = refresh(["2.7.1"], write=False, fetch=fetch, path=path)  # type: ignore[arg-type]
+    out = refreshed(["2.7.1"], write=False, fetch=fetch, path=path)  # type: ignore[arg-type]
     assert "-" + row_line(path, "2.7.1") in out
     assert '+  "2.7.1": {python: ["3.10", "3.11"], pypi_cuda: "12.8"' in out
     assert "not written" in out and path.read_text() == DATA
     if not side_file:
         assert fetch.ranges  # type: ignore[attr-defined]
-    out = refresh(["2.7.1"], write=True, fetch=fetch, path=path, today="2027-01-02")  # type: ignore[arg-type]
+    out = refreshed(["2.7.1"], write=True, fetch=fetch, path=path, today="2027-01-02")  # type: ignore[arg-type]
     assert "wrote" in out
     row = compat.parse(yaml.safe_load(path.read_text())).torch["2.7.1"]
     assert row.pypi_cuda == "12.8" and row.torchvision is None
@@ -119,7 +120,7 @@ def test_refresh_reads_cuda_toolkit_pins_and_reports_current(tmp_path: Path) -> 
         'Requires-Dist: cuda-toolkit[cublas,cudart]==13.0.2; platform_system == "Linux"',
         True,
     )
-    out = refresh(["2.11.0"], fetch=fetch, path=path)  # type: ignore[arg-type]
+    out = refreshed(["2.11.0"], fetch=fetch, path=path)  # type: ignore[arg-type]
     assert "compat data is current for torch 2.11.0" in out
     assert "--index" in out  # says what PyPI cannot tell, and where it comes from
 
@@ -255,7 +256,7 @@ def test_refresh_adds_a_release_with_its_torchvision_and_index_variants(tmp_path
         www.variant("2.15.0", "cu126")
         www.publish()
         fetch = compat_refresh.http_fetch
-        out = refresh(
+        out = refreshed(
             ["2.16.0"],
             write=True,
             fetch=fetch,
@@ -354,14 +355,18 @@ def test_nvidia_flavor_runs_on_the_base_image_and_compiles_on_devel() -> None:
     assert compiled.builder_image == "nvidia/cuda:12.8.1-devel-ubuntu24.04"
 
 
-def verdicts(text: str) -> dict[tuple[str, str], str]:
-    rows = [line.split(None, 2) for line in text.splitlines()[2:] if line[:1].isdigit()]
+def refreshed(*args: Any, **kwargs: Any) -> str:
+    return "\n".join(refresh(*args, **kwargs))
+
+
+def verdicts(lines: list[str]) -> dict[tuple[str, str], str]:
+    rows = [line.split(None, 2) for line in lines[2:] if line[:1].isdigit()]
     return {(r[0], r[1]): r[2] for r in rows if len(r) == 3 and "." in r[1]}
 
 
 def test_show_answers_which_builds_run_on_a_driver_and_gpu() -> None:
-    text = show(driver="535.104.05", gpu="H100")
-    rows = verdicts(text)
+    lines = show(driver="535.104.05", gpu="H100")
+    rows, text = verdicts(lines), "\n".join(lines)
     assert rows[("2.7.1", "12.6")] == "runs sm_90"
     refused = rows[("2.11.0", "13.0")]
     assert refused.startswith("REFUSED: driver 535.104.05 < 580.65.06")

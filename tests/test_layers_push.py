@@ -89,7 +89,7 @@ def test_layers_shared_between_cells_reach_build_json_and_the_summary(  # type: 
     assert (first["unique_bytes"], first["shared_bytes"]) == (51 * GB // 10, 0)
     assert (second["unique_bytes"], second["shared_bytes"]) == (2 * GB, 31 * GB // 10)
     assert (third["unique_bytes"], third["shared_bytes"]) == (6 * GB, GB // 10)
-    text = summary(reports)
+    text = "\n".join(summary(reports))
     header = text.splitlines()[0].split()
     assert header == ["CELL", "STATUS", "TIME", "SIZE", "UNIQUE", "SHARED", "PUSH", "CACHED"]
     row = next(line for line in text.splitlines() if line.startswith(cells[1].id)).split()
@@ -109,7 +109,7 @@ def test_failed_cells_share_nothing_and_are_left_out_of_the_cost(  # type: ignor
     # the first built cell now pays for the CUDA 12.6 layer
     assert (reports[1].unique_bytes, reports[1].shared_bytes) == (51 * GB // 10, 0)
     assert reports[1].layers[1]["shared_with"] == []
-    assert "matrix cost: 2 images" in summary(reports)
+    assert "matrix cost: 2 images" in "\n".join(summary(reports))
 
 
 def test_share_layers_counts_a_layer_once_within_an_image() -> None:
@@ -130,9 +130,9 @@ def test_push_time_and_compression_are_reported(cells, tmp_path: Path) -> None: 
     report = saved(tmp_path, cells[0].id)
     assert report["push_compression"] == "gzip" and report["push_seconds"] >= 0
     assert [c for c in engine.calls if c[0] == "push"] == [("push", t) for t in cells[0].tags]
-    assert "PUSH" in summary(reports) and " 0s " in summary(reports).splitlines()[1]
+    assert "PUSH" in summary(reports)[0] and " 0s " in summary(reports)[1]
     not_pushed = run(cells[:1], tmp_path, FakeEngine())
-    assert not_pushed[0].push_compression == "" and "  - " in summary(not_pushed)
+    assert not_pushed[0].push_compression == "" and "  - " in "\n".join(summary(not_pushed))
 
 
 def test_zstd_push_goes_through_buildkit_not_the_engine_push(  # type: ignore[no-untyped-def]

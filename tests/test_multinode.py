@@ -153,8 +153,10 @@ def test_subnets_are_private_distinct_and_sized_for_the_nodes() -> None:
 
 def test_a_passing_run_reports_hosts_and_removes_everything(tmp_path: Path) -> None:
     engine = NodesEngine()
-    text = nodes_run.check_nodes(
-        engine, IMAGE, NodesOptions(nodes=2, json_path=tmp_path / "r.json"), say=lambda s: None
+    text = "\n".join(
+        nodes_run.check_nodes(
+            engine, IMAGE, NodesOptions(nodes=2, json_path=tmp_path / "r.json"), say=lambda s: None
+        )
     )
     report = json.loads((tmp_path / "r.json").read_text())
     assert report["status"] == "passed" and report["hosts"] == ["node0", "node1"]

@@ -151,8 +151,8 @@ def test_imagekit_test_failure_is_not_stamped_and_reports_then_one_line() -> Non
     with pytest.raises(SelfCheckFailed, match="self-check of reg/x:1 failed") as caught:
         check_image(engine, "reg/x:1", SelfCheckOptions(stamp=True))
     assert not any(call[0] == "stamp" for call in engine.calls)
-    assert "\n" not in str(caught.value)  # one line; the table travels as the report
-    assert caught.value.report.startswith("stack PASSED")
+    assert caught.value.lines == [str(caught.value)]  # one line; the table is the report
+    assert caught.value.report[0] == "  | stack PASSED"  # the container's, behind the gutter
 
 
 def test_an_image_without_the_self_check_is_a_usage_error() -> None:

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from imagekit import terminal
 from imagekit.contract.refs import parse
 from imagekit.engine.interface import Engine
 from imagekit.errors import EngineError, ImagekitError
@@ -37,8 +38,10 @@ def debootstrap(suite: str, mirror: str, target: Path, variant: str = "minbase")
     args = ["debootstrap", f"--variant={variant}", suite, str(target), mirror]
     result = subprocess.run(args, capture_output=True, text=True, check=False)
     if result.returncode != 0:
-        tail = "\n".join((result.stdout + result.stderr).splitlines()[-15:])
-        raise EngineError(f"debootstrap {suite} from {mirror} failed:\n{tail}")
+        tail = terminal.split((result.stdout + result.stderr).strip())[-15:]
+        raise EngineError(
+            f"debootstrap {suite} from {mirror} failed; its last lines:", *terminal.foreign(tail)
+        )
     for rel in TRIM:
         path = target / rel
         if path.is_dir():

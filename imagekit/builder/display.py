@@ -8,6 +8,7 @@ import threading
 import time
 from typing import Any, Protocol
 
+from imagekit import terminal
 from imagekit.builder.log import StepLog
 
 
@@ -37,18 +38,19 @@ class QuietDisplay:
         return None
 
     def message(self, text: str) -> None:
-        print(text, file=sys.stderr, flush=True)
+        terminal.echo(text, err=True)
 
 
 class PlainDisplay(QuietDisplay):
-    """Every BuildKit line, prefixed with its cell: greppable CI logs."""
+    """Every BuildKit line, prefixed with its cell (a gutter of its own: no line of a build
+    starts a line of the output): greppable CI logs."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
 
     def _print(self, text: str) -> None:
         with self._lock:
-            print(text, flush=True)
+            terminal.echo(text)
 
     def start(self, cell_id: str) -> None:
         self._print(f"[{cell_id}] build started")
@@ -85,7 +87,8 @@ class LiveDisplay(QuietDisplay):
             rows = list(self._rows.items())
         for cell_id, row in rows:
             elapsed = (row.get("end") or time.monotonic()) - row["start"]
-            table.add_row(cell_id, row["state"], row["step"][:70], f"{elapsed:5.0f}s")
+            cells = (cell_id, row["state"], row["step"][:70], f"{elapsed:5.0f}s")
+            table.add_row(*(terminal.rich_text(c) for c in cells))
         return table
 
     def __enter__(self) -> LiveDisplay:
@@ -109,7 +112,7 @@ class LiveDisplay(QuietDisplay):
             row["state"], row["end"] = status, time.monotonic()
 
     def message(self, text: str) -> None:
-        self._console.print(text)
+        self._console.print(terminal.rich_text(text))
 
 
 def make_display(mode: str) -> Display:

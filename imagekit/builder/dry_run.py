@@ -5,16 +5,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import click
-
+from imagekit import terminal
 from imagekit.builder.inputs import Inputs
 from imagekit.builder.session import BuildOptions, plan
 from imagekit.matrix.cells import Cell
 
 
 def print_dry_run(cells: Sequence[Cell], options: BuildOptions, resolved: Inputs) -> None:
-    click.echo(f"CA bundle: {resolved.ca_bundle or 'none'} (from {resolved.ca_source})")
+    lines = [f"CA bundle: {resolved.ca_bundle or 'none'} (from {resolved.ca_source})"]
     for b in plan(cells, options, resolved):
-        click.echo(f"{b.cell.id}:\n  {b.command()}")
+        lines += [f"{b.cell.id}:", f"  {b.command()}"]
         if options.push:
-            click.echo(f"  push: {b.push_command(options.compression)}")
+            lines.append(f"  push: {b.push_command(options.compression)}")
+    terminal.echo(lines)

@@ -9,8 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-import click
-
+from imagekit import terminal
 from imagekit.builder import bases as base
 from imagekit.builder.display import make_display
 from imagekit.builder.dry_run import print_dry_run
@@ -56,10 +55,9 @@ def run_build(
         bootstrap_missing(engine, [b.cell for b in builds], run.mirror or base.DEFAULT_MIRROR)
     reports = Runner(engine, options, resolved, make_display(run.progress)).run(builds)
     reports += [
-        CellReport(cell=c.id, status="not-attempted", error=why)
+        CellReport(cell=c.id, status="not-attempted", error=terminal.render(why))
         for c in cells
         if (why := unbuildable.get(c.id))
     ]
-    click.echo(summary(reports))
-    click.echo(f"reports: {Path(options.report_dir)}/<cell>/build.json")
+    terminal.echo([*summary(reports), f"reports: {Path(options.report_dir)}/<cell>/build.json"])
     raise_for_failures(reports)

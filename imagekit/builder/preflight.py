@@ -6,8 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import click
-
+from imagekit import terminal
 from imagekit.builder import bases as base
 from imagekit.contract.refs import parse
 from imagekit.engine.interface import Engine
@@ -60,13 +59,13 @@ def preflight(
                 f"base {r}: {missing[r]}. Fix: {base.fixes_for(r, suites)}" for r in lacking
             )
     if unbuildable and not keep_going:
-        raise BuildError(_unbuildable_message(cells, unbuildable, missing, suites))
+        raise BuildError(*_unbuildable_message(cells, unbuildable, missing, suites))
     return unbuildable
 
 
 def _unbuildable_message(
     cells: Sequence[Cell], unbuildable: dict[str, str], missing: dict[str, str], suites: dict
-) -> str:  # type: ignore[type-arg]
+) -> list[str]:  # type: ignore[type-arg]
     lines = [
         f"{len(unbuildable)} of {len(cells)} cells cannot be built here; nothing was built.",
         "Base images this engine does not have and cannot get:",
@@ -79,12 +78,12 @@ def _unbuildable_message(
     if buildable:
         lines.append(f"Buildable here: {', '.join(buildable)}")
     lines.append("(--keep-going builds the others and reports these as not attempted)")
-    return "\n".join(lines)
+    return lines
 
 
 def bootstrap_missing(engine: Engine, cells: Sequence[Cell], mirror: str) -> None:
     suites = base.bootstrappable()
     for ref in base.bases_of(cells):
         if ref in suites and engine.inspect(ref) is None:
-            click.echo(f"bootstrapping {ref} from {mirror} (debootstrap {suites[ref]})")
+            terminal.echo(f"bootstrapping {ref} from {mirror} (debootstrap {suites[ref]})")
             base.bootstrap(engine, suites[ref], ref, mirror)

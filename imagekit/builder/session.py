@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from imagekit import paths
+from imagekit import paths, terminal
 from imagekit.builder import context as context_mod
 from imagekit.builder.display import Display
 from imagekit.builder.inputs import Inputs
@@ -98,7 +98,7 @@ class CellReport:
     pushed: list[str] = field(default_factory=list)
     push_seconds: float = 0.0  # all of the cell's tags
     push_compression: str = ""  # gzip (the engine's push), or what buildx pushed
-    error: str = ""
+    error: str = ""  # its lines, each escaped (terminal.render): every newline is imagekit's
 
     @property
     def ok(self) -> bool:
@@ -272,10 +272,10 @@ class Runner:
                 self._push(build, report)
         except ImagekitError as exc:
             report.status = "failed" if report.status in ("pending", "built") else report.status
-            report.error = str(exc)
+            report.error = terminal.render(exc.lines)  # one line each: no value breaks one
         except Exception as exc:  # a bug: the cell failed, and the run ends in exit 70
             report.status = "failed"
-            report.error = f"internal error: {type(exc).__name__}: {exc}"
+            report.error = terminal.render(f"internal error: {type(exc).__name__}: {exc}")
             self._untag(report)
             raise
         except BaseException:
@@ -331,7 +331,7 @@ class Runner:
         if report.size_bytes > build.cell.size_budget:
             report.status = "over-budget"
             top = "; ".join(f"{gb(x.size)} {describe(x.created_by)}" for x in layers[:3])
-            report.error = (
+            report.error = terminal.render(
                 f"image is {gb(report.size_bytes)}, over the cell's size_budget of "
                 f"{gb(build.cell.size_budget)}; largest layers: {top}"
             )
@@ -403,21 +403,21 @@ def cost_line(reports: Sequence[CellReport]) -> str:
     )
 
 
-def summary(reports: Sequence[CellReport]) -> str:
+def summary(reports: Sequence[CellReport]) -> list[str]:
     header = ("CELL", "STATUS", "TIME", "SIZE", "UNIQUE", "SHARED", "PUSH", "CACHED")
-    lines = [render_table(header, [_summary_row(r) for r in reports], right=header[2:])]
+    lines = render_table(header, [_summary_row(r) for r in reports], right=header[2:])
     for r in reports:
-        if not r.ok and r.error:
-            tail = "\n".join("    " + line for line in r.error.splitlines()[-15:])
-            lines.append(f"\n{r.cell} {r.status}:\n{tail}")
+        if not r.ok and r.error:  # escaped line by line when it was set
+            lines += ["", f"{r.cell} {r.status}:", *("    " + x for x in r.error.split("\n")[-15:])]
     if cost := cost_line(reports):
-        lines.append(f"\n{cost}")
+        lines += ["", cost]
     built = sum(r.ok for r in reports)
     skipped = sum(r.status == "not-attempted" for r in reports)
-    lines.append(
-        f"\n{built} built, {len(reports) - built - skipped} failed, {skipped} not attempted"
-    )
-    return "\n".join(lines)
+    lines += [
+        "",
+        f"{built} built, {len(reports) - built - skipped} failed, {skipped} not attempted",
+    ]
+    return lines
 
 
 def _summary_row(r: CellReport) -> tuple[str, ...]:

@@ -14,10 +14,11 @@ from typing import Any
 
 import click
 
-from imagekit import __version__
+from imagekit import __version__, terminal
 from imagekit.cli.common import Selection, examples, filter_options
 from imagekit.cli.params import IMAGE_REF, OUT_DIR, RUNNER_LABEL, TORCH_VERSION, URL
 from imagekit.contract import exits
+from imagekit.contract.text import escape
 from imagekit.errors import ImagekitError, StaleError
 from imagekit.urls import mask
 
@@ -81,16 +82,19 @@ def render(**kwargs: Any) -> None:
             render_mod.check(rendered, out, prune=whole_matrix)
         except StaleError as exc:
             if locks:
-                raise StaleError(f"{exc}\n{packages.stale_message(locks)}") from None
+                raise StaleError(*exc.lines, *packages.stale_message(locks)) from None
             raise
         if locks:
-            raise StaleError(packages.stale_message(locks))
-        click.echo(f"{len(rendered)} Dockerfiles are current.")
+            raise StaleError(*packages.stale_message(locks))
+        terminal.echo(f"{len(rendered)} Dockerfiles are current.")
         return
     changed = render_mod.write_all(rendered, out, prune=whole_matrix)
-    click.echo(f"rendered {len(rendered)} cells into {out}/ ({len(changed)} changed)")
-    for cell_id in changed:
-        click.echo(f"  wrote {out / cell_id / 'Dockerfile'}")
+    terminal.echo(
+        [
+            f"rendered {len(rendered)} cells into {out}/ ({len(changed)} changed)",
+            *(f"  wrote {out / cell_id / 'Dockerfile'}" for cell_id in changed),
+        ]
+    )
 
 
 @cli.command(
@@ -101,7 +105,7 @@ def list_cells(**kwargs: Any) -> None:
     """Print the selected cells as a table."""
     from imagekit.render.ci import matrix_table
 
-    click.echo(matrix_table(Selection.of(kwargs).cells()))
+    terminal.echo(matrix_table(Selection.of(kwargs).cells()))
 
 
 @cli.command(
@@ -140,7 +144,8 @@ def matrix(**kwargs: Any) -> None:
         data = emit.github_matrix(cells, gpu_runner=gpu_runner)
     else:
         data = emit.bake(cells)
-    click.echo(json.dumps(data, indent=2, sort_keys=False))
+    # JSON escapes every control character itself; its line breaks are its own
+    terminal.echo(json.dumps(data, indent=2, sort_keys=False).splitlines())
 
 
 @cli.group()
@@ -162,7 +167,7 @@ def compat_show(driver: str | None, gpu: str | None) -> None:
     """Print the tables, or which torch x CUDA builds run on a driver and GPU, and why not."""
     from imagekit.matrix.compat_show import show
 
-    click.echo(show(driver=driver, gpu=gpu))
+    terminal.echo(show(driver=driver, gpu=gpu))
 
 
 @compat.command(
@@ -193,7 +198,7 @@ def compat_refresh(write: bool, versions: tuple[str, ...], torch_index: str | No
     """Re-derive Python range, PyPI-default CUDA and torchvision from PyPI (variants: --index)."""
     from imagekit.matrix.compat_refresh import refresh
 
-    click.echo(refresh(versions=versions, write=write, torch_index=torch_index))
+    terminal.echo(refresh(versions=versions, write=write, torch_index=torch_index))
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -203,49 +208,92 @@ def main(argv: list[str] | None = None) -> None:
     try:
         cli.main(args=argv, prog_name="imagekit", standalone_mode=False)
     except ImagekitError as exc:
-        if getattr(exc, "report", ""):
-            click.echo(exc.report.rstrip())
+        if getattr(exc, "report", ()):
+            terminal.echo(exc.report)
         if os.environ.get("GITHUB_ACTIONS") == "true":  # each problem shows on its line
             for problem in getattr(exc, "records", ()):
-                click.echo(problem.annotation())
-        click.echo(f"imagekit: error: {exc}", err=True)
+                terminal.echo(problem.annotation())
+        terminal.echo([f"imagekit: error: {exc.lines[0]}", *exc.lines[1:]], err=True)
         sys.exit(exc.exit_code)
     except click.exceptions.Abort:
-        click.echo("imagekit: interrupted", err=True)
+        terminal.echo("imagekit: interrupted", err=True)
         sys.exit(exits.INTERRUPTED)
     except click.ClickException as exc:
-        exc.show()
+        show_click_error(exc)
         sys.exit(exc.exit_code)
     except Exception as exc:  # a bug: keep the traceback in a log, not on the user's screen
         log = write_crash_log(exc)
-        click.echo(
-            f"imagekit: internal error: {type(exc).__name__}: {mask(str(exc))}\n"
-            f"the traceback and versions are in {log}; please include it in a bug report",
+        terminal.echo(
+            [
+                f"imagekit: internal error: {type(exc).__name__}: {mask(str(exc))}",
+                f"the traceback and versions are in {log}; please include it in a bug report",
+            ],
             err=True,
         )
         sys.exit(exits.INTERNAL)
     sys.exit(exits.OK)
 
 
+def show_click_error(exc: click.ClickException) -> None:
+    """click's own error (a missing option, a bad value), written as click would, through
+    the one writer: its message holds the value the user typed."""
+    lines: list[str] = []
+    ctx = getattr(exc, "ctx", None)
+    if ctx is not None:
+        lines += ctx.get_usage().splitlines()  # click's, from imagekit's own names
+        if ctx.command.get_help_option(ctx) is not None:
+            lines.append(f"Try '{ctx.command_path} {ctx.help_option_names[0]}' for help.")
+        lines.append("")
+    lines.append(f"Error: {exc.format_message()}")
+    terminal.echo(lines, err=True)
+
+
 def write_crash_log(exc: BaseException) -> Path:
     import platform
     import tempfile
-    import traceback
 
     from imagekit.urls import mask_environment
 
     # masked as a whole: an argument, a variable or an exception's text may hold a URL with
-    # credentials (--index-url https://user:token@host/simple)
-    environment = "".join(f"  {k}={v}\n" for k, v in mask_environment(dict(os.environ)).items())
+    # credentials (--index-url https://user:token@host/simple); escaped value by value, so a
+    # variable or an argument cannot forge a line of the log
+    environment = [
+        f"  {escape(k)}={escape(v)}" for k, v in mask_environment(dict(os.environ)).items()
+    ]
     text = mask(
-        f"imagekit {__version__}, Python {platform.python_version()}, {' '.join(os.uname())}\n"
-        f"argv: {sys.argv}\n\nenvironment:\n{environment}\n"
-        + "".join(traceback.format_exception(exc))
+        "\n".join(
+            [
+                f"imagekit {__version__}, Python {platform.python_version()}, "
+                + escape(" ".join(os.uname())),
+                f"argv: {sys.argv!r}",
+                "",
+                "environment:",
+                *environment,
+                "",
+                *traceback_lines(exc),
+                "",
+            ]
+        )
     )
     fd, name = tempfile.mkstemp(prefix="imagekit-crash-", suffix=".log")
     with open(fd, "w", encoding="utf-8") as fh:
         fh.write(text)
     return Path(name)
+
+
+def traceback_lines(exc: BaseException) -> list[str]:
+    """The traceback as Python prints it, causes first, each exception's text escaped."""
+    import traceback
+
+    lines: list[str] = []
+    cause = exc.__cause__ or (None if exc.__suppress_context__ else exc.__context__)
+    if cause is not None:
+        lines += [*traceback_lines(cause), "", "The above exception led to:", ""]
+    lines.append("Traceback (most recent call last):")
+    lines += [
+        line for chunk in traceback.format_tb(exc.__traceback__) for line in chunk.splitlines()
+    ]
+    return [*lines, f"{type(exc).__name__}: {escape(str(exc))}"]
 
 
 def _register_optional_commands() -> None:

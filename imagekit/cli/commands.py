@@ -9,6 +9,7 @@ from typing import Any
 
 import click
 
+from imagekit import terminal
 from imagekit.cli.common import (
     Selection,
     docker_option,
@@ -221,7 +222,7 @@ def lock(**kwargs: Any) -> None:
         cells = selection.cells()
         packages.raise_if_stale(cells, folder, whole_matrix=selection.filters.empty)
         count = sum(packages.lock_path(folder, c.id).is_file() for c in cells)
-        click.echo(f"{folder}: {count} package locks of {len(cells)} cells, all current")
+        terminal.echo(f"{folder}: {count} package locks of {len(cells)} cells, all current")
         return
     if not kwargs["no_bases"]:
         lock_bases(selection, kwargs["docker_cli"])
@@ -238,8 +239,7 @@ def lock(**kwargs: Any) -> None:
             "" if index == "none" else index,
             wheelhouse,
         )
-        for note in notes:
-            click.echo(note)
+        terminal.echo(notes)
 
 
 def lock_bases(selection: Selection, docker_cli: str | None) -> None:
@@ -249,10 +249,9 @@ def lock_bases(selection: Selection, docker_cli: str | None) -> None:
 
     path = selection.images_lock()
     new, notes = base.lock(DockerEngine(docker_cli), selection.cells(), images.read(path))
-    for note in notes:
-        click.echo(note)
+    terminal.echo(notes)
     changed = images.write(path, new)
-    click.echo(
+    terminal.echo(
         f"{path}: {len(new.pins)} pins ({'updated' if changed else 'unchanged'}); "
         "run `imagekit render` to use them"
     )
@@ -293,7 +292,7 @@ def bootstrap(suite: str, mirror: str | None, tag: str | None, docker_cli: str |
     names = {suite: image for image, suite in base.bootstrappable().items()}
     tag = tag or names.get(suite) or f"debian:{suite}"
     image_id = base.bootstrap(DockerEngine(docker_cli), suite, tag, mirror or base.DEFAULT_MIRROR)
-    click.echo(f"{tag}: {image_id}")
+    terminal.echo(f"{tag}: {image_id}")
 
 
 class GpusChoice(click.ParamType):
@@ -322,7 +321,7 @@ def report_option(flag: str, dest: str, text: str) -> Callable[[Any], Any]:
         "imagekit test IMAGE --nodes 4 --procs-per-node 2 --env NCCL_DEBUG=INFO",
     ),
 )
-@click.argument("image")
+@click.argument("image", type=IMAGE_REF)
 @click.option(
     "--gpus",
     type=GpusChoice(),
@@ -400,13 +399,10 @@ def test_image(image: str, docker_cli: str | None, **kwargs: Any) -> None:
     kwargs["env"] = env_pairs(kwargs["env"])
     multi = {k: kwargs.pop(k) for k in ("nodes", "procs_per_node", "join_timeout", "subnet")}
     if multi["nodes"] is not None:
-        text = test_nodes(DockerEngine(docker_cli), image, multi, kwargs)
-        click.echo(text)
+        terminal.echo(test_nodes(DockerEngine(docker_cli), image, multi, kwargs))
         return
     output, validated = check_image(DockerEngine(docker_cli), image, SelfCheckOptions(**kwargs))
-    click.echo(output.rstrip())
-    if validated:
-        click.echo(f"stamped: {validated}")
+    terminal.echo([*output, *([f"stamped: {validated}"] if validated else [])])
 
 
 def env_pairs(values: tuple[str, ...]) -> dict[str, str]:
@@ -431,7 +427,7 @@ NOT_WITH_NODES = {
 }
 
 
-def test_nodes(engine: Any, image: str, multi: dict[str, Any], kwargs: dict[str, Any]) -> str:
+def test_nodes(engine: Any, image: str, multi: dict[str, Any], kwargs: dict[str, Any]) -> list[str]:
     from imagekit.errors import UsageError
     from imagekit.imagetest.nodes_plan import NodesOptions
     from imagekit.imagetest.nodes_run import check_nodes
@@ -453,7 +449,7 @@ def test_nodes(engine: Any, image: str, multi: dict[str, Any], kwargs: dict[str,
         env=kwargs["env"],
         json_path=kwargs["json_path"],
     )
-    return check_nodes(engine, image, options, say=lambda line: click.echo(line, err=True))
+    return check_nodes(engine, image, options, say=lambda line: terminal.echo(line, err=True))
 
 
 @click.command(
@@ -479,7 +475,7 @@ def stage(**kwargs: Any) -> None:
     packages.raise_if_stale(cells, locks, whole_matrix=False)
     for cell in cells:
         context.stage(cell, paths.context_dir(paths.WORK, cell.id), wheelhouse, locks)
-    click.echo(f"staged {len(cells)} contexts under {paths.contexts(paths.WORK)}/")
+    terminal.echo(f"staged {len(cells)} contexts under {paths.contexts(paths.WORK)}/")
 
 
 def register(cli: click.Group) -> None:

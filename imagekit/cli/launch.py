@@ -6,6 +6,7 @@ from typing import Any
 
 import click
 
+from imagekit import terminal
 from imagekit.cli.common import Selection, examples, filter_options
 from imagekit.cli.params import ENV, IMAGE_REF, OUT_DIR
 from imagekit.errors import UsageError
@@ -104,30 +105,32 @@ def launch(**kwargs: Any) -> None:
     selection = Selection.of(kwargs)
     spec = launch_mod.build(one_cell(selection.cells()), pins(selection), options_from(kwargs))
     if spec.nodes > 1 and spec.profile == "single-node":
-        click.echo(
+        terminal.echo(
             "imagekit: note: profile single-node sets no NCCL transport for a multi-node job; "
             "pass --profile multi-node-ib or multi-node-ethernet",
             err=True,
         )
     text = launch_mod.render(spec)
     if kwargs["out"] is None:
-        click.echo(text, nl=False)
+        # the file's own lines; the launchers write no control character (every value is
+        # quoted or escaped by the file's rules), so escaping changes nothing but a forgery
+        terminal.echo(terminal.split(text))
         return
     path = kwargs["out"] / launch_mod.filename(spec)
     try:
         paths.write_atomic(path, text)
     except OSError as exc:
         raise UsageError(f"--out {kwargs['out']}: cannot write {path}: {exc.strerror}") from None
-    click.echo(f"wrote {path}")
+    terminal.echo(f"wrote {path}")
 
 
 def one_cell(cells: list[Cell]) -> Cell:
     if len(cells) == 1:
         return cells[0]
-    listed = "\n".join(f"  {cell.id}" for cell in cells)
     raise UsageError(
         f"{len(cells)} cells match; a launch needs exactly one (narrow with --cuda, --torch, "
-        f"--python, --os, --flavor or --cell):\n{listed}"
+        f"--python, --os, --flavor or --cell):",
+        *(f"  {cell.id}" for cell in cells),
     )
 
 

@@ -20,6 +20,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from imagekit import terminal
 from imagekit.contract.refs import parse
 from imagekit.engine.discover import (
     Builder,
@@ -146,7 +147,7 @@ class DockerEngine:
             self.client  # noqa: B018 - reads the daemon's Go version
             problems += estargz_crash(self._server_version, self._server_go)
         if problems:
-            raise UsageError("\n".join(problems))
+            raise UsageError(*problems)
 
     def build(self, request: BuildRequest, on_line: LineSink) -> BuildResult:
         self.client  # noqa: B018 - fail early with the daemon hint
@@ -154,7 +155,7 @@ class DockerEngine:
             iidfile, metadata = Path(tmp) / "iid", Path(tmp) / "metadata.json"
             log = self._stream(self.build_args(request, iidfile, metadata), on_line)
             if not iidfile.is_file():
-                raise BuildError("\n".join(log[-40:]) or "docker build failed with no output")
+                raise BuildError(*failure_lines("docker build", log))
             image_id = iidfile.read_text().strip()
             if self.containerd_store and metadata.is_file():
                 # buildx's --iidfile holds the config digest; the containerd store names an
@@ -188,7 +189,7 @@ class DockerEngine:
             with self._lock:
                 self._procs.discard(proc)
         if proc.returncode != 0:
-            raise BuildError("\n".join(log[-40:]))
+            raise BuildError(*failure_lines(f"{Path(args[0]).name} {args[1]}", log))
         return log
 
     def stop_all(self) -> None:
@@ -289,8 +290,8 @@ class DockerEngine:
             try:
                 self._stream(self.push_args(request, tags, compression, metadata), lambda _: None)
             except BuildError as exc:
-                tail = "\n".join(str(exc).splitlines()[-5:])
-                raise PushError(_push_failure(tags[0], tail)) from None
+                reason = f"{exc.lines[0].rstrip(':')} (its last lines below)"
+                raise PushError(_push_failure(tags[0], reason), *exc.lines[-5:]) from None
             digest = ""
             if metadata.is_file():
                 digest = str(json.loads(metadata.read_text()).get("containerimage.digest", ""))
@@ -318,7 +319,8 @@ class DockerEngine:
             tar.stdout.close()
         tar.wait()
         if result.returncode != 0 or tar.returncode != 0:
-            raise EngineError(f"docker import of {tag} failed: {result.stderr.strip()}")
+            tail = terminal.foreign(terminal.split(result.stderr.strip())[-15:])
+            raise EngineError(f"docker import of {tag} failed:", *tail)
         return result.stdout.strip()
 
     def has_gpu_runtime(self) -> bool:
@@ -560,6 +562,14 @@ def split_ref(ref: str) -> tuple[str, str]:
     """'host:5000/a/b:tag' -> ('host:5000/a/b', 'tag'); no tag means 'latest'."""
     reference = parse(ref)
     return reference.name, reference.tag or "latest"
+
+
+def failure_lines(what: str, log: Sequence[str]) -> list[str]:
+    """A failed command's error: what failed, then its last lines behind a gutter (the
+    engine's words, a Dockerfile's too: shown, never taken as imagekit's own lines)."""
+    if not log:
+        return [f"{what} failed with no output"]
+    return [f"{what} failed; its last lines:", *terminal.foreign(log[-40:])]
 
 
 def _push_failure(ref: str, reason: str) -> str:

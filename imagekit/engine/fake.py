@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from imagekit import terminal
 from imagekit.engine.interface import (
     BuildRequest,
     BuildResult,
@@ -52,7 +53,10 @@ class FakeEngine:
             raise KeyError(f"a bug in the engine while building {name}")
         if name in self.fail_builds:
             on_line("#5 ERROR: process did not complete successfully")
-            raise BuildError(f"ERROR: failed to build {name}\nno matching distribution")
+            raise BuildError(
+                "docker build failed; its last lines:",
+                *terminal.foreign([f"ERROR: failed to build {name}", "no matching distribution"]),
+            )
         on_line("#5 DONE 1.5s")
         return BuildResult(image_id=f"sha256:{name}", log=())
 

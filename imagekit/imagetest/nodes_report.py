@@ -8,7 +8,7 @@ from typing import Any
 from imagekit.contract.checks import PASSED
 
 
-def nodes_table(image: str, report: dict[str, Any]) -> str:
+def nodes_table(image: str, report: dict[str, Any]) -> list[str]:
     lines = [f"multi-node self-check of {image}: {report['status'].upper()}"]
     for label, value in rows(report):
         lines.append(f"  {label:<17} {value}")
@@ -16,7 +16,7 @@ def nodes_table(image: str, report: dict[str, Any]) -> str:
         lines.append(f"  {'reason':<17} {report['reason']}")
         for node in report["node_states"]:
             lines.append(node_line(node))
-    return "\n".join(lines)
+    return lines
 
 
 def rows(report: dict[str, Any]) -> list[tuple[str, str]]:
@@ -75,7 +75,7 @@ def node_line(node: dict[str, Any]) -> str:
 def telling_line(log: str) -> str:
     """The line of a node's log worth a glance: its last error, else its last line that
     is not torchrun's ==== / ---- decoration."""
-    lines = [line.strip() for line in log.splitlines() if line.strip(" =-")]
+    lines = [line.strip() for line in log.split("\n") if line.strip(" =-")]
     errors = [line for line in lines if "Error" in line or "error:" in line]
     if errors:
         return f"last error: {errors[-1]}"

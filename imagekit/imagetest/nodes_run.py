@@ -17,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from imagekit import terminal
 from imagekit.contract.checks import ENV_PROFILE, PASSED
 from imagekit.engine.interface import Engine, SubnetTaken
 from imagekit.errors import EngineError, SelfCheckFailed, UsageError
@@ -182,16 +183,21 @@ def outcome(engine: Engine, node: Node, ids: dict[str, str], watched: Watched) -
 
 
 def check_nodes(
-    engine: Engine, image: str, options: NodesOptions, say: Callable[[str], None] = print
-) -> str:
-    """Returns the table; raises SelfCheckFailed (with the table and log tails) on failure."""
+    engine: Engine, image: str, options: NodesOptions, say: Callable[[str], None] = terminal.echo
+) -> list[str]:
+    """Returns the table's lines; raises SelfCheckFailed (with the table and each node's log
+    tail behind a gutter) on failure."""
     report = run_nodes(engine, image, options, say)
     if options.json_path:
         write_atomic(options.json_path, json.dumps(report, indent=2, default=str) + "\n")
-    text = nodes_table(image, report)
+    table = nodes_table(image, report)
     if report["status"] != PASSED:
-        tails = [f"--- {n['host']} log ---\n{n['log_tail']}" for n in report["node_states"]]
+        tails = [
+            line
+            for n in report["node_states"]
+            for line in [f"--- {n['host']} log ---", *terminal.foreign(n["log_tail"])]
+        ]
         raise SelfCheckFailed(
-            f"multi-node self-check of {image}: {report['reason']}", "\n".join([*tails, text])
+            f"multi-node self-check of {image}: {report['reason']}", [*tails, *table]
         )
-    return text
+    return table

@@ -14,6 +14,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from imagekit import terminal
 from imagekit.contract import exits
 from imagekit.contract.checks import CheckResult, RecordError, results_from_report
 from imagekit.engine.interface import Engine, RunOptions, RunResult
@@ -98,10 +99,14 @@ def _copy(src: Path, dest: Path | None) -> None:
         shutil.copyfile(src, dest)
 
 
-def check_image(engine: Engine, image: str, options: SelfCheckOptions) -> tuple[str, str | None]:
-    """Returns (the self-check's output, the validated tag if stamped). Raises on failure."""
+def check_image(
+    engine: Engine, image: str, options: SelfCheckOptions
+) -> tuple[list[str], str | None]:
+    """Returns (the self-check's output lines, the validated tag if stamped). Raises on
+    failure. What the container printed is shown behind a gutter: the image under test
+    (a pull request's, perhaps) cannot print a line of imagekit's output."""
     result, checks = run_selfcheck(engine, image, options)
-    output = "\n".join([result.output.rstrip(), *(f"note: {n}" for n in result.notes)])
+    output = [*terminal.foreign(result.output), *(f"note: {n}" for n in result.notes)]
     if result.timed_out:
         raise SelfCheckFailed(f"the self-check of {image} did not finish in time", output)
     if result.exit_code != exits.CHECK_PASSED:

@@ -15,7 +15,8 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from imagekit.buildtime import groups
-from imagekit.errors import UsageError, printable
+from imagekit.contract.text import escape
+from imagekit.errors import UsageError
 from imagekit.matrix.cells import Cell
 from imagekit.urls import mask
 
@@ -220,7 +221,7 @@ def unreadable(where: str, why: str) -> UsageError:
 def _bad_line(where: str, number: int, line: str, why: str) -> UsageError:
     """The file, the line's number and text (credentials masked, control characters escaped,
     cut at 120 characters), what is wrong, and the fix."""
-    shown = printable(mask(line.strip()))[:120]
+    shown = escape(mask(line.strip()))[:120]  # escaped first: the cut keeps whole escapes short
     return UsageError(
         f"{where}:{number}: {shown}: {why}; not a valid package lock: regenerate it with "
         "`imagekit lock --packages`"

@@ -26,6 +26,7 @@ import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from imagekit import terminal
 from imagekit.buildtime import groups
 from imagekit.contract import exits
 from imagekit.errors import ImagekitError, StaleError, UsageError
@@ -188,7 +189,10 @@ def uv_resolver(
             [*command, "-o", str(out), str(wanted)], capture_output=True, text=True, check=False
         )
         if result.returncode:
-            raise ResolveError(result.stderr.strip()[-2000:] or f"uv exited {result.returncode}")
+            tail = terminal.split(result.stderr.strip())[-30:]
+            raise ResolveError(
+                f"uv pip compile exited {result.returncode}:", *terminal.foreign(tail)
+            )
         return pins_from_compile(out.read_text())
 
 
@@ -217,9 +221,10 @@ def _verify_resolved(lock: PackageLock, cell: Cell) -> None:
         verify(parse(text, cell.id), cell, f"the lock resolved for {cell.id}")
     except UsageError as exc:
         raise ResolveError(
-            f"{exc}\nNothing was written. If torch now depends on that package, add its name "
+            *exc.lines,
+            "Nothing was written. If torch now depends on that package, add its name "
             "to TORCH_DEPENDENCIES in imagekit/locks/packages.py after reading torch's "
-            "metadata."
+            "metadata.",
         ) from None
 
 
@@ -243,8 +248,8 @@ def lock_cells(
                 f"{cell.id}: its packages could not be resolved from "
                 f"{torch_source(cell, index) or 'PyPI'}; nothing was "
                 f"written. Fix: lock where the index is reachable, or resolve torch from a "
-                f"wheelhouse (`imagekit lock --packages --torch-index none --wheelhouse DIR`)."
-                f"\n{exc}"
+                f"wheelhouse (`imagekit lock --packages --torch-index none --wheelhouse DIR`).",
+                *exc.lines,
             ) from None
         _verify_resolved(lock, cell)
         locks.append(lock)
@@ -302,11 +307,11 @@ def stale(cells: Sequence[Cell], folder: Path, whole_matrix: bool) -> list[str]:
     return problems
 
 
-def stale_message(problems: Sequence[str]) -> str:
-    return "package locks do not match the matrix:\n" + "".join(f"  {p}\n" for p in problems)
+def stale_message(problems: Sequence[str]) -> list[str]:
+    return ["package locks do not match the matrix:", *(f"  {p}" for p in problems)]
 
 
 def raise_if_stale(cells: Sequence[Cell], folder: Path, whole_matrix: bool) -> None:
     problems = stale(cells, folder, whole_matrix)
     if problems:
-        raise StaleError(stale_message(problems))
+        raise StaleError(*stale_message(problems))

@@ -273,7 +273,7 @@ def _shape(raw: Any, file: str) -> _CompatFile:
     except ValidationError as exc:
         problems = [_problem(e) for e in exc.errors()]
         raise CompatError(
-            f"compat data {file} is not valid:\n" + "\n".join(f"  - {p}" for p in problems)
+            f"compat data {file} is not valid:", *(f"  - {p}" for p in problems)
         ) from None
 
 

@@ -310,7 +310,7 @@ def refresh(
     index: str = INDEX,
     torch_index: str | None = None,
     today: str | None = None,
-) -> str:
+) -> list[str]:
     text = path.read_text(encoding="utf-8")
     data = compat_mod.parse(yaml.safe_load(text), path)
     wanted = list(versions) or list(data.torch)
@@ -328,16 +328,17 @@ def refresh(
     for derived in found:  # the diff shows values; dates change only on write
         shown = apply(shown, derived, read_on=None)
     notes = _notes(found, data, torch_index)
-    diff = "".join(
+    diff = list(
         difflib.unified_diff(
-            text.splitlines(True),
-            shown.splitlines(True),
+            text.split("\n"),
+            shown.split("\n"),
             fromfile=f"{path} (current)",
             tofile=f"{path} (PyPI{' + ' + torch_index if torch_index else ''})",
+            lineterm="",
         )
     )
     if not diff:
-        return "\n".join([*notes, f"compat data is current for torch {', '.join(wanted)}"])
+        return [*notes, f"compat data is current for torch {', '.join(wanted)}"]
     if write:
         stamped = text
         read_on = today or datetime.date.today().isoformat()
@@ -349,7 +350,7 @@ def refresh(
         notes.append(f"wrote {path}")
     else:
         notes.append("not written; run with --write to apply")
-    return diff + "\n".join(notes)
+    return diff + notes
 
 
 def _notes(found: list[Derived], data: compat_mod.Compat, torch_index: str | None) -> list[str]:

@@ -113,7 +113,7 @@ def row_verdict(data: Compat, torch: TorchRelease, cuda: CudaRelease, host: Host
     return Verdict(True, archs.why)
 
 
-def show(driver: str | None = None, gpu: str | None = None) -> str:
+def show(driver: str | None = None, gpu: str | None = None) -> list[str]:
     data = compat_mod.load()
     host = parse_host(driver, gpu)
     if host.driver is None and host.capability is None:
@@ -132,13 +132,13 @@ def show(driver: str | None = None, gpu: str | None = None) -> str:
                     rules.append(verdict.rule)
                 text += f" [{rules.index(verdict.rule) + 1}]"
             rows.append((torch.version, version, text))
-    lines = [f"torch builds on {asked}:", render_table(("torch", "CUDA", "verdict"), rows)]
+    lines = [f"torch builds on {asked}:", *render_table(("torch", "CUDA", "verdict"), rows)]
     lines.append(f"{runs} of {len(rows)} torch x CUDA builds run there")
     lines += ["", "Why refused:"] + [f"[{i}] {r}" for i, r in enumerate(rules, 1)] if rules else []
-    return "\n".join(lines)
+    return lines
 
 
-def compat_tables(data: Compat) -> str:
+def compat_tables(data: Compat) -> list[str]:
     torch = render_table(
         ("torch", "PyPI CUDA", "variants", "Python", "torchvision"),
         [
@@ -160,4 +160,4 @@ def compat_tables(data: Compat) -> str:
         ],
     )
     ask = "Ask: imagekit compat show --driver 535.104.05 --gpu sm_90 (or --gpu H100)"
-    return "\n\n".join([torch, cuda, ask])
+    return [*torch, "", *cuda, "", ask]

@@ -11,13 +11,13 @@ from imagekit.matrix.cells import Cell
 from imagekit.text_table import render_table
 
 
-def matrix_table(cells: Sequence[Cell]) -> str:
+def matrix_table(cells: Sequence[Cell]) -> list[str]:
     header = ("CELL", "CUDA", "TORCH", "PYTHON", "OS", "FLAVOR", "FEATURES", "PROFILE")
     rows = [
         (c.id, c.cuda, c.torch, c.python, c.os, c.flavor, ",".join(c.features) or "-", c.profile)
         for c in cells
     ]
-    return render_table(header, rows) + f"\n{len(cells)} cell{'s' if len(cells) != 1 else ''}"
+    return [*render_table(header, rows), f"{len(cells)} cell{'s' if len(cells) != 1 else ''}"]
 
 
 def cell_json(cell: Cell) -> dict[str, Any]:

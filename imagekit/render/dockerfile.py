@@ -200,20 +200,22 @@ def check(rendered: dict[str, str], out_dir: Path, prune: bool = True) -> None:
         current = paths.read_checked(path, "Dockerfile") or b""
         if current == text.encode("utf-8"):
             continue
+        # split at newlines only: a carriage return stays in its line and shows as \\r
         lines = list(
             difflib.unified_diff(
-                current.decode("utf-8", "replace").splitlines(keepends=True),
-                text.splitlines(keepends=True),
+                current.decode("utf-8", "replace").split("\n"),
+                text.split("\n"),
                 fromfile=f"{path} (committed)",
                 tofile=f"{path} (rendered)",
+                lineterm="",
             )
         )
-        diffs.extend(lines or [f"{path}: differs in bytes (line endings or a carriage return)\n"])
+        diffs.extend(lines or [f"{path}: differs in bytes (line endings or a carriage return)"])
     if prune:
         for path in orphans(rendered, out_dir):
-            diffs.append(f"{path}: no cell in the matrix renders this any more\n")
+            diffs.append(f"{path}: no cell in the matrix renders this any more")
     if diffs:
         raise StaleError(
-            "committed Dockerfiles are stale; run `imagekit render` and commit the result:\n"
-            + "".join(diffs)
+            "committed Dockerfiles are stale; run `imagekit render` and commit the result:",
+            *diffs,
         )

@@ -18,6 +18,7 @@ from typing import Any
 
 from imagekit.contract import exits
 from imagekit.contract.checks import ENV_TIMEOUT, CheckResult
+from imagekit.contract.text import escape
 from imagekit.selfcheck import judge, processes, report, snapshot
 from imagekit.selfcheck.registry import ORDER, probes_for
 
@@ -90,7 +91,7 @@ def live(args: argparse.Namespace) -> dict[str, Any]:
     host["selected"] = names
     jobs, why = processes.jobs_for(host, args.jobs)
     if why:
-        print(f"  running the checks one at a time: {why}", file=sys.stderr, flush=True)
+        print(f"  running the checks one at a time: {escape(why)}", file=sys.stderr, flush=True)
     results = processes.run_all(probes_for(names), args.timeout, jobs, _progress)
     snap = snapshot.assemble(snapshot.nvml_again(host), results)
     if args.snapshot:
@@ -104,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             snap = snapshot.load(args.judge)
         except snapshot.SnapshotError as exc:
-            print(f"error: {exc}", file=sys.stderr)
+            print(f"error: {escape(str(exc))}", file=sys.stderr)
             return exits.CHECK_USAGE
     else:
         snap = live(args)

@@ -7,6 +7,7 @@ import xml.etree.ElementTree as ET
 from typing import Any
 
 from imagekit.contract.checks import RESULT_STATUSES, CheckResult, Status
+from imagekit.contract.text import escape
 
 KEYS = (
     "torch",
@@ -72,7 +73,9 @@ def checks_table(results: dict[str, CheckResult]) -> str:
         status = "TIMEOUT" if r.timed_out else r.status.value.upper()
         lines.append(f"{name:<15}{status:<9}{r.seconds:>6.1f}s  {_details(r)}")
     lines.append(", ".join(f"{_count(results, s)} {s.value}" for s in RESULT_STATUSES))
-    return "\n".join(lines)
+    # a row's details hold what drivers and libraries said (a GPU's name, an exception's
+    # text): escaped, so none of it starts a line or moves the cursor
+    return "\n".join(escape(line) for line in lines)
 
 
 def to_json(results: dict[str, CheckResult], context: dict[str, Any]) -> str:
