@@ -15,7 +15,7 @@ from pydantic import ValidationError
 from imagekit.errors import Problem, SpecError
 from imagekit.matrix.envfile import EnvFile, describe
 from imagekit.matrix.expand import MAX_CELLS, RawCell, expand
-from imagekit.matrix.yamlsrc import Located, YamlSyntaxError
+from imagekit.matrix.yamlsrc import Located, YamlSyntaxError, paused_gc
 from imagekit.matrix.yamlsrc import load as load_yaml
 
 
@@ -65,6 +65,12 @@ def _display(path: Path, root: Path | None) -> str:
 
 
 def _load_one(path: Path, display: str, budget: int) -> tuple[list[RawCell], list[Problem]]:
+    # the collector would rescan a large file's objects many times over (yamlsrc.paused_gc)
+    with paused_gc():
+        return _load_one_file(path, display, budget)
+
+
+def _load_one_file(path: Path, display: str, budget: int) -> tuple[list[RawCell], list[Problem]]:
     try:
         located = load_yaml(path, display)
     except YamlSyntaxError as exc:
