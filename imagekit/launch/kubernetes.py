@@ -7,6 +7,11 @@ container `node`, and the Trainer injects torchrun's PET_NNODES, PET_NPROC_PER_N
 PET_NODE_RANK, PET_MASTER_ADDR and PET_MASTER_PORT. A JobSet (jobset.x-k8s.io/v1alpha2) is for
 clusters without Kubeflow: the same pod, with those five variables set here the way the
 Trainer sets them, so one container script serves both.
+
+Values reach the container as written. Kubernetes expands `$(NAME)` in a container's env
+values, command and args (and reads `$$` as `$`); imagekit writes no reference of its own
+there, so every `$` in those fields is written `$$`. Every string is plain only in a shape no
+YAML reader types as anything else, and double-quoted otherwise.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ def header(spec: LaunchSpec) -> str:
         f" {spec.kind}.\n"
         "# Each pod runs the self-check, then torchrun, whose rendezvous comes from PET_*\n"
         "# in the environment. Submit with `kubectl create -f FILE`.\n"
+        "# In args and env values `$$` is `$`: Kubernetes would expand `$(NAME)` there.\n"
     )
 
 
@@ -69,7 +75,7 @@ def trainjob(spec: LaunchSpec) -> dict[str, Any]:
         "metadata": metadata(spec),
         "spec": {
             "runtimeRef": {"name": "torch-distributed"},
-            "trainer": trainer,
+            "trainer": as_written(trainer),
             "runtimePatches": [patch],
         },
     }
@@ -86,7 +92,11 @@ def jobset(spec: LaunchSpec) -> dict[str, Any]:
     }
     if limits := resource_limits(spec):
         container["resources"] = {"limits": limits, "requests": limits}
-    pod = {"restartPolicy": "Never", "containers": [container], "volumes": volumes(spec)}
+    pod = {
+        "restartPolicy": "Never",
+        "containers": [as_written(container)],
+        "volumes": volumes(spec),
+    }
     job = {
         "parallelism": spec.nodes,
         "completions": spec.nodes,
@@ -119,7 +129,29 @@ def metadata(spec: LaunchSpec) -> dict[str, Any]:
 def container_args(spec: LaunchSpec) -> list[str]:
     """Arguments to the image's entrypoint (kept: it sets OMP_NUM_THREADS from the CPU quota).
     COMMAND travels as positional parameters, so no word of it is ever re-parsed by a shell."""
-    return ["/bin/bash", "-c", container_script(spec), "imagekit-launch", *spec.command]
+    return ["/bin/bash", "-c", Script(container_script(spec)), "imagekit-launch", *spec.command]
+
+
+def as_written(fields: dict[str, Any]) -> dict[str, Any]:
+    """A container's (or the Trainer's) fields with every `$` in command, args and env values
+    written `$$`: Kubernetes expands `$(NAME)` there when NAME is defined (`--env
+    A='$(PET_NNODES)'` would reach the pod as `4`) and reads `$$` as `$`. imagekit writes no
+    reference of its own, so nothing is left out; the container script's `$(hostname)` would
+    otherwise become the value of an env var named `hostname`."""
+    out = dict(fields)
+    for key in ("command", "args"):
+        if key in out:
+            out[key] = [literal(word) for word in out[key]]
+    if "env" in out:
+        out["env"] = [
+            {**e, "value": literal(e["value"])} if "value" in e else e for e in out["env"]
+        ]
+    return out
+
+
+def literal(text: str) -> str:
+    escaped = text.replace("$", "$$")
+    return Script(escaped) if isinstance(text, Script) else escaped
 
 
 def container_script(spec: LaunchSpec) -> str:
@@ -180,29 +212,47 @@ def volumes(spec: LaunchSpec) -> list[dict[str, Any]]:
     return [{"name": SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": spec.shm_size}}]
 
 
+class Script(str):
+    """The container script: written as a literal block, line for line as it runs."""
+
+
 class _Dumper(yaml.SafeDumper):
-    """Block style, multi-line strings (the container script) as literal blocks, and no
-    anchors: a reader (or kubectl diff) should see requests and limits spelt out."""
+    """Block style, the container script as a literal block, and no anchors: a reader (or
+    kubectl diff) should see requests and limits spelt out."""
 
     def ignore_aliases(self, data: Any) -> bool:
         return True
 
 
-# Strings a YAML 1.2 reader (kubectl's) or a 1.1 one would take for a number, a boolean or
-# null: `-- train.py --lr 3e-4` must reach the container as the string "3e-4".
-_AMBIGUOUS = re.compile(
-    r"[-+]?(\.?[0-9][0-9_.eE+-]*|0[xo][0-9a-fA-F]+|\.inf|\.nan)"
-    r"|(?i:y|n|yes|no|on|off|true|false|null|~)|"
-)
+# Plain only in a shape that no YAML reader (1.1 like PyYAML, 1.2 like kubectl's) types as
+# anything but a string: a letter or / first (every number, date, .inf, .nan, ~, << and =
+# begins with a digit, a sign, a dot or another symbol in both), then letters, digits and
+# . _ / -, and not one of the specs' boolean or null words in any case. Every other string is
+# double-quoted, which every reader takes as a string (`-- train.py --lr 3e-4`, `yes`, `0o17`,
+# `1e3`, `null`; unicode and control characters as YAML escapes, so the file is ASCII).
+_PLAIN = re.compile(r"[A-Za-z/][A-Za-z0-9._/-]*")
+_WORDS = frozenset({"y", "n", "yes", "no", "on", "off", "true", "false", "null"})
+
+
+def plain_is_safe(text: str) -> bool:
+    """Whether `text` may be written without quotes."""
+    return bool(_PLAIN.fullmatch(text)) and text.lower() not in _WORDS
 
 
 def _str(dumper: yaml.SafeDumper, text: str) -> yaml.ScalarNode:
-    style = "|" if "\n" in text else "'" if _AMBIGUOUS.fullmatch(text) else None
+    style = None if plain_is_safe(text) else '"'
     return dumper.represent_scalar("tag:yaml.org,2002:str", text, style=style)
 
 
+def _script(dumper: yaml.SafeDumper, text: Script) -> yaml.ScalarNode:
+    # A literal block is always a string; PyYAML falls back to double quotes if it cannot be one.
+    return dumper.represent_scalar("tag:yaml.org,2002:str", str(text), style="|")
+
+
 _Dumper.add_representer(str, _str)
+_Dumper.add_representer(Script, _script)
 
 
 def dump(doc: dict[str, Any]) -> str:
-    return yaml.dump(doc, Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=100)
+    # No folding of long strings: a value is one line of the file, as written.
+    return yaml.dump(doc, Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=1 << 30)

@@ -58,9 +58,12 @@ RESERVED_FAMILIES: tuple[tuple[re.Pattern[str], str, str], ...] = tuple(
         (r"APPTAINER_.*|APPTAINERENV_.*|SINGULARITY_.*|SINGULARITYENV_.*|ENROOT_.*",
          "the container runtime's configuration (binds, images, what the container sees)",
          "configure the runtime on the cluster, not through the job's environment"),
-        # imagekit's: IMAGEKIT_LAUNCHER replaces the container with a command of its own
-        (r"IMAGEKIT_.*", "imagekit's own (IMAGEKIT_LAUNCHER replaces the container)",
-         "set it in the environment you submit from, not in the launch file"),
+        # imagekit's: IMAGEKIT_LAUNCHER replaces the container with a command of its own, and
+        # the sbatch script's own variables are imagekit_* (an exported value of the same
+        # name would be overwritten by the script, or lost when it becomes an array)
+        (r"(?i:IMAGEKIT_.*)", "imagekit's own (IMAGEKIT_LAUNCHER replaces the container; the "
+         "launch script's variables are imagekit_*)",
+         "set it in the environment you submit from, or pick another name"),
         # torchrun's rendezvous: the Trainer injects it and rejects a TrainJob that sets it;
         # imagekit sets it itself for JobSet and Slurm
         (r"PET_.*|MASTER_ADDR|MASTER_PORT|WORLD_SIZE|RANK|LOCAL_RANK",
@@ -162,7 +165,7 @@ def build(cell: Cell, pins: Mapping[str, str], opts: LaunchOptions) -> LaunchSpe
         image=image_ref(opts.image or cell.tags[0], pins),
         nodes=opts.nodes,
         gpus_per_node=opts.gpus_per_node,
-        command=opts.command,
+        command=_command(opts.command),
         profile=profile,
         env=_env(profile, opts.env),
         shm_size=_shm(opts.shm_size or PROFILE_SHM[profile]),
@@ -199,6 +202,28 @@ def _check_counts(opts: LaunchOptions) -> None:
             "no COMMAND: put torchrun's script and its arguments after `--`, "
             "e.g. `imagekit launch ... -- train.py --epochs 3` or `-- -m pkg.train`"
         )
+
+
+def _command(command: tuple[str, ...]) -> tuple[str, ...]:
+    """Every word reaches the program as written (YAML escapes, `$$` for Kubernetes, bash
+    quoting for Slurm), control characters included; what no launcher can carry is refused:
+    NUL, which ends a word of argv, and text that is not UTF-8 (a manifest is UTF-8 JSON)."""
+    for number, word in enumerate(command, 1):
+        if "\0" in word or not _is_utf8(word):
+            raise UsageError(
+                f"COMMAND word {number} {word!r}: holds a NUL byte or is not UTF-8 text, "
+                "which no launcher can pass to the program; write it as UTF-8 text"
+            )
+    return command
+
+
+def _is_utf8(text: str) -> bool:
+    # Bytes that are not UTF-8 reach Python as lone surrogates (surrogateescape).
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _kind(engine: str, kind: str | None) -> str:
@@ -240,6 +265,8 @@ def _env(profile: str, extra: Sequence[str]) -> tuple[tuple[str, str], ...]:
             raise UsageError(f"--env {item}: write NAME=VALUE, e.g. --env NCCL_IB_HCA=mlx5")
         if _CONTROL.search(value):  # a newline would start a line of the script its own
             raise UsageError(f"--env {name}=...: the value holds a control character; one line")
+        if not _is_utf8(value):
+            raise UsageError(f"--env {name}=...: the value is not UTF-8 text; write it as UTF-8")
         for pattern, why, fix in RESERVED_FAMILIES:
             if pattern.fullmatch(name):
                 raise UsageError(f"--env {item}: {name} is {why}; {fix}")

@@ -8,6 +8,11 @@ own: Pyxis puts a whole srun step in the container). Step 2
 runs torchrun per node; the allocation's first node hosts the c10d rendezvous.
 IMAGEKIT_LAUNCHER, when set, replaces the container with a command prefix (a site's wrapper,
 or `docker run ...` in imagekit's own tests).
+
+Values reach the program as written: every --env value and COMMAND word is one bash word
+(shell_word: single-quoted, or `$'...'` with \\xHH for any unprintable character), so the
+script holds printable lines only; the script's own variables are all imagekit_*, which
+--env refuses, so none of them replaces an exported value.
 """
 
 from __future__ import annotations
@@ -56,13 +61,13 @@ def environment(spec: LaunchSpec) -> str:
     lines = [f"# Image: {spec.image}"]
     if spec.env:
         lines.append(f"# The NCCL environment of profile {spec.profile}; the container keeps it.")
-        lines += [f"export {name}={shlex.quote(value)}" for name, value in spec.env]
+        lines += [f"export {name}={shell_word(value)}" for name, value in spec.env]
     lines += [
         "# Rendezvous: torchrun on the allocation's first node hosts the c10d store.",
         # sed reads to the end: `head -n 1` would exit early and, under pipefail, a large
         # allocation's list (written in several blocks) would end the job with SIGPIPE.
-        'head_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | sed -n 1p)',
-        f"rdzv_port={spec.port}",
+        'imagekit_head_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | sed -n 1p)',
+        f"imagekit_rdzv_port={spec.port}",
     ]
     if spec.locked_memory:
         lines += [
@@ -74,13 +79,15 @@ def environment(spec: LaunchSpec) -> str:
 
 
 def container(spec: LaunchSpec) -> str:
-    """Set the arrays `srun_opts` (srun's container options) and `prefix` (a command prefix)."""
+    """Set the arrays `imagekit_srun_opts` (srun's container options) and `imagekit_prefix`
+    (a command prefix). The script's own variables are all imagekit_*, a family --env refuses,
+    so none of them can replace a value the user exports."""
     default = pyxis(spec) if spec.kind == "pyxis" else apptainer(spec)
     lines = [
         "# How a task enters the container; IMAGEKIT_LAUNCHER replaces it (word-split).",
         'if [[ -n "${IMAGEKIT_LAUNCHER:-}" ]]; then',
-        "  srun_opts=()",
-        '  read -r -a prefix <<< "$IMAGEKIT_LAUNCHER"',
+        "  imagekit_srun_opts=()",
+        '  read -r -a imagekit_prefix <<< "$IMAGEKIT_LAUNCHER"',
         "else",
         *(f"  {line}" for line in default),
         "fi",
@@ -98,7 +105,7 @@ def pyxis(spec: LaunchSpec) -> list[str]:
     ]
     if spec.env:  # enroot keeps the image's ENV over the job's unless named here
         opts.append(f'--container-env="{",".join(name for name, _ in spec.env)}"')
-    return ["srun_opts=(", *(f"  {opt}" for opt in opts), ")", "prefix=()"]
+    return ["imagekit_srun_opts=(", *(f"  {opt}" for opt in opts), ")", "imagekit_prefix=()"]
 
 
 def apptainer(spec: LaunchSpec) -> list[str]:
@@ -106,16 +113,16 @@ def apptainer(spec: LaunchSpec) -> list[str]:
     # --env splits a value at commas and reads `=` in it as another assignment, so the values
     # go in an env file, which Apptainer reads as shell: every value single-quoted.
     opts = ["exec", *(["--nv"] if spec.gpus_per_node else [])]
-    opts += ['--env-file "$env_file"'] if spec.env else []
-    opts += ['--bind "$SLURM_SUBMIT_DIR"', '--pwd "$SLURM_SUBMIT_DIR"', '"$sif"']
+    opts += ['--env-file "$imagekit_env_file"'] if spec.env else []
+    opts += ['--bind "$SLURM_SUBMIT_DIR"', '--pwd "$SLURM_SUBMIT_DIR"', '"$imagekit_sif"']
     return [
         "# Converted once into the submit folder (shared), not by every node.",
-        f'sif="$SLURM_SUBMIT_DIR/{sif_name(spec.image)}"',
-        'if [[ ! -f "$sif" ]]; then',
-        f'  apptainer pull "$sif" {shlex.quote(docker_uri(spec.image))}',
+        f'imagekit_sif="$SLURM_SUBMIT_DIR/{sif_name(spec.image)}"',
+        'if [[ ! -f "$imagekit_sif" ]]; then',
+        f'  apptainer pull "$imagekit_sif" {shlex.quote(docker_uri(spec.image))}',
         "fi",
-        "srun_opts=()",
-        "prefix=(apptainer",
+        "imagekit_srun_opts=()",
+        "imagekit_prefix=(apptainer",
         *(f"  {opt}" for opt in opts),
         ")",
     ]
@@ -123,23 +130,23 @@ def apptainer(spec: LaunchSpec) -> list[str]:
 
 def env_file(spec: LaunchSpec) -> str:
     """The environment as Apptainer's --env-file, written in the submit folder (every node
-    reads it) from a quoted heredoc: nothing in it is expanded by this script, and Apptainer
-    sources single-quoted values as they are. Values are one line (checked), so no line of
-    the heredoc can be its delimiter."""
+    reads it) at run time from the values exported above: NAME='value', each ' in it as '\\''
+    (Apptainer sources the file as shell). So the file holds the values' own bytes, and the
+    script holds no character a terminal would have to escape."""
     lines = [
         "# Apptainer's --env-file: its --env would split values at commas and '='.",
-        'env_file="$SLURM_SUBMIT_DIR/imagekit-env-$SLURM_JOB_ID"',
-        "trap 'rm -f \"$env_file\"' EXIT",
-        "(umask 077 && cat > \"$env_file\") <<'IMAGEKIT_ENV'",
-        *(f"{name}={single_quoted(value)}" for name, value in spec.env),
-        "IMAGEKIT_ENV",
+        'imagekit_env_file="$SLURM_SUBMIT_DIR/imagekit-env-$SLURM_JOB_ID"',
+        "trap 'rm -f \"$imagekit_env_file\"' EXIT",
+        # the quote in a variable: bash versions read a quoted pattern's \\' differently
+        "imagekit_sq=\"'\" imagekit_sq_escaped=\"'\\\\''\"",
+        "(umask 077 && {",
+        *(
+            f'  printf "%s=\'%s\'\\n" {name} "${{{name}//$imagekit_sq/$imagekit_sq_escaped}}"'
+            for name, _ in spec.env
+        ),
+        '} > "$imagekit_env_file")',
     ]
     return "\n".join(lines) + "\n"
-
-
-def single_quoted(value: str) -> str:
-    """`value` in single quotes for a shell, each ' written as '\\'' (nothing expands)."""
-    return "'" + value.replace("'", "'\\''") + "'"
 
 
 def sif_name(ref: str) -> str:
@@ -176,18 +183,20 @@ def preflight(spec: LaunchSpec) -> str:
     the container) where a failing node writes why, for the drain step outside it."""
     lines = [
         "# Step 1, on every node in its container: fail before training on a bad node.",
-        "read -r -d '' preflight <<'EOF' || true",
+        "read -r -d '' imagekit_preflight <<'EOF' || true",
         "set -euo pipefail",
-        "node=$(hostname)",
-        'reports="${1:-}"',
+        "imagekit_node=$(hostname)",
+        'imagekit_reports="${1:-}"',
         "fail() {",
-        '  echo "imagekit launch: $node: $1" >&2',
-        '  if [[ -n "$reports" ]]; then printf \'%s\\n\' "$1" > "$reports/$node.reason"; fi',
+        '  echo "imagekit launch: $imagekit_node: $1" >&2',
+        '  if [[ -n "$imagekit_reports" ]]; then',
+        '    printf \'%s\\n\' "$1" > "$imagekit_reports/$imagekit_node.reason"',
+        "  fi",
         "  exit 1",
         "}",
-        "shm_kib=$(df -k --output=size /dev/shm | tail -n 1 | tr -d ' ')",
-        f"if (( shm_kib < {spec.shm_kib} )); then",
-        f'  fail "/dev/shm has $shm_kib KiB; profile {spec.profile}'
+        "imagekit_shm_kib=$(df -k --output=size /dev/shm | tail -n 1 | tr -d ' ')",
+        f"if (( imagekit_shm_kib < {spec.shm_kib} )); then",
+        f'  fail "/dev/shm has $imagekit_shm_kib KiB; profile {spec.profile}'
         f' needs {spec.shm_size} (ask for a larger tmpfs, or pass --shm-size)"',
         "fi",
     ]
@@ -202,8 +211,9 @@ def preflight(spec: LaunchSpec) -> str:
     if (check := spec.selfcheck_argv()) and spec.drain_on_fail:
         # The failing checks' names and first reason, from the self-check's own JSON.
         lines += [
-            f'if ! {" ".join(check)} --json "$reports/$node.json"; then',
-            '  fail "$(python -m imagekit.selfcheck.failures "$reports/$node.json" 2>/dev/null'
+            f'if ! {" ".join(check)} --json "$imagekit_reports/$imagekit_node.json"; then',
+            '  fail "$(python -m imagekit.selfcheck.failures'
+            ' "$imagekit_reports/$imagekit_node.json" 2>/dev/null'
             ' || echo "the self-check failed and wrote no report")"',
             "fi",
         ]
@@ -220,16 +230,17 @@ def drain() -> str:
     return "\n".join(
         [
             "# --drain-on-fail: on every node, outside the container.",
-            "read -r -d '' drain <<'EOF' || true",
+            "read -r -d '' imagekit_drain <<'EOF' || true",
             "set -euo pipefail",
-            'reason_file="$1/$(hostname).reason"',
-            'if [[ -s "$reason_file" ]]; then',
+            'imagekit_reason_file="$1/$(hostname).reason"',
+            'if [[ -s "$imagekit_reason_file" ]]; then',
             "  # Letters, digits and plain punctuation only, at most 200 characters.",
-            "  why=$(tr -c 'A-Za-z0-9 .,:;()/_+-' ' ' < \"$reason_file\" | tr -s ' ')",
-            '  reason="imagekit preflight: ${why% }"',
-            '  reason="${reason:0:200}"',
-            '  scontrol update nodename="$SLURMD_NODENAME" state=drain reason="$reason"',
-            '  echo "imagekit launch: drained $SLURMD_NODENAME: $reason" >&2',
+            "  imagekit_why=$(tr -c 'A-Za-z0-9 .,:;()/_+-' ' ' < \"$imagekit_reason_file\""
+            " | tr -s ' ')",
+            '  imagekit_reason="imagekit preflight: ${imagekit_why% }"',
+            '  imagekit_reason="${imagekit_reason:0:200}"',
+            '  scontrol update nodename="$SLURMD_NODENAME" state=drain reason="$imagekit_reason"',
+            '  echo "imagekit launch: drained $SLURMD_NODENAME: $imagekit_reason" >&2',
             "fi",
             "EOF",
             "",
@@ -242,34 +253,58 @@ def checking(spec: LaunchSpec, run: str) -> list[str]:
     first failure), then each failed one drains itself and the job ends."""
     lines = ['echo "imagekit launch: checking $SLURM_NNODES nodes: $SLURM_JOB_NODELIST" >&2']
     if not spec.drain_on_fail:
-        return [*lines, f'{run} bash -c "$preflight"']
-    step = 'srun --ntasks-per-node=1 "${srun_opts[@]}" "${prefix[@]}"'
+        return [*lines, f'{run} bash -c "$imagekit_preflight"']
+    step = 'srun --ntasks-per-node=1 "${imagekit_srun_opts[@]}" "${imagekit_prefix[@]}"'
     return [
-        'reports="$SLURM_SUBMIT_DIR/imagekit-preflight-$SLURM_JOB_ID"',
-        'mkdir -p "$reports"',
+        'imagekit_reports="$SLURM_SUBMIT_DIR/imagekit-preflight-$SLURM_JOB_ID"',
+        'mkdir -p "$imagekit_reports"',
         *lines,
-        f'if ! {step} bash -c "$preflight" imagekit-preflight "$reports"; then',
-        '  echo "imagekit launch: preflight failed (reports in $reports);'
+        f'if ! {step} bash -c "$imagekit_preflight" imagekit-preflight "$imagekit_reports"; then',
+        '  echo "imagekit launch: preflight failed (reports in $imagekit_reports);'
         ' draining the nodes that failed" >&2',
-        '  srun --ntasks-per-node=1 bash -c "$drain" imagekit-drain "$reports" || true',
+        '  srun --ntasks-per-node=1 bash -c "$imagekit_drain" imagekit-drain'
+        ' "$imagekit_reports" || true',
         "  exit 1",
         "fi",
-        'rm -rf "$reports"',
+        'rm -rf "$imagekit_reports"',
     ]
 
 
+def shell_word(word: str) -> str:
+    """`word` as one bash word that reads back byte for byte: single-quoted (shlex) when every
+    character is printable, else ANSI-C quoted (`$'...'`) with each unprintable one (a
+    newline, a tab, \\r, U+2028, a bidi override) written as its UTF-8 bytes, \\xHH. So each
+    line of the script stays one line, sbatch never finds the DOS line break (\\r\\n) it
+    refuses a script for, and the script shows on a terminal exactly as it is."""
+    if word.isprintable():
+        return shlex.quote(word)
+    return "$'" + "".join(map(_ansi_c, word)) + "'"
+
+
+def _ansi_c(char: str) -> str:
+    if char in "\\'":
+        return "\\" + char
+    if char.isprintable():
+        return char
+    # \xHH takes at most two hex digits, so a digit after it stays a character of its own.
+    return "".join(f"\\x{byte:02x}" for byte in char.encode("utf-8"))
+
+
 def steps(spec: LaunchSpec) -> str:
-    command = shlex.join(spec.command)
-    run = 'srun --ntasks-per-node=1 --kill-on-bad-exit=1 "${srun_opts[@]}" "${prefix[@]}"'
+    command = " ".join(shell_word(word) for word in spec.command)
+    run = (
+        "srun --ntasks-per-node=1 --kill-on-bad-exit=1"
+        ' "${imagekit_srun_opts[@]}" "${imagekit_prefix[@]}"'
+    )
     return "\n".join(
         [
             *checking(spec, run),
             "",
             "# Step 2: torchrun on every node; ranks meet at the first node.",
-            'echo "imagekit launch: rendezvous at $head_node:$rdzv_port" >&2',
+            'echo "imagekit launch: rendezvous at $imagekit_head_node:$imagekit_rdzv_port" >&2',
             f"{run} \\",
             f'  torchrun --nnodes="$SLURM_NNODES" --nproc-per-node={spec.procs_per_node} \\',
-            '  --rdzv-backend=c10d --rdzv-endpoint="$head_node:$rdzv_port"'
+            '  --rdzv-backend=c10d --rdzv-endpoint="$imagekit_head_node:$imagekit_rdzv_port"'
             ' --rdzv-id="$SLURM_JOB_ID" \\',
             f"  {command}",
             "",
