@@ -252,6 +252,29 @@ def test_glob_tries_are_counted_before_they_are_made(write_env) -> None:  # type
     assert f"at most {expand_mod.MAX_GLOB_TRIES:,}" in str(problem) and not spec.cells
 
 
+def test_regex_globs_are_counted_before_they_are_compiled(write_env) -> None:  # type: ignore[no-untyped-def]
+    # distinct [set] globs are a regex each: 47,500 took 2.5 s and overflowed fnmatch's cache
+    entry = "  - {{torch: '[2]*{i}', cuda: '[1]*{i}', python: '[3]*{i}', os: '[d]*{i}', flavor: '[s]*{i}'}}\n"
+    folder = write_env(
+        "matrix:\n  - {cuda: cpu, torch: '2.13.0', python: '3.11', os: debian12, flavor: slim}\n"
+        "overrides:\n"
+        + "".join(f"  - match: {entry[4:].format(i=i).strip()}\n    apt: [x]\n" for i in range(500))
+        + "exclude:\n"
+        + "".join(entry.format(i=i) for i in range(500))
+    )
+    started = time.monotonic()
+    spec = load_spec([folder])
+    assert time.monotonic() - started < SECONDS
+    assert [p.field for p in spec.problems] == ["exclude", "overrides"] and not spec.cells
+    assert "2,500 distinct globs with a [set]" in str(spec.problems[0])
+    assert f"at most {expand_mod.MAX_REGEX_GLOBS:,}" in str(spec.problems[1])
+
+
+def test_a_few_regex_globs_still_match() -> None:
+    assert expand_mod.needs_regex("[23].*") and expand_mod.needs_regex("*1?2*")
+    assert not expand_mod.needs_regex("2.7*") and not expand_mod.needs_regex("3.1?")
+
+
 # -- the fast paths agree with their plain definitions ------------------------------------
 
 

@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from imagekit import terminal
-from imagekit.contract.text import escape
+from imagekit.contract.text import escape, shown
 from imagekit.engine.fake import FakeEngine
 from imagekit.engine.interface import BuildRequest, BuildResult, LineSink, RunOptions, RunResult
 from imagekit.errors import BuildError
@@ -38,6 +38,7 @@ MARK = "::notice title=INJECTED::y"
 # carriage returns, ANSI escape and control sequences (CSI, OSC), backspace, bell, DEL, C1
 # controls, bidirectional overrides. NUL cannot travel in argv or the environment.
 CONTROLS = [
+    "",  # the value starts the line: a path such as `::notice::x/images.lock`
     "\n",
     "\r",
     "\r\n",
@@ -57,7 +58,7 @@ CONTROLS = [
 ]
 values = st.builds(
     lambda before, control, after: f"{before}{control}{MARK}{after}",
-    st.sampled_from(["x", "12.6", "a b", ""]),
+    st.sampled_from(["", "x", "12.6", "a b", "##[error]"]),
     st.sampled_from(CONTROLS),
     st.sampled_from(["", "\n", "\x1b[0m", " tail"]),
 )
@@ -70,16 +71,40 @@ def assert_clean(text: str, where: str = "output") -> None:
     assert not bad, f"{where} holds raw {bad!r}: {text!r}"
     for line in text.split("\n"):
         assert not line.lstrip().startswith("::notice"), f"{where}: a value started {line!r}"
+        # imagekit's own annotation is one command, read whole (the runner tries `::` first)
+        if not line.startswith("::error "):
+            assert "##[" not in line, f"{where}: a legacy workflow command: {line!r}"
 
 
 def assert_shown(ran: Ran, value: str) -> None:
     """The value is there, escaped: the user sees what they gave."""
     assert_clean(ran.out, "stdout")
     assert_clean(ran.err, "stderr")
-    assert escape(MARK) in ran.text, ran
+    assert escape(MARK)[1:] in ran.text, ran  # its first colon escaped where it starts a line
 
 
 # --- the one writer --------------------------------------------------------------------
+
+
+def test_a_value_that_starts_a_line_is_no_workflow_command() -> None:
+    # GitHub reads `::name::` at a line's start, leading spaces trimmed, and `##[` anywhere
+    assert terminal.render(["::notice::a", "  ::error::b", "x ##[error]c"]) == (
+        "\\x3a:notice::a\n  \\x3a:error::b\nx #\\x23[error]c"
+    )
+    assert terminal.render(terminal.render("::notice::a")) == "\\x3a:notice::a"  # idempotent
+
+
+def test_click_shows_imagekits_own_words_on_their_lines(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    bare = run(capsys, "compat")
+    assert bare.code == 2 and "Commands:" in bare.err.splitlines() and "\\n" not in bare.err
+    missing = run(capsys, "launch", "--", "x")
+    assert missing.err.splitlines()[-3:] == [
+        "Error: Missing option '--engine'. Choose from:",
+        "    kubernetes,",
+        "    slurm",
+    ]
 
 
 def test_a_line_is_escaped_whole_and_lines_are_imagekits_own() -> None:
@@ -91,10 +116,13 @@ def test_a_line_is_escaped_whole_and_lines_are_imagekits_own() -> None:
 
 @given(st.text())
 def test_escape_leaves_nothing_unprintable_and_is_idempotent(text: str) -> None:
-    shown = escape(text)
-    assert shown.isprintable() and escape(shown) == shown
+    escaped = escape(text)
+    assert escaped.isprintable() and escape(escaped) == escaped
     if text.isprintable():
-        assert shown == text
+        assert escaped == text
+    once = shown(text)
+    assert once.isprintable() and shown(once) == once and "##[" not in once
+    assert not once.lstrip().startswith("::")
 
 
 WRITERS = {"print", "echo", "secho"}  # and .write/.writelines on stdout or stderr

@@ -33,6 +33,11 @@ CASES = {
     # read as a date, then refused by datetime; and a float that is not one (a crash before)
     "bad-date": ("a: 2001-13-45\n", "month must be in 1..12"),
     "bad-float": ("a: !!float abc\n", "could not convert string to float"),
+    # a container made of a word: as a key it was unhashable (exit 70 before)
+    "map-key": ("matrix:\n  - cuda: cpu\n    !!map torch: x\n", "tag:yaml.org,2002:map on a"),
+    "set-value": ("a: !!set x\n", "tag:yaml.org,2002:set on a plain value"),
+    "seq-key-late-error": ("!!seq !!int : \n", "not valid YAML: did not find expected key"),
+    "one-line-reason": ("matrix:\n  - cuda: [a\n    torch: x\n", "at line 3, column 10, while"),
 }
 
 
@@ -165,6 +170,7 @@ def test_the_one_pass_load_agrees_with_the_careful_one(text: str) -> None:
 
 FRAGMENTS = ["a", "<<", "1", "1.5", "~", "'q'", "&x ", "&y ", "*x", "*y", "!!str ", "! ", ": "]
 FRAGMENTS += ["- ", "[", "]", "{", "}", ", ", "\n", "\n  ", "\n- ", "? ", "---\n", "2001-13-45"]
+FRAGMENTS += ["!!map ", "!!seq ", "!!set "]
 
 
 @settings(max_examples=1_000, deadline=None)

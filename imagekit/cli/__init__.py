@@ -212,7 +212,7 @@ def main(argv: list[str] | None = None) -> None:
             terminal.echo(exc.report)
         if os.environ.get("GITHUB_ACTIONS") == "true":  # each problem shows on its line
             for problem in getattr(exc, "records", ()):
-                terminal.echo(problem.annotation())
+                terminal.command(problem.annotation())
         terminal.echo([f"imagekit: error: {exc.lines[0]}", *exc.lines[1:]], err=True)
         sys.exit(exc.exit_code)
     except click.exceptions.Abort:
@@ -236,16 +236,25 @@ def main(argv: list[str] | None = None) -> None:
 
 def show_click_error(exc: click.ClickException) -> None:
     """click's own error (a missing option, a bad value), written as click would, through
-    the one writer: its message holds the value the user typed."""
-    lines: list[str] = []
+    the one writer: its message holds the value the user typed, so it is one line, except
+    where click's message is imagekit's own words (the help of a group run bare, a missing
+    option's choices)."""
     ctx = getattr(exc, "ctx", None)
+    if isinstance(exc, click.exceptions.NoArgsIsHelpError) and ctx is not None:
+        terminal.echo(ctx.get_help().splitlines(), err=True)
+        return
+    message = exc.format_message()
+    if isinstance(exc, click.MissingParameter):
+        said = [line.replace("\t", "    ") for line in message.split("\n")]
+    else:
+        said = [message]
+    lines: list[str] = []
     if ctx is not None:
         lines += ctx.get_usage().splitlines()  # click's, from imagekit's own names
         if ctx.command.get_help_option(ctx) is not None:
             lines.append(f"Try '{ctx.command_path} {ctx.help_option_names[0]}' for help.")
         lines.append("")
-    lines.append(f"Error: {exc.format_message()}")
-    terminal.echo(lines, err=True)
+    terminal.echo([*lines, f"Error: {said[0]}", *said[1:]], err=True)
 
 
 def write_crash_log(exc: BaseException) -> Path:

@@ -14,6 +14,19 @@ import re
 _FAST_OK = re.compile(r"[ -~]*")  # plain printable ASCII: nothing to do
 
 
+def shown(line: str) -> str:
+    """One line as it may be shown: escaped, and with no CI command in it. GitHub Actions
+    reads `::name::` at a line's start (leading spaces trimmed) and the older `##[name]`
+    anywhere in a line: a value at the start of a line (a path such as
+    `::notice::x/images.lock`) shows its first colon as `\\x3a`, and `##[` as `#\\x23[`.
+    Idempotent, as `escape` is."""
+    line = escape(line)
+    body = line.lstrip()
+    if body.startswith("::"):
+        line = line[: len(line) - len(body)] + "\\x3a" + body[1:]
+    return line.replace("##[", "#\\x23[")
+
+
 def escape(text: str) -> str:
     """`text` with every unprintable character written as its Python escape (a newline as
     `\\n`, ESC as `\\x1b`, U+202E as `\\u202e`). Idempotent: its result is printable, so

@@ -290,8 +290,9 @@ class DockerEngine:
             try:
                 self._stream(self.push_args(request, tags, compression, metadata), lambda _: None)
             except BuildError as exc:
-                reason = f"{exc.lines[0].rstrip(':')} (its last lines below)"
-                raise PushError(_push_failure(tags[0], reason), *exc.lines[-5:]) from None
+                headline, *tail = exc.lines
+                reason = headline.removesuffix("; its last lines:")
+                raise PushError(_push_failure(tags[0], reason), *tail[-5:]) from None
             digest = ""
             if metadata.is_file():
                 digest = str(json.loads(metadata.read_text()).get("containerimage.digest", ""))

@@ -19,6 +19,7 @@ from packaging.version import Version
 from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationError
 
 from imagekit.errors import CompatError
+from imagekit.matrix.yamlsrc import yaml_reason
 from imagekit.resources import DATA_DIR
 from imagekit.runtime import fwdcompat
 
@@ -378,5 +379,5 @@ def read(path: Path) -> Compat:
         with open(path, encoding="utf-8") as fh:
             raw = yaml.safe_load(fh)
     except yaml.YAMLError as exc:
-        raise CompatError(f"compat data {path} is not valid YAML: {exc}") from None
+        raise CompatError(f"compat data {path} is not valid YAML: {yaml_reason(exc)}") from None
     return parse(raw, path)

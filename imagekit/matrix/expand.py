@@ -136,6 +136,9 @@ MAX_BLOCK_CELLS = 1_000
 MAX_CELLS = 5_000
 # Globs other than a prefix ("2.7*") are tried once per value: a real file tries hundreds.
 MAX_GLOB_TRIES = 200_000
+# A glob with a [set] (or ? between stars) is a regex, compiled once per pattern (~25 us each):
+# thousands of distinct ones are seconds, and past fnmatch's cache every value recompiles.
+MAX_REGEX_GLOBS = 2_000
 _GLOB = frozenset("*?[")
 _LITERAL_PREFIX = re.compile(r"[^*?\[]*")
 _WARNINGS_SHOWN = 20  # per section and file: 10,000 unused excludes are one note, not a flood
@@ -232,7 +235,7 @@ def glob_match(value: str, pattern: str) -> bool:
     place (which leaves the most room for the rest). Others go to fnmatch once their
     literal prefix fits."""
     parts = pattern.split("*")
-    if "[" in pattern or any("?" in part for part in parts[1:-1]):
+    if needs_regex(pattern):
         prefix = _LITERAL_PREFIX.match(pattern).group()  # type: ignore[union-attr]
         return value.startswith(prefix) and fnmatch.fnmatchcase(value, pattern)
     if len(parts) == 1:
@@ -248,6 +251,11 @@ def glob_match(value: str, pattern: str) -> bool:
             return False
         start = found + len(part)
     return True
+
+
+def needs_regex(pattern: str) -> bool:
+    """Whether glob_match hands `pattern` to fnmatch (a [set], or ? between two stars)."""
+    return "[" in pattern or any("?" in part for part in pattern.split("*")[1:-1])
 
 
 def _fits(value: str, at: int, part: str) -> bool:
@@ -383,17 +391,22 @@ def _glob_tries(
     problems = []
     for section, index in indexes.items():
         tries = sum(len(values[a]) * len(index.axes[a].globs) for a in AXES)
+        regexes = sum(needs_regex(p) for a in AXES for p, _ in index.axes[a].globs)
+        why = None
         if tries > MAX_GLOB_TRIES:
-            problems.append(
-                Problem(
-                    f"its globs would be tried {tries:,} times (each glob once per value of "
-                    f"its axis); a file may need at most {MAX_GLOB_TRIES:,} (use exact "
-                    'values or prefix globs such as "2.7*", or fewer entries)',
-                    located.file,
-                    located.line_of((section,)),
-                    section,
-                )
+            why = (
+                f"its globs would be tried {tries:,} times (each glob once per value of "
+                f"its axis); a file may need at most {MAX_GLOB_TRIES:,}"
             )
+        elif regexes > MAX_REGEX_GLOBS:
+            why = (
+                f"it has {regexes:,} distinct globs with a [set] or an inner ?, each a regex "
+                f"to compile; a file may have at most {MAX_REGEX_GLOBS:,}"
+            )
+        if why:
+            fix = ' (use exact values or prefix globs such as "2.7*", or fewer entries)'
+            line = located.line_of((section,))
+            problems.append(Problem(why + fix, located.file, line, section))
     return problems
 
 

@@ -44,6 +44,7 @@ TOO_MANY = (
     "a matrix needs far fewer"
 )
 MERGE_TAG = "tag:yaml.org,2002:merge"
+COLLECTIONS = (dict, list, set, tuple)  # what a tag may make of a plain value, refused
 STR_TAG = "tag:yaml.org,2002:str"
 # libyaml's scanner and composer when PyYAML has them: 10,000 excludes compose in 0.1 s, not
 # 4 s (the pure-Python scanner). The depth check runs first, so its recursion is bounded.
@@ -90,6 +91,19 @@ class YamlSyntaxError(ValueError):
         super().__init__(str(self.problem))
 
 
+def yaml_reason(exc: yaml.YAMLError) -> str:
+    """PyYAML's error as one line: its problem, where, and what it was inside (its own text
+    spans lines and names a "<unicode string>")."""
+    problem = getattr(exc, "problem", None)
+    if not problem:
+        return " ".join(str(exc).split())
+    mark, context = getattr(exc, "problem_mark", None), getattr(exc, "context", None)
+    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+    started = getattr(exc, "context_mark", None)
+    inside = f", {context} from line {started.line + 1}" if context and started else ""
+    return f"{problem}{where}{inside or (f', {context}' if context else '')}"
+
+
 def load(path: Path, display: str | None = None) -> Located:
     name = display or str(path)
     text = _read(path, name)
@@ -120,7 +134,7 @@ def _careful(text: str, name: str) -> Located:
     try:
         node = yaml.compose(text, Loader=LOADER)
     except yaml.YAMLError as exc:
-        raise YamlSyntaxError(name, _line(exc), f"not valid YAML: {exc}") from None
+        raise YamlSyntaxError(name, _line(exc), f"not valid YAML: {yaml_reason(exc)}") from None
     except RecursionError:
         raise YamlSyntaxError(name, 1, "nested too deeply to be a matrix file") from None
     located = Located(file=name, data=None)
@@ -165,7 +179,7 @@ def _check_depth(text: str, name: str) -> None:
             elif isinstance(token, _CLOSE):
                 depth -= 1
     except yaml.YAMLError as exc:
-        raise YamlSyntaxError(name, _line(exc), f"not valid YAML: {exc}") from None
+        raise YamlSyntaxError(name, _line(exc), f"not valid YAML: {yaml_reason(exc)}") from None
 
 
 def _line(exc: yaml.YAMLError) -> int:
@@ -227,6 +241,8 @@ class _Walker:
         except (yaml.YAMLError, ValueError, ArithmeticError) as exc:
             problem = getattr(exc, "problem", None) or str(exc)
             raise self._error(node, f"{problem} (tag {node.tag}); use plain YAML values") from None
+        if isinstance(value, COLLECTIONS):  # `!!map x` or `!!set x`: a container from a word
+            raise self._error(node, f"tag {node.tag} on a plain value; use plain YAML values")
         if isinstance(value, float) and not isinstance(value, bool):
             return YamlNumber(value, str(node.value))
         return value
@@ -311,7 +327,7 @@ def _syntax_error(builder: _Builder, text: str, name: str, exc: yaml.YAMLError) 
     if builder.aliases is not None:
         raise _Unusual from None
     _check_depth(text, name)
-    raise YamlSyntaxError(name, _line(exc), f"not valid YAML: {exc}") from None
+    raise YamlSyntaxError(name, _line(exc), f"not valid YAML: {yaml_reason(exc)}") from None
 
 
 class _Aliases:
@@ -537,6 +553,8 @@ class _Builder:
                 value = self.constructor.construct_object(node)
             except Exception:  # whatever it is, the careful walk reports it
                 raise _Unusual from None
+            if isinstance(value, COLLECTIONS):  # `!!map x`: the careful walk refuses it
+                raise _Unusual
             if isinstance(value, float) and not isinstance(value, bool):
                 value = YamlNumber(value, str(node.value))
             self.scalars[key] = value

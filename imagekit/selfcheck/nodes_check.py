@@ -29,6 +29,7 @@ from typing import Any
 from imagekit.contract import exits
 from imagekit.contract import labels as label
 from imagekit.contract.checks import ENV_PROFILE, FAILED, PASSED
+from imagekit.contract.text import shown
 from imagekit.contract.tolerances import DDP_GRAD_SPREAD
 from imagekit.selfcheck.ddp import nccl_log_env
 from imagekit.selfcheck.nccl_log import transport_from_log
@@ -167,7 +168,8 @@ def run_rank(args: argparse.Namespace, ids: dict[str, int]) -> dict[str, Any]:
         joined_at = time.time()
         me = identity(ids)
         write(args.report_dir / f"rank-{ids['rank']}.json", {**me, "joined_at": joined_at})
-        print(f"rank {ids['rank']} on {me['host']}: joined ({ids['world_size']} ranks)", flush=True)
+        host = shown(str(me["host"]))  # a node's name, as its kernel says it
+        print(f"rank {ids['rank']} on {host}: joined ({ids['world_size']} ranks)", flush=True)
         ranks: list[Any] = [None] * ids["world_size"]
         dist.all_gather_object(ranks, me)
         inject_faults(ids)

@@ -7,7 +7,7 @@ import xml.etree.ElementTree as ET
 from typing import Any
 
 from imagekit.contract.checks import RESULT_STATUSES, CheckResult, Status
-from imagekit.contract.text import escape
+from imagekit.contract.text import shown
 
 KEYS = (
     "torch",
@@ -75,7 +75,7 @@ def checks_table(results: dict[str, CheckResult]) -> str:
     lines.append(", ".join(f"{_count(results, s)} {s.value}" for s in RESULT_STATUSES))
     # a row's details hold what drivers and libraries said (a GPU's name, an exception's
     # text): escaped, so none of it starts a line or moves the cursor
-    return "\n".join(escape(line) for line in lines)
+    return "\n".join(shown(line) for line in lines)
 
 
 def to_json(results: dict[str, CheckResult], context: dict[str, Any]) -> str:
