@@ -123,6 +123,17 @@ MATRICES: dict[str, tuple[int, Callable[[], str]]] = {
             + "".join(f"  - {{python: '?.{i}?'}}\n" for i in range(N))
         ),
     ),
+    "distinct [set] globs (9,500 x 5 axes)": (
+        47_500,
+        lambda: _entries(
+            "exclude",
+            lambda i: (
+                f"  - {{torch: '[2]*{i}', cuda: '[1]*{i}', python: '[3]*{i}', "
+                f"os: '[d]*{i}', flavor: '[s]*{i}'}}\n"
+            ),
+            9_500,
+        ),
+    ),
     "bomb 20x20x20x20": (
         160_000,
         lambda: (

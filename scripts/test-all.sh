@@ -36,7 +36,12 @@ on_engine() {  # ENGINE NAME LIMIT PYTEST-ARGS...: the tests on ENGINE, then pru
   shift 3
   phase "start-$engine" 120 bash .ci/engines.sh start "$engine"
   eval "$(bash .ci/engines.sh env "$engine")"
+  # a run that failed or was stopped earlier left its images and cache: a full disk would
+  # show up as unrelated red tests, so start clean, and prune after a failed phase too
+  phase "clean-$engine" 900 bash .ci/engines.sh prune
+  trap 'echo "=== pruning $engine after the failure"; bash .ci/engines.sh prune || true' EXIT
   phase "$name" "$limit" python -m pytest "$@"
+  trap - EXIT
   phase "prune-$engine" 900 bash .ci/engines.sh prune
   phase "reset-registry" 120 bash .ci/setup-host.sh reset-registry
 }
