@@ -69,12 +69,12 @@ def split(block: str) -> list[str]:
     return block.rstrip("\n").split("\n") if block else []
 
 
-def foreign(block: str | Iterable[str], gutter: str = GUTTER) -> list[str]:
-    """Lines that come from a container, the engine or another program, each behind
-    `gutter`: a line such as `::error::x` in a container's log is shown, never obeyed."""
+def foreign(block: str | Iterable[str]) -> list[str]:
+    """Lines that come from a container, the engine or another program, each behind the
+    GUTTER: a line such as `::error::x` in a container's log is shown, never obeyed."""
     found = (
         split(block)
         if isinstance(block, str)
         else [part for line in block for part in split(line) or [""]]
     )
-    return [f"{gutter}{line}" for line in found]
+    return [f"{GUTTER}{line}" for line in found]
