@@ -2,7 +2,7 @@
 # The three Docker engines imagekit is tested on, installed and started by the project itself,
 # one at a time, each with a data folder of its own; nothing else on the host moves.
 #
-#   bash .ci/engines.sh install                # both engines' packages (idempotent)
+#   bash .ci/engines.sh install                # both engines' packages, cosign, oras (idempotent)
 #   bash .ci/engines.sh start containerd|classic|docker20
 #   bash .ci/engines.sh env [ENGINE]           # the shell lines a client of ENGINE needs
 #   bash .ci/engines.sh current                # which of the three answers on the socket
@@ -37,6 +37,13 @@ PINNED=(docker.io=28.5.2+dfsg4-5 docker-cli=28.5.2+dfsg4-5 docker-buildx=0.29.1+
 FALLBACK=(docker.io/trixie docker-cli/trixie docker-buildx/trixie containerd/trixie
   tini-static/trixie)
 D28=$PREFIX/docker28
+# The supply-chain tools (imagekit sbom/test --attest/verify): cosign signs and verifies the
+# self-check attestation offline with a key pair, oras attaches the SBOM as a referrer.
+# Debian unstable's (Go programs that run on Debian 12), unpacked beside the engines and
+# linked into /usr/local/bin; the fallback is Debian 13's.
+TOOLS_PINNED=(cosign=3.1.1-2 oras=1.3.3-1)
+TOOLS_FALLBACK=(cosign/trixie oras/trixie)
+TOOLS=$PREFIX/supply-tools
 
 say() { echo "engines: $*" >&2; }
 
@@ -85,6 +92,28 @@ install_docker28() {
   ln -sf "$D28/usr/libexec/docker/cli-plugins/docker-buildx" "$STATE/docker28-cli/cli-plugins/"
   [ -f "$STATE/docker28-cli/config.json" ] || echo '{}' >"$STATE/docker28-cli/config.json"
   rm -rf "$debs"
+}
+
+install_supply_tools() {
+  if [ -x "$TOOLS/usr/bin/cosign" ] && [ -x "$TOOLS/usr/bin/oras" ]; then link_supply_tools; return 0; fi
+  [ -n "${APT_OPTS+x}" ] || private_apt
+  local debs=$STATE/tool-debs
+  rm -rf "$debs" && mkdir -p "$debs"
+  if ! (cd "$debs" && timeout 600 apt-get "${APT_OPTS[@]}" download "${TOOLS_PINNED[@]}" >/dev/null); then
+    say "the pinned cosign/oras left unstable; FALLBACK: Debian 13's"
+    (cd "$debs" && timeout 600 apt-get "${APT_OPTS[@]}" download "${TOOLS_FALLBACK[@]}" >/dev/null)
+  fi
+  rm -rf "$TOOLS.tmp" && mkdir -p "$TOOLS.tmp"
+  for deb in "$debs"/*.deb; do dpkg-deb -x "$deb" "$TOOLS.tmp"; done
+  rm -rf "$TOOLS" && mv "$TOOLS.tmp" "$TOOLS" && rm -rf "$debs"
+  link_supply_tools
+}
+
+link_supply_tools() {
+  local tool
+  for tool in cosign oras; do ln -sf "$TOOLS/usr/bin/$tool" "/usr/local/bin/$tool"; done
+  # Debian's cosign calls itself "devel": the package's version is the one to read
+  say "supply-chain tools in /usr/local/bin: $(ls "$TOOLS/usr/bin" | tr '\n' ' ')"
 }
 
 daemon_of() {  # ENGINE -> the dockerd binary
@@ -187,7 +216,7 @@ prune() {  # what the running engine holds: containers, images, BuildKit's cache
 
 mkdir -p "$STATE"
 case "${1:-}" in
-  install) install_docker20 && install_docker28 ;;
+  install) install_docker20 && install_docker28 && install_supply_tools ;;
   start) start "${2:?engine: containerd, classic or docker20}" ;;
   stop) stop_all ;;
   env) env_of "${2:-}" ;;
