@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from imagekit.cli import main
 
 ALLOWED = {"FROM", "ENV", "RUN", "ARG", "COPY", "LABEL", "USER", "WORKDIR", "ENTRYPOINT", "CMD"}
-STAGES = {"os-base", "builder", "packages", "runtime"}
+STAGES = {"os-base", "builder", "packages", "sbom-tool", "runtime"}
 NASTY = st.sampled_from(
     ["\n", "\r", "\\", '"', "'", "$", "`", "&&", ";", " ", "\n# ", "\nRUN evil", "\u2028",
      "\x00", "{", "}", ":", "@", "/", "..", "-", "*", "\x85", "\t", "=", ",", "AS", "FROM x"]

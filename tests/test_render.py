@@ -62,6 +62,7 @@ def test_structure_of_the_readme_cell(catalog: dict[str, object]) -> None:
     assert stages == [
         "FROM debian:bookworm-slim AS os-base",
         "FROM debian:bookworm-slim AS builder",
+        "FROM builder AS sbom-tool",
         "FROM os-base AS runtime",
     ]
     assert text.count("sharing=locked") == 4  # apt's caches (os-base, builder): apt locks
@@ -89,6 +90,7 @@ def test_pip_packages_install_in_the_runtime_after_the_builder_venv(
     cell = replace(catalog["cu126-torch2.7.1-py3.11-debian12-slim"], installer="pip")  # type: ignore[type-var]
     text = render(cell)
     builder, runtime = text.split(" AS builder")[1].split("FROM os-base AS runtime")
+    builder = builder.split("FROM builder AS sbom-tool")[0]
     assert "torch==2.7.1" in builder and "numpy<3" not in builder
     lines = runtime.splitlines()
     venv = lines.index("COPY --from=builder /opt/venv /opt/venv")

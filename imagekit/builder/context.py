@@ -8,11 +8,13 @@ imagekit/lib/imagekit/     the contract, self-check and runtime packages (stdlib
 imagekit/lib/imagekit-threads.pth  sets OMP_NUM_THREADS when the venv's Python starts
 imagekit/labels.json       the io.imagekit.* labels of the cell, read by the self-check
 imagekit/groups.py         resolves the venv's package groups in the builder (bind-mounted)
+imagekit/sbom_writer.py    writes the image's SBOM in the runtime stage (bind-mounted)
 imagekit/locked/           the cell's package lock as group files, or empty (bind-mounted)
 wheelhouse/                hard links to --wheelhouse wheels (bind-mounted, never a layer)
 source/                    the cell's `source` folder, copied last into /workspace
 
-groups.py, pyc_cache.py and venv_delta.py are imagekit/buildtime/'s scripts, copied flat.
+groups.py, pyc_cache.py, venv_delta.py and sbom_writer.py are imagekit/buildtime/'s scripts,
+copied flat.
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ def stage(
     for name in ("build-env.sh", "entrypoint.sh"):
         shutil.copy2(templates_dir() / "context" / name, helpers / name)
     os.chmod(helpers / "entrypoint.sh", 0o755)
-    for name in ("groups.py", "pyc_cache.py", "venv_delta.py"):
+    for name in ("groups.py", "pyc_cache.py", "venv_delta.py", "sbom_writer.py"):
         shutil.copy2(PACKAGE_DIR / "buildtime" / name, helpers / name)
     lib = helpers / "lib" / "imagekit"
     for package in ("contract", "selfcheck", "runtime"):

@@ -27,6 +27,10 @@ from imagekit.resources import templates_dir
 # wheels alone and survives every rebuild.
 LAYER_EPOCH = 315532800
 DEVEL_REQUIREMENTS = ("ninja", "packaging", "psutil", "setuptools", "wheel")
+# The SBOM's writer library, installed in the sbom-tool stage and mounted for one step of the
+# runtime stage (never in a layer); the tests validate with the same version (pyproject).
+SBOM_LIBRARY = "cyclonedx-python-lib==11.12.0"
+SBOM_PATH = "/opt/imagekit/sbom.cdx.json"  # supply/sbom.py's PATH; docs/sbom.md
 
 
 @dataclass(frozen=True)
@@ -131,6 +135,8 @@ def render(
         user={"name": USER[0], "uid": USER[1]},
         cache_mounts=cache_mounts,
         layer_epoch=LAYER_EPOCH,
+        sbom_library=SBOM_LIBRARY,
+        sbom_path=SBOM_PATH,
     )
 
 

@@ -6,6 +6,7 @@
 #   os-base  OS packages and the non-root user
 #   builder  the installer, and the pins of torch and the features (beside os-base)
 #   runtime  os-base + your apt packages + the environment, then env, labels, source last
+#   sbom-tool  the SBOM writer's library, mounted for the runtime stage's SBOM step only
 
 FROM debian:bookworm-slim AS os-base
 ENV LANG=C.UTF-8 LC_ALL=C.UTF-8
@@ -91,6 +92,17 @@ RUN --mount=type=cache,id=imagekit-pip,target=/root/.cache/pip,sharing=private \
     && find /opt/venv -exec touch -h -d @315532800 {} +
 
 
+# The SBOM writer's library, for one step of the runtime stage (mounted there, never copied).
+FROM builder AS sbom-tool
+RUN --mount=type=cache,id=imagekit-pip,target=/root/.cache/pip,sharing=private \
+    --mount=type=secret,id=ca \
+    --mount=type=secret,id=index \
+    --mount=type=bind,source=imagekit/build-env.sh,target=/run/imagekit/build-env.sh \
+    --mount=type=bind,source=wheelhouse,target=/wheelhouse \
+    . /run/imagekit/build-env.sh \
+    && /opt/venv/bin/pip install --find-links /wheelhouse --no-compile --target /opt/sbom-tool \
+       cyclonedx-python-lib==11.12.0
+
 FROM os-base AS runtime
 # apt as in the base image again, for images built FROM this one: downloaded .debs are
 # deleted after each install (the docker-clean of Debian's and Ubuntu's official images).
@@ -172,6 +184,20 @@ COPY imagekit/lib/imagekit /opt/venv/lib/python3.11/site-packages/imagekit
 COPY imagekit/lib/imagekit-threads.pth /opt/venv/lib/python3.11/site-packages/
 # What this image promises (the same as its io.imagekit.* labels), for the self-check.
 COPY imagekit/labels.json /etc/imagekit/labels.json
+# The SBOM (docs/sbom.md): the venv's Python packages, with the package lock's hashes, and
+# dpkg's packages, as CycloneDX JSON. Its writer's library is mounted for this step only, so
+# it lands in no layer; the file gets the layers' one date, so the same packages make the
+# same layer.
+RUN --mount=type=bind,from=sbom-tool,source=/opt/sbom-tool,target=/run/imagekit/sbom-tool \
+    --mount=type=bind,source=imagekit/sbom_writer.py,target=/run/imagekit/sbom_writer.py \
+    --mount=type=bind,source=imagekit/locked,target=/run/imagekit/locked \
+    mkdir -p /opt/imagekit \
+    && PYTHONPATH=/run/imagekit/sbom-tool PYTHONDONTWRITEBYTECODE=1 /opt/venv/bin/python \
+       /run/imagekit/sbom_writer.py --site /opt/venv/lib/python3.11/site-packages \
+       --dpkg-status /var/lib/dpkg/status --os-release /etc/os-release \
+       --locked /run/imagekit/locked --name cpu-torch2.13.0-py3.11-debian12-slim --epoch 315532800 \
+       --out /opt/imagekit/sbom.cdx.json \
+    && touch -h -d @315532800 /opt /opt/imagekit /opt/imagekit/sbom.cdx.json
 ENV PATH=/opt/venv/bin:$PATH VIRTUAL_ENV=/opt/venv
 # Tuned defaults from the cell's profile; `docker run -e NAME=...` overrides any of them.
 ENV IMAGEKIT_PROFILE="single-node"

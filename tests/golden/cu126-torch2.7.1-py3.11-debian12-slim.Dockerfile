@@ -7,6 +7,7 @@
 #   builder  the installer, and the pins of torch and the features (beside os-base)
 #   runtime  os-base + your apt packages + the environment + your pip packages,
 #            then env, labels, source last
+#   sbom-tool  the SBOM writer's library, mounted for the runtime stage's SBOM step only
 
 FROM debian:bookworm-slim AS os-base
 ENV LANG=C.UTF-8 LC_ALL=C.UTF-8
@@ -89,6 +90,17 @@ RUN --mount=type=cache,id=imagekit-uv,target=/root/.cache/uv,sharing=shared \
        --feature 'onnx>=1.16' --feature 'onnxscript>=0.1' --feature 'onnxruntime-gpu>=1.19,<1.27' \
     && find /opt/venv -exec touch -h -d @315532800 {} +
 
+
+# The SBOM writer's library, for one step of the runtime stage (mounted there, never copied).
+FROM builder AS sbom-tool
+RUN --mount=type=cache,id=imagekit-uv,target=/root/.cache/uv,sharing=shared \
+    --mount=type=secret,id=ca \
+    --mount=type=secret,id=index \
+    --mount=type=bind,source=imagekit/build-env.sh,target=/run/imagekit/build-env.sh \
+    --mount=type=bind,source=wheelhouse,target=/wheelhouse \
+    . /run/imagekit/build-env.sh \
+    && /opt/uv/bin/uv pip install --python /opt/venv/bin/python --find-links /wheelhouse --target /opt/sbom-tool \
+       cyclonedx-python-lib==11.12.0
 
 FROM os-base AS runtime
 # apt as in the base image again, for images built FROM this one: downloaded .debs are
@@ -203,6 +215,20 @@ RUN --mount=type=cache,id=imagekit-uv,target=/root/.cache/uv,sharing=shared \
        'numpy<3' \
        'tqdm>=4.66' \
     && /opt/venv/bin/python /run/imagekit/pyc_cache.py --since "$started" /opt/venv /root/.cache/imagekit-pyc
+# The SBOM (docs/sbom.md): the venv's Python packages, with the package lock's hashes, and
+# dpkg's packages, as CycloneDX JSON. Its writer's library is mounted for this step only, so
+# it lands in no layer; the file gets the layers' one date, so the same packages make the
+# same layer.
+RUN --mount=type=bind,from=sbom-tool,source=/opt/sbom-tool,target=/run/imagekit/sbom-tool \
+    --mount=type=bind,source=imagekit/sbom_writer.py,target=/run/imagekit/sbom_writer.py \
+    --mount=type=bind,source=imagekit/locked,target=/run/imagekit/locked \
+    mkdir -p /opt/imagekit \
+    && PYTHONPATH=/run/imagekit/sbom-tool PYTHONDONTWRITEBYTECODE=1 /opt/venv/bin/python \
+       /run/imagekit/sbom_writer.py --site /opt/venv/lib/python3.11/site-packages \
+       --dpkg-status /var/lib/dpkg/status --os-release /etc/os-release \
+       --locked /run/imagekit/locked --name cu126-torch2.7.1-py3.11-debian12-slim --epoch 315532800 \
+       --out /opt/imagekit/sbom.cdx.json \
+    && touch -h -d @315532800 /opt /opt/imagekit /opt/imagekit/sbom.cdx.json
 ENV PATH=/opt/venv/bin:$PATH VIRTUAL_ENV=/opt/venv
 # Tuned defaults from the cell's profile; `docker run -e NAME=...` overrides any of them.
 ENV IMAGEKIT_PROFILE="single-node" \

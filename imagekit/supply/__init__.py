@@ -1,0 +1,1 @@
+"""Supply chain: SBOM, provenance and the signed self-check attestation."""
