@@ -25,6 +25,7 @@ HOST_CA = "/etc/ssl/certs/ca-certificates.crt"  # this machine's bundle (its pro
 MANIFEST_V2 = "application/vnd.docker.distribution.manifest.v2+json"
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 ANY_MANIFEST = f"{MANIFEST_V2},{OCI_MANIFEST}"
+OCI_INDEX = "application/vnd.oci.image.index.v1+json"
 
 
 def wheelhouse() -> Path:
@@ -67,8 +68,14 @@ def registry_get(path: str, accept: str = MANIFEST_V2, registry: str = REGISTRY)
 
 
 def manifest(repo: str, reference: str) -> dict:  # type: ignore[type-arg]
-    """An image's manifest in the local registry (Docker's or OCI's media type)."""
-    return dict(json.loads(registry_get(f"{repo}/manifests/{reference}", accept=ANY_MANIFEST)))
+    """An image's manifest in the local registry (Docker's or OCI's media type); where the
+    tag holds an index (a push with provenance), its linux/amd64 image manifest."""
+    accept = f"{ANY_MANIFEST},{OCI_INDEX}"
+    found = dict(json.loads(registry_get(f"{repo}/manifests/{reference}", accept=accept)))
+    if found.get("mediaType") != OCI_INDEX:
+        return found
+    image = next(m for m in found["manifests"] if m["platform"].get("os") == "linux")
+    return manifest(repo, image["digest"])
 
 
 def layer_sizes(repo: str, tag: str) -> dict[str, int]:

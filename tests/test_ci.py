@@ -157,11 +157,26 @@ def test_image_workflow_takes_its_matrix_from_imagekit() -> None:
     )
 
 
+def test_the_image_workflow_attests_and_promotes_only_attested_digests() -> None:
+    steps = load_workflow("images.yml")["jobs"]["selftest"]["steps"]
+    by_name = {s.get("name", ""): s for s in steps}
+    check = by_name["Self-check the candidate on this runner's hardware"]
+    assert "--attest env://COSIGN_PRIVATE_KEY" in check["run"]
+    assert check["env"]["COSIGN_PRIVATE_KEY"] == "${{ secrets.COSIGN_PRIVATE_KEY }}"
+    promote = by_name["Promote (only reached when the self-check passed)"]["run"]
+    verify = promote.index("imagekit verify")
+    assert verify < promote.index("imagetools create")  # verified first, then promoted
+    assert 'imagetools create --tag "$tag" "$attested"' in promote  # the verified digest
+    assert any(s.get("uses", "").startswith("sigstore/cosign-installer@") for s in steps)
+    build = load_workflow("images.yml")["jobs"]["build"]["steps"]
+    assert any(s.get("uses", "").startswith("oras-project/setup-oras@") for s in build)
+
+
 def test_workflow_only_uses_options_imagekit_has() -> None:
     from imagekit.cli import cli
 
     text = "\n".join(p.read_text() for p in WORKFLOWS)
-    for command in ("build", "test", "matrix", "render"):
+    for command in ("build", "test", "matrix", "render", "verify"):
         known = {opt for p in cli.commands[command].params for opt in getattr(p, "opts", [])}
         for line in re.findall(rf"imagekit {command}\b[^\n]*", text):
             for flag in re.findall(r"(?<![\w-])--[a-z][a-z-]+", line):

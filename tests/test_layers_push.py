@@ -202,16 +202,16 @@ def test_the_image_size_is_the_sum_of_its_layers(cells, tmp_path: Path) -> None:
     [
         (
             Compression("zstd", 19),
-            "type=image,push=true,compression=zstd,compression-level=19,"
+            "type=image,push=true,store=false,compression=zstd,compression-level=19,"
             "force-compression=true,oci-mediatypes=true",
         ),
         (
             Compression("estargz"),
-            "type=image,push=true,compression=estargz,force-compression=true,oci-mediatypes=true",
+            "type=image,push=true,store=false,compression=estargz,force-compression=true,oci-mediatypes=true",
         ),
         (
             Compression("gzip", 9),
-            "type=image,push=true,compression=gzip,compression-level=9,force-compression=true",
+            "type=image,push=true,store=false,compression=gzip,compression-level=9,force-compression=true",
         ),
     ],
 )

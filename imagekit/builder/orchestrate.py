@@ -26,6 +26,7 @@ from imagekit.builder.session import (
 )
 from imagekit.engine.interface import Engine
 from imagekit.matrix.cells import Cell
+from imagekit.supply import tools
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,8 @@ def run_build(
         return
     # what this builder cannot do is refused before anything runs (exit 2)
     engine.check_support(options.cache_to, options.compression)
+    if options.push and options.attach_sbom:  # before anything builds, not after an hour
+        tools.find(tools.ORAS, "--push (it attaches the SBOM; --no-attach-sbom skips that)")
     builds = plan(cells, replace(options, labels=build_labels()), resolved)
     unbuildable = preflight(engine, cells, run.bootstrap_base, options.keep_going)
     builds = [b for b in builds if b.cell.id not in unbuildable]

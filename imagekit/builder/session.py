@@ -18,7 +18,7 @@ import urllib.parse
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -28,11 +28,12 @@ from imagekit.builder.display import Display
 from imagekit.builder.inputs import Inputs
 from imagekit.builder.log import StepLog
 from imagekit.engine.interface import BuildRequest, Compression, Engine, build_flags, push_flags
-from imagekit.errors import BuildError, ImagekitError, Interrupted
+from imagekit.errors import BuildError, ImagekitError, Interrupted, PushError
 from imagekit.matrix.cells import Cell
 from imagekit.paths import write_atomic
 from imagekit.render.dockerfile import render
 from imagekit.sizes import gb
+from imagekit.supply import sbom
 from imagekit.text_table import render_table
 
 
@@ -55,6 +56,11 @@ class BuildOptions:
     labels: tuple[tuple[str, str], ...] = ()  # build-time labels, see build_labels()
     # of pushed layers; anything but gzip at the engine's level needs buildx
     compression: Compression = field(default_factory=Compression)
+    # On --push (the CLI turns both on; --no-provenance, --no-attach-sbom turn them off):
+    # BuildKit's SLSA provenance where the engine can hold it, and the image's SBOM attached
+    # to the pushed digest as an OCI referrer (supply/sbom.py).
+    provenance: bool = False
+    attach_sbom: bool = False
 
 
 @dataclass(frozen=True)
@@ -98,6 +104,10 @@ class CellReport:
     pushed: list[str] = field(default_factory=list)
     push_seconds: float = 0.0  # all of the cell's tags
     push_compression: str = ""  # gzip (the engine's push), or what buildx pushed
+    # the pushed image's provenance: attached | off (--no-provenance) | unsupported (the
+    # engine cannot hold an attestation manifest); "" where nothing was pushed
+    provenance: str = ""
+    sbom: list[str] = field(default_factory=list)  # the attached SBOM artifacts (name@digest)
     error: str = ""  # its lines, each escaped (terminal.render): every newline is imagekit's
 
     @property
@@ -339,22 +349,48 @@ class Runner:
     def _push(self, build: PlannedBuild, report: CellReport) -> None:
         compression = self.options.compression
         report.push_compression = str(compression)
+        provenance = self.options.provenance and self.engine.attaches_provenance()
+        report.provenance = provenance_state(self.options.provenance, provenance)
+        request = replace(build.request, provenance=provenance)
         started = time.monotonic()
         try:
-            if self.engine.pushes_as_stored(compression):
+            # the engine's own push writes no attestation: provenance goes through BuildKit
+            if self.engine.pushes_as_stored(compression) and not provenance:
                 for ref in build.tags:
                     report.pushed.append(self.engine.push(ref))
             else:
-                report.pushed += self.engine.push_compressed(build.request, build.tags, compression)
+                report.pushed += self.engine.push_compressed(request, build.tags, compression)
+            if self.options.attach_sbom:
+                report.sbom = self._attach_sbom(build.tags[0], report)
         except ImagekitError:
             report.status = "push-failed"
             raise
         finally:
             report.push_seconds = round(time.monotonic() - started, 2)
 
+    def _attach_sbom(self, image: str, report: CellReport) -> list[str]:
+        data = self.engine.read_file(image, sbom.PATH)
+        if data is None:
+            raise PushError(
+                f"{report.cell}: the built image has no SBOM at {sbom.PATH} to attach; "
+                "check that its Dockerfile is current (`imagekit render --check`)"
+            )
+        try:
+            return [sbom.attach(ref, data) for ref in dict.fromkeys(report.pushed)]
+        except PushError:
+            raise
+        except ImagekitError as exc:
+            raise PushError(*exc.lines) from None
+
     def _write_report(self, report: CellReport) -> None:
         path = paths.report_file(self.options.report_dir, report.cell)
         write_atomic(path, json.dumps(asdict(report), indent=2) + "\n")
+
+
+def provenance_state(asked: bool, attached: bool) -> str:
+    if attached:
+        return "attached"
+    return "unsupported" if asked else "off"
 
 
 def raise_first_bug(futures: Iterable[Future[None]]) -> None:

@@ -48,6 +48,8 @@ def options_from(kwargs: dict[str, Any]) -> BuildOptions:
         torch_index="" if torch_index == "none" else torch_index,
         report_dir=kwargs["report_dir"],
         compression=compression,
+        provenance=kwargs["provenance"],
+        attach_sbom=kwargs["attach_sbom"],
     )
 
 

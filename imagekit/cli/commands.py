@@ -50,6 +50,20 @@ from imagekit.cli.params import (
 )
 @click.option("--push", is_flag=True, help="Push every tag after a successful build.")
 @click.option(
+    "--provenance/--no-provenance",
+    default=True,
+    show_default=True,
+    help="With --push: attach BuildKit's SLSA provenance (mode=min) where the engine can "
+    "hold it (buildx on the containerd store, or a docker-container builder).",
+)
+@click.option(
+    "--attach-sbom/--no-attach-sbom",
+    default=True,
+    show_default=True,
+    help="With --push: attach the image's SBOM to the pushed digest as an OCI referrer "
+    "(needs oras).",
+)
+@click.option(
     "--jobs",
     "-j",
     default=1,
@@ -317,6 +331,7 @@ def report_option(flag: str, dest: str, text: str) -> Callable[[Any], Any]:
         "imagekit test ghcr.io/acme/train:2.7.1-cu126-py3.11-debian12-slim",
         "imagekit test IMAGE --require gpu,flash,tensorrt --junit reports/selfcheck.xml",
         "imagekit test IMAGE --stamp          # tag IMAGE-validated when it passes",
+        "imagekit test REGISTRY/NAME:TAG --attest cosign.key   # sign the passing verdict",
         "imagekit test IMAGE --nodes 2        # 2 containers, torchrun c10d, DDP across them",
         "imagekit test IMAGE --nodes 4 --procs-per-node 2 --env NCCL_DEBUG=INFO",
     ),
@@ -386,6 +401,14 @@ def report_option(flag: str, dest: str, text: str) -> Callable[[Any], Any]:
     metavar="CIDR",
     help="With --nodes: the run's network (default: a free /24 in 10.200.0.0/13).",
 )
+@click.option(
+    "--attest",
+    "attest",
+    default=None,
+    metavar="KEY",
+    help="After a pass, sign the verdict for IMAGE's digest in its registry with this cosign "
+    "key (a file, env://VAR or a KMS URI) and push it there; see docs/attestations.md.",
+)
 @docker_option
 def test_image(image: str, docker_cli: str | None, **kwargs: Any) -> None:
     """Run the self-check inside IMAGE on this host and report.
@@ -424,6 +447,7 @@ NOT_WITH_NODES = {
     "checks": "--checks",
     "junit_path": "--junit",
     "stamp": "--stamp",
+    "attest": "--attest",
 }
 
 
@@ -480,8 +504,11 @@ def stage(**kwargs: Any) -> None:
 
 def register(cli: click.Group) -> None:
     from imagekit.cli.launch import launch
+    from imagekit.cli.supply import sbom, verify
 
     cli.add_command(build)
+    cli.add_command(sbom)
+    cli.add_command(verify)
     cli.add_command(lock)
     cli.add_command(base_group)
     cli.add_command(test_image)

@@ -7,11 +7,13 @@ DOCKER_BUILDKIT=1). Nothing here contacts the daemon until a method is called.
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import os
 import re
 import signal
 import subprocess
+import tarfile
 import tempfile
 import threading
 from collections.abc import Sequence
@@ -132,6 +134,15 @@ class DockerEngine:
             args.append("--load")
         return [*args, *build_flags(request)]
 
+    def attaches_provenance(self) -> bool:
+        """Whether a push can carry BuildKit's provenance attestation: an image index with an
+        attestation manifest, which the docker driver writes on the containerd store only
+        (the classic store and Docker 20.10's built-in BuildKit hold no index)."""
+        b = self.builder
+        if b.kind != "buildx":
+            return False
+        return b.driver != "docker" or self.containerd_store
+
     def pushes_as_stored(self, compression: Compression) -> bool:
         """Whether `push` sends the built image's layers in `compression`: gzip at the
         engine's level always; any compression where the build exported in it."""
@@ -235,6 +246,28 @@ class DockerEngine:
             repo_digests=tuple(image.attrs.get("RepoDigests") or ()),
             tags=tuple(image.tags),
         )
+
+    def read_file(self, image: str, path: str) -> bytes | None:
+        """One file of the image, read from a container that is created and never started;
+        None where the image has no such file."""
+        import docker.errors
+
+        container = self.client.containers.create(image, command=["true"], entrypoint=[])
+        try:
+            stream, _ = container.get_archive(path)
+            return file_from_tar(b"".join(stream))
+        except docker.errors.NotFound:
+            return None
+        finally:
+            container.remove(force=True)
+
+    def pull(self, ref: str) -> None:
+        import docker.errors
+
+        try:
+            self.client.images.pull(ref)
+        except docker.errors.APIError as exc:
+            raise EngineError(f"pulling {ref} failed: {exc.explanation or exc}") from None
 
     def layers(self, ref: str) -> list[Layer]:
         image = self.client.images.get(ref)
@@ -557,6 +590,16 @@ def run_kwargs(options: RunOptions, api_version: str = "1.41") -> dict[str, Any]
     if options.entrypoint is not None:
         kwargs["entrypoint"] = list(options.entrypoint)
     return kwargs
+
+
+def file_from_tar(data: bytes) -> bytes | None:
+    """The one regular file of the tar the engine's archive endpoint returns for a path."""
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        for member in tar:
+            if member.isfile():
+                handle = tar.extractfile(member)
+                return handle.read() if handle else None
+    return None
 
 
 def split_ref(ref: str) -> tuple[str, str]:

@@ -38,6 +38,8 @@ class FakeEngine:
     content_store: bool = False
     # context folder names whose build raises a bug (not an ImagekitError) in the engine
     crash_builds: set[str] = field(default_factory=set)
+    provenance: bool = False  # whether a push can carry a provenance attestation
+    files: dict[str, bytes] = field(default_factory=dict)  # path -> bytes, in every image
     # Detached containers and networks, by name: what a leak test looks at.
     containers: dict[str, RunOptions] = field(default_factory=dict)
     networks: dict[str, dict[str, str]] = field(default_factory=dict)
@@ -88,10 +90,21 @@ class FakeEngine:
     def pushes_as_stored(self, compression: Compression) -> bool:
         return compression.default or self.content_store
 
+    def attaches_provenance(self) -> bool:
+        return self.provenance
+
+    def read_file(self, image: str, path: str) -> bytes | None:
+        self.calls.append(("read_file", f"{image} {path}"))
+        return self.files.get(path)
+
+    def pull(self, ref: str) -> None:
+        self.calls.append(("pull", ref))
+
     def push_compressed(
         self, request: BuildRequest, tags: Sequence[str], compression: Compression
     ) -> list[str]:
-        self.calls.append(("push_compressed", f"{','.join(tags)} {compression}"))
+        provenance = " provenance" if request.provenance else ""
+        self.calls.append(("push_compressed", f"{','.join(tags)} {compression}{provenance}"))
         if self.push_error:
             raise PushError(f"push of {tags[0]} failed: refused. The local image is kept")
         return [t.rsplit(":", 1)[0] + "@sha256:" + "2" * 64 for t in tags]

@@ -49,6 +49,9 @@ class BuildRequest:
     # The compression of the push that follows the build (None: no push). An engine that
     # exports into a content store (the containerd image store) exports once in it.
     push_compression: Compression | None = None
+    # SLSA provenance on the push (BuildKit's attestation, mode=min): only where the engine
+    # can hold it (Engine.attaches_provenance); local images carry none.
+    provenance: bool = False
 
 
 def build_flags(request: BuildRequest) -> list[str]:
@@ -96,7 +99,9 @@ def image_output(compression: Compression | None, push: bool = False) -> str:
     content store only, which would otherwise compress every layer and unpack it again).
     force-compression recompresses layers BuildKit already holds in another compression;
     zstd and estargz layers need OCI media types (Docker's media types have no zstd)."""
-    attrs = ["type=image"] + (["push=true"] if push else [])
+    # store=false on a push: the local image stays the one the build made, not the pushed
+    # index with its provenance, whose timestamps would give every push a new local ID
+    attrs = ["type=image"] + (["push=true", "store=false"] if push else [])
     if compression is None:
         return ",".join([*attrs, "compression=uncompressed"])
     attrs.append(f"compression={compression.kind}")
@@ -120,7 +125,8 @@ def push_flags(request: BuildRequest, tags: Sequence[str], compression: Compress
     `build --no-cache` has just built every step, and the push must export that image, not
     build a second one."""
     again = replace(request, cache_to=(), no_cache=False)
-    return [*output_flags(tags, compression), *build_flags(again)]
+    provenance = "--provenance=mode=min" if request.provenance else "--provenance=false"
+    return [*output_flags(tags, compression), provenance, *build_flags(again)]
 
 
 @dataclass(frozen=True)
@@ -215,6 +221,12 @@ class Engine(Protocol):
     def check_support(self, cache_to: Sequence[str], compression: Compression) -> None: ...
 
     def pushes_as_stored(self, compression: Compression) -> bool: ...
+
+    def attaches_provenance(self) -> bool: ...
+
+    def read_file(self, image: str, path: str) -> bytes | None: ...
+
+    def pull(self, ref: str) -> None: ...
 
     def run(self, image: str, command: Sequence[str], options: RunOptions) -> RunResult: ...
 

@@ -19,6 +19,7 @@ from imagekit.contract import exits
 from imagekit.contract.checks import CheckResult, RecordError, results_from_report
 from imagekit.engine.interface import Engine, RunOptions, RunResult
 from imagekit.errors import SelfCheckFailed
+from imagekit.imagetest import attest
 from imagekit.imagetest.image import checkable_image, gpu_count, selfcheck_env, wants_gpus
 from imagekit.imagetest.stamp import stamp_labels, validated_ref
 from imagekit.selfcheck import registry
@@ -36,6 +37,16 @@ class SelfCheckOptions:
     junit_path: Path | None = None
     stamp: bool = False
     env: dict[str, str] = field(default_factory=dict)  # --env NAME=VALUE, over the image's
+    # --attest KEY: after a pass, sign the verdict for the image's registry digest (cosign)
+    attest: str | None = None
+
+
+@dataclass(frozen=True)
+class Written:
+    """What the self-check wrote in the run's report folder, as written (bytes)."""
+
+    report: bytes | None = None
+    snapshot: bytes | None = None
 
 
 def selfcheck_command(options: SelfCheckOptions) -> list[str]:
@@ -52,12 +63,14 @@ def selfcheck_command(options: SelfCheckOptions) -> list[str]:
         cmd += ["--require", options.require]
     if options.checks:
         cmd += ["--checks", options.checks]
+    if options.attest:  # the attestation names the snapshot the verdict was judged from
+        cmd += ["--snapshot", "/imagekit-reports/host.json"]
     return cmd
 
 
 def run_selfcheck(
     engine: Engine, image: str, options: SelfCheckOptions
-) -> tuple[RunResult, list[CheckResult]]:
+) -> tuple[RunResult, list[CheckResult], Written]:
     info = checkable_image(engine, image)
     gpus = wants_gpus(options.gpus, engine.has_gpu_runtime())
     count = gpu_count(options.gpus)
@@ -76,7 +89,12 @@ def run_selfcheck(
         checks = _read(Path(tmp) / "selfcheck.json")
         _copy(Path(tmp) / "selfcheck.json", options.json_path)
         _copy(Path(tmp) / "selfcheck.xml", options.junit_path)
-    return result, checks
+        written = Written(_bytes(Path(tmp) / "selfcheck.json"), _bytes(Path(tmp) / "host.json"))
+    return result, checks, written
+
+
+def _bytes(path: Path) -> bytes | None:
+    return path.read_bytes() if path.is_file() else None
 
 
 def _names(checks: str) -> list[str]:
@@ -105,7 +123,8 @@ def check_image(
     """Returns (the self-check's output lines, the validated tag if stamped). Raises on
     failure. What the container printed is shown behind a gutter: the image under test
     (a pull request's, perhaps) cannot print a line of imagekit's output."""
-    result, checks = run_selfcheck(engine, image, options)
+    tested = attest.in_registry(engine, image) if options.attest else image
+    result, checks, written = run_selfcheck(engine, tested, options)
     output = [*terminal.foreign(result.output), *(f"note: {n}" for n in result.notes)]
     if result.timed_out:
         raise SelfCheckFailed(f"the self-check of {image} did not finish in time", output)
@@ -115,6 +134,8 @@ def check_image(
     if options.stamp:
         validated = validated_ref(image)
         engine.stamp(image, validated, stamp_labels(checks))
+    if options.attest:
+        output += attest.passing_run(tested, written.report, written.snapshot, options.attest)
     return output, validated
 
 

@@ -1,0 +1,209 @@
+"""The signed self-check attestation (docs/attestations.md): an in-toto statement whose
+subject is the image's digest in its registry and whose predicate is the self-check's verdict
+on this host. cosign signs it with a key and pushes it beside the image, as cosign does;
+`imagekit verify` and `cosign verify-attestation --type PREDICATE_TYPE` check it.
+
+The predicate is built from the self-check's own report and host snapshot (pure functions
+here, table-tested); a failed run is never attested (the caller attests after a pass only,
+and `predicate` refuses a report with a failed check).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import json
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from imagekit import __version__
+from imagekit.contract import refs
+from imagekit.errors import ImagekitError
+from imagekit.supply import tools
+
+PREDICATE_TYPE = "https://imagekit.dev/attestations/self-check/v1"
+STATEMENT_TYPES = ("https://in-toto.io/Statement/v0.1", "https://in-toto.io/Statement/v1")
+# What a passing run's checks may say: a skipped check said why (docs/host-snapshot.md).
+PASSING = ("passed", "skipped")
+
+
+class NotAttestable(ImagekitError):
+    """The run cannot be attested (a failed check, no report): never signed."""
+
+
+class NotVerified(ImagekitError):
+    """No valid attestation of a passing run for this digest and key (exit 1)."""
+
+
+def predicate(
+    image: str, report: Mapping[str, Any], snapshot_bytes: bytes, now: datetime
+) -> dict[str, Any]:
+    """The verdict of one passing self-check run of `image` (name@sha256:...), from its
+    report (selfcheck.json) and the host snapshot it judged (host.json, as written)."""
+    checks = [_check(c) for c in report.get("checks") or []]
+    bad = [c["name"] for c in checks if c["status"] not in PASSING]
+    if not checks or bad:
+        why = f"checks {', '.join(bad)} did not pass" if bad else "the report lists no check"
+        raise NotAttestable(f"the self-check of {image} is not attested: {why}")
+    snap = json.loads(snapshot_bytes)
+    context = report.get("context") or {}
+    torch = snap.get("torch") or {}
+    gpus = [g for g in snap.get("gpus") or [] if isinstance(g, dict)]
+    ref = refs.parse(image)
+    return {
+        "verdict": "passed",
+        "image": {"name": ref.name, "digest": ref.digest, "labels": context.get("labels") or {}},
+        "checks": checks,
+        "required": list(context.get("required") or []),
+        "gpu": {
+            "models": sorted({str(g.get("name")) for g in gpus if g.get("name")}),
+            "count": len(gpus),
+        },
+        "driver": snap.get("driver") or (snap.get("nvml") or {}).get("driver"),
+        "cuda": torch.get("cuda"),
+        "torch": torch.get("version"),
+        "python": snap.get("python"),
+        "host_snapshot": {
+            "digest": "sha256:" + hashlib.sha256(snapshot_bytes).hexdigest(),
+            "taken_at": snap.get("taken_at"),
+        },
+        "imagekit": __version__,
+        "attested_at": now.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+    }
+
+
+def _check(result: Mapping[str, Any]) -> dict[str, str]:
+    return {k: str(result.get(k) or "") for k in ("name", "status", "reason")}
+
+
+def attest(image: str, pred: Mapping[str, Any], key: str) -> list[str]:
+    """Sign the statement for `image` (name@sha256:...) with `key` (a cosign key file, or
+    any key reference cosign takes: env://VAR, a KMS URI) and push it to the registry."""
+    with tempfile.TemporaryDirectory(prefix="imagekit-attest-") as tmp:
+        path = Path(tmp) / "predicate.json"
+        path.write_text(json.dumps(pred, indent=2, sort_keys=True) + "\n")
+        # Offline signing with a key: no transparency log, no Sigstore signing config (both
+        # need the internet); the signature alone is what verification checks.
+        args = ["attest", "--key", key, "--type", PREDICATE_TYPE, "--predicate", str(path)]
+        args += ["--tlog-upload=false", "--use-signing-config=false", "--yes", image]
+        result = tools.run(tools.COSIGN, args, "--attest")
+    if result.returncode != 0:
+        lines = tools.failed(tools.COSIGN, f"attesting {image} failed", result)
+        raise ImagekitError(*lines)
+    return [f"attested: {image} ({PREDICATE_TYPE})", f"verify: imagekit verify {image} --key PUB"]
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One verified attestation of a passing run."""
+
+    digest: str
+    predicate: dict[str, Any]
+
+    def lines(self) -> list[str]:
+        p = self.predicate
+        gpu = p.get("gpu") or {}
+        models = ", ".join(gpu.get("models") or []) or "no GPU (a CPU run)"
+        snapshot = (p.get("host_snapshot") or {}).get("digest")
+        checks = p.get("checks") or []
+        passed = [c["name"] for c in checks if c.get("status") == "passed"]
+        skipped = [_skip(c) for c in checks if c.get("status") == "skipped"]
+        return [
+            f"attested {p.get('attested_at')} by imagekit {p.get('imagekit')}: passed on "
+            f"{gpu.get('count', 0)} GPU(s): {models}",
+            f"  driver {p.get('driver') or '-'}, CUDA {p.get('cuda') or '-'}, "
+            f"torch {p.get('torch') or '-'}, host snapshot {snapshot}",
+            f"  passed: {', '.join(passed) or '-'}",
+            *([f"  skipped: {', '.join(skipped)}"] if skipped else []),
+        ]
+
+
+def _skip(check: dict[str, Any]) -> str:
+    return f"{check['name']} ({check.get('reason') or 'skipped'})"
+
+
+def statements(cosign_output: str) -> list[dict[str, Any]]:
+    """The in-toto statements in `cosign verify-attestation`'s output: one DSSE envelope
+    (JSON) per line, its payload the base64 of the statement."""
+    found = []
+    for line in cosign_output.splitlines():
+        try:
+            envelope = json.loads(line)
+            found.append(json.loads(base64.b64decode(envelope["payload"], validate=True)))
+        except (ValueError, KeyError, TypeError, binascii.Error):
+            continue  # not an envelope (cosign prints its notes to stderr, but be safe)
+    return [s for s in found if isinstance(s, dict)]
+
+
+def verdicts(found: Sequence[Mapping[str, Any]], digest: str, gpu_model: str = "") -> list[Verdict]:
+    """The statements that attest a passing self-check of exactly `digest` (sha256:...), on a
+    GPU named `gpu_model` where one is asked for. Anything else is no verdict."""
+    good = []
+    for statement in found:
+        pred = statement.get("predicate")
+        if (
+            statement.get("_type") in STATEMENT_TYPES
+            and statement.get("predicateType") == PREDICATE_TYPE
+            and _names_digest(statement.get("subject"), digest)
+            and isinstance(pred, dict)
+            and _passing(pred)
+            and (not gpu_model or gpu_model in ((pred.get("gpu") or {}).get("models") or []))
+        ):
+            good.append(Verdict(digest, pred))
+    return good
+
+
+def _names_digest(subject: object, digest: str) -> bool:
+    hex_digest = digest.removeprefix("sha256:")
+    return isinstance(subject, list) and any(
+        isinstance(s, dict) and (s.get("digest") or {}).get("sha256") == hex_digest for s in subject
+    )
+
+
+def _passing(pred: Mapping[str, Any]) -> bool:
+    checks = pred.get("checks")
+    return (
+        pred.get("verdict") == "passed"
+        and isinstance(checks, list)
+        and bool(checks)
+        and all(isinstance(c, dict) and c.get("status") in PASSING for c in checks)
+    )
+
+
+def verify(image: str, key: str, gpu_model: str = "") -> tuple[str, list[Verdict]]:
+    """(the digest IMAGE names in its registry, the verified verdicts for it). cosign reads
+    the digest (a tag is resolved once, by cosign) and checks every signature against KEY
+    and every statement's subject against that digest; NotVerified where none is left of a
+    passing run (on `gpu_model` where one is asked for)."""
+    args = ["verify-attestation", "--key", key, "--type", PREDICATE_TYPE]
+    result = tools.run(tools.COSIGN, [*args, "--insecure-ignore-tlog=true", image], "verify")
+    if result.returncode != 0:
+        what = f"{image} has no valid self-check attestation signed by {key}"
+        raise NotVerified(*tools.failed(tools.COSIGN, what, result))
+    found = statements(result.stdout)
+    digest = refs.parse(image).digest or _one_subject(image, found)
+    good = verdicts(found, digest, gpu_model)
+    if not good:
+        on = f" on {gpu_model}" if gpu_model else ""
+        raise NotVerified(
+            f"{image} ({digest}) has signed attestations, but none of a passing run{on}"
+        )
+    return digest, good
+
+
+def _one_subject(image: str, found: Sequence[Mapping[str, Any]]) -> str:
+    """The digest cosign verified the statements against: their one subject digest."""
+    digests = {
+        f"sha256:{s['digest']['sha256']}"
+        for statement in found
+        for s in statement.get("subject") or []
+        if isinstance(s, dict) and isinstance(s.get("digest"), dict) and s["digest"].get("sha256")
+    }
+    if len(digests) != 1:
+        raise NotVerified(f"{image}: cosign's verified statements name {len(digests)} digests")
+    return digests.pop()

@@ -1,0 +1,110 @@
+"""The image's SBOM (docs/sbom.md) beside the image: attached to a pushed image as an OCI
+artifact that refers to it (oras attach: the registry's referrers API, or the referrers tag
+schema `sha256-<digest>` where the registry has no such API, as registry 2.8), and read back
+from a local image or from the registry for `imagekit sbom`.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from imagekit.contract import refs
+from imagekit.engine.interface import Engine
+from imagekit.errors import EngineError, ImagekitError, UsageError
+from imagekit.render.dockerfile import SBOM_PATH
+from imagekit.supply import tools
+
+PATH = SBOM_PATH  # in every image imagekit builds
+MEDIA_TYPE = "application/vnd.cyclonedx+json"  # the artifact's type and its one layer's
+FILE = "sbom.cdx.json"
+
+
+def _http(reference: str) -> list[str]:
+    return ["--plain-http"] if tools.plain_http(reference) else []
+
+
+def attach(pushed: str, data: bytes) -> str:
+    """Attach `data` to `pushed` (name@sha256:...); returns the artifact's reference."""
+    with tempfile.TemporaryDirectory(prefix="imagekit-sbom-") as tmp:
+        Path(tmp, FILE).write_bytes(data)
+        args = ["attach", *_http(pushed), "--artifact-type", MEDIA_TYPE, "--format", "json"]
+        result = tools.run(tools.ORAS, [*args, pushed, f"{FILE}:{MEDIA_TYPE}"], "--push", cwd=tmp)
+    if result.returncode != 0:
+        raise ImagekitError(*tools.failed(tools.ORAS, f"attaching the SBOM to {pushed}", result))
+    try:
+        return str(json.loads(result.stdout)["reference"])
+    except (ValueError, KeyError, TypeError):
+        return pushed
+
+
+def from_registry(reference: str) -> bytes:
+    """The newest SBOM attached to `reference` (a tag or a digest) in its registry."""
+    found = _referrers(reference)
+    if not found:
+        raise ImagekitError(
+            f"{reference} has no SBOM attached in its registry (no {MEDIA_TYPE} referrer); "
+            "`imagekit build --push` attaches one, or read the image's own with "
+            f"`imagekit sbom {reference} --from image`"
+        )
+    newest = max(found, key=lambda r: (_created(r), str(r.get("digest"))))
+    name = refs.parse(reference).without_tag().without_digest()
+    artifact = str(name.pinned(str(newest["digest"])))
+    with tempfile.TemporaryDirectory(prefix="imagekit-sbom-") as tmp:
+        result = tools.run(tools.ORAS, ["pull", *_http(reference), "-o", tmp, artifact], "sbom")
+        if result.returncode != 0:
+            raise ImagekitError(*tools.failed(tools.ORAS, f"reading {artifact}", result))
+        path = Path(tmp, FILE)
+        if not path.is_file():
+            raise ImagekitError(f"{artifact} is a {MEDIA_TYPE} artifact without {FILE}")
+        return path.read_bytes()
+
+
+def _referrers(reference: str) -> list[dict[str, Any]]:
+    args = ["discover", *_http(reference), "--format", "json", "--artifact-type", MEDIA_TYPE]
+    result = tools.run(tools.ORAS, [*args, reference], "sbom")
+    if result.returncode != 0:
+        raise ImagekitError(
+            *tools.failed(tools.ORAS, f"listing what refers to {reference}", result)
+        )
+    try:
+        found = json.loads(result.stdout).get("referrers") or []
+    except (ValueError, AttributeError):
+        raise ImagekitError(f"oras discover {reference} printed no JSON") from None
+    return [r for r in found if isinstance(r, dict) and r.get("artifactType") == MEDIA_TYPE]
+
+
+def _created(referrer: dict[str, Any]) -> str:
+    return str((referrer.get("annotations") or {}).get("org.opencontainers.image.created", ""))
+
+
+def from_image(engine: Engine, image: str) -> bytes | None:
+    """The SBOM inside a local image; None where the engine does not have the image."""
+    if engine.inspect(image) is None:
+        return None
+    data = engine.read_file(image, PATH)
+    if data is None:
+        raise UsageError(
+            f"image {image} has no SBOM at {PATH}: it was built by an imagekit before SBOMs, "
+            "or not by imagekit. Rebuild it with `imagekit build`"
+        )
+    return data
+
+
+def read(engine: Engine, image: str, source: str) -> bytes:
+    """`imagekit sbom`'s document: from the local image, the registry, or (auto) the local
+    image where the engine has it, else the registry."""
+    if source in ("image", "auto"):
+        try:
+            data = from_image(engine, image)
+        except EngineError:
+            if source == "image":
+                raise
+            data = None
+        if data is not None:
+            return data
+        if source == "image":
+            raise UsageError(f"image {image} is not on this engine; `docker pull` it first")
+    return from_registry(image)
