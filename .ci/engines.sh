@@ -3,6 +3,7 @@
 # one at a time, each with a data folder of its own; nothing else on the host moves.
 #
 #   bash .ci/engines.sh install                # both engines' packages, cosign, oras (idempotent)
+#   bash .ci/engines.sh tools                  # cosign and oras only
 #   bash .ci/engines.sh start containerd|classic|docker20
 #   bash .ci/engines.sh env [ENGINE]           # the shell lines a client of ENGINE needs
 #   bash .ci/engines.sh current                # which of the three answers on the socket
@@ -112,8 +113,7 @@ install_supply_tools() {
 link_supply_tools() {
   local tool
   for tool in cosign oras; do ln -sf "$TOOLS/usr/bin/$tool" "/usr/local/bin/$tool"; done
-  # Debian's cosign calls itself "devel": the package's version is the one to read
-  say "supply-chain tools in /usr/local/bin: $(ls "$TOOLS/usr/bin" | tr '\n' ' ')"
+  say "supply-chain tools: /usr/local/bin/cosign and /usr/local/bin/oras (from $TOOLS)"
 }
 
 daemon_of() {  # ENGINE -> the dockerd binary
@@ -217,10 +217,11 @@ prune() {  # what the running engine holds: containers, images, BuildKit's cache
 mkdir -p "$STATE"
 case "${1:-}" in
   install) install_docker20 && install_docker28 && install_supply_tools ;;
+  tools) install_supply_tools ;;
   start) start "${2:?engine: containerd, classic or docker20}" ;;
   stop) stop_all ;;
   env) env_of "${2:-}" ;;
   current) current ;;
   prune) prune ;;
-  *) echo "usage: $0 install|start ENGINE|stop|env [ENGINE]|current|prune" >&2; exit 2 ;;
+  *) echo "usage: $0 install|tools|start ENGINE|stop|env [ENGINE]|current|prune" >&2; exit 2 ;;
 esac

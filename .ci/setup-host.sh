@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs and starts what imagekit's real tests need on a fresh Debian machine:
 # a Docker engine (the one that answers, else .ci/engines.sh's $IMAGEKIT_ENGINE or containerd),
-# a local registry on 127.0.0.1:5000, debootstrap, and qemu-user (the int8 test runs
+# a local registry on 127.0.0.1:5000, cosign and oras, debootstrap, and qemu-user (the int8 test runs
 # onnxruntime on an emulated CPU without VNNI). Safe to run again: each step
 # checks before it acts.
 set -euo pipefail
@@ -57,5 +57,8 @@ if [ -n "$engine" ]; then
   bash .ci/engines.sh start "$engine"  # leaves it be when it already runs
 fi
 
+# cosign and oras (imagekit sbom, test --attest, verify, and the SBOM attached on --push),
+# whichever engine runs
+bash .ci/engines.sh tools
 start_registry
 echo "setup-host: engine $(timeout 20 docker version --format '{{.Server.Version}}'), registry on 127.0.0.1:5000"

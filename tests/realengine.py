@@ -67,15 +67,21 @@ def registry_get(path: str, accept: str = MANIFEST_V2, registry: str = REGISTRY)
         return bytes(response.read())
 
 
-def manifest(repo: str, reference: str) -> dict:  # type: ignore[type-arg]
-    """An image's manifest in the local registry (Docker's or OCI's media type); where the
-    tag holds an index (a push with provenance), its linux/amd64 image manifest."""
+def image_manifest_digest(repo: str, reference: str) -> str:
+    """The digest of the image's own manifest: the reference itself, or where it names an
+    index (a push with provenance) the index's linux manifest."""
     accept = f"{ANY_MANIFEST},{OCI_INDEX}"
     found = dict(json.loads(registry_get(f"{repo}/manifests/{reference}", accept=accept)))
     if found.get("mediaType") != OCI_INDEX:
-        return found
-    image = next(m for m in found["manifests"] if m["platform"].get("os") == "linux")
-    return manifest(repo, image["digest"])
+        return reference
+    return str(next(m for m in found["manifests"] if m["platform"].get("os") == "linux")["digest"])
+
+
+def manifest(repo: str, reference: str) -> dict:  # type: ignore[type-arg]
+    """An image's manifest in the local registry (Docker's or OCI's media type); where the
+    reference names an index (a push with provenance), its linux image manifest."""
+    digest = image_manifest_digest(repo, reference)
+    return dict(json.loads(registry_get(f"{repo}/manifests/{digest}", accept=ANY_MANIFEST)))
 
 
 def layer_sizes(repo: str, tag: str) -> dict[str, int]:

@@ -151,7 +151,7 @@ def test_a_missing_tool_names_its_package(monkeypatch: pytest.MonkeyPatch) -> No
         tools.find(tools.COSIGN, "--attest")
     assert info.value.exit_code == 2
     monkeypatch.setenv("IMAGEKIT_ORAS", "/nowhere/oras")
-    with pytest.raises(UsageError, match=r"\$IMAGEKIT_ORAS='/nowhere/oras' is not a program"):
+    with pytest.raises(UsageError, match=r"which is not at \$IMAGEKIT_ORAS='/nowhere/oras'"):
         tools.find(tools.ORAS, "--push")
 
 

@@ -9,6 +9,7 @@ from imagekit import terminal
 from imagekit.builder.inputs import Inputs
 from imagekit.builder.session import BuildOptions, plan
 from imagekit.matrix.cells import Cell
+from imagekit.supply.sbom import MEDIA_TYPE
 
 
 def print_dry_run(cells: Sequence[Cell], options: BuildOptions, resolved: Inputs) -> None:
@@ -17,4 +18,18 @@ def print_dry_run(cells: Sequence[Cell], options: BuildOptions, resolved: Inputs
         lines += [f"{b.cell.id}:", f"  {b.command()}"]
         if options.push:
             lines.append(f"  push: {b.push_command(options.compression)}")
+            lines += supply_lines(options)
     terminal.echo(lines)
+
+
+def supply_lines(options: BuildOptions) -> list[str]:
+    """What goes with the push: the engine decides provenance, which a dry run cannot ask."""
+    lines = []
+    if options.provenance:
+        lines.append(
+            "  provenance: mode=min, pushed by `docker buildx build --output "
+            "type=image,push=true,store=false` where the engine can hold it"
+        )
+    if options.attach_sbom:
+        lines.append(f"  sbom: oras attach --artifact-type {MEDIA_TYPE} <pushed digest>")
+    return lines

@@ -364,6 +364,12 @@ def report_option(flag: str, dest: str, text: str) -> Callable[[Any], Any]:
     "--json", "json_path", "Write every check's status, reason and measurements as JSON."
 )
 @report_option("--junit", "junit_path", "Write the results as JUnit XML (a test case per check).")
+@report_option(
+    "--snapshot",
+    "snapshot_path",
+    "Write the host snapshot the checks were judged from (docs/host-snapshot.md); with "
+    "--attest, the file whose digest the attestation names.",
+)
 @click.option(
     "--stamp", is_flag=True, help="On success, tag IMAGE-validated with the results as labels."
 )
@@ -446,6 +452,7 @@ NOT_WITH_NODES = {
     "require": "--require",
     "checks": "--checks",
     "junit_path": "--junit",
+    "snapshot_path": "--snapshot",
     "stamp": "--stamp",
     "attest": "--attest",
 }

@@ -35,6 +35,7 @@ class SelfCheckOptions:
     timeout: float | None = None  # per check; None: each check's own limit
     json_path: Path | None = None
     junit_path: Path | None = None
+    snapshot_path: Path | None = None  # --snapshot: the host snapshot the verdict judged
     stamp: bool = False
     env: dict[str, str] = field(default_factory=dict)  # --env NAME=VALUE, over the image's
     # --attest KEY: after a pass, sign the verdict for the image's registry digest (cosign)
@@ -63,7 +64,7 @@ def selfcheck_command(options: SelfCheckOptions) -> list[str]:
         cmd += ["--require", options.require]
     if options.checks:
         cmd += ["--checks", options.checks]
-    if options.attest:  # the attestation names the snapshot the verdict was judged from
+    if options.attest or options.snapshot_path:  # an attestation names the snapshot's digest
         cmd += ["--snapshot", "/imagekit-reports/host.json"]
     return cmd
 
@@ -89,6 +90,7 @@ def run_selfcheck(
         checks = _read(Path(tmp) / "selfcheck.json")
         _copy(Path(tmp) / "selfcheck.json", options.json_path)
         _copy(Path(tmp) / "selfcheck.xml", options.junit_path)
+        _copy(Path(tmp) / "host.json", options.snapshot_path)
         written = Written(_bytes(Path(tmp) / "selfcheck.json"), _bytes(Path(tmp) / "host.json"))
     return result, checks, written
 

@@ -38,7 +38,7 @@ def find(tool: Tool, needed_for: str) -> str:
     path = shutil.which(named) if named else shutil.which(tool.name)
     if path:
         return path
-    where = f"${tool.variable}={named!r} is not a program" if named else "not on PATH"
+    where = f"not at ${tool.variable}={named!r}" if named else "not on PATH"
     raise UsageError(
         f"{needed_for} needs {tool.name} ({tool.why}), which is {where}: install it "
         f"(Debian 13 or newer: `apt-get install {tool.package}`; this repository's "

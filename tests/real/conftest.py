@@ -4,6 +4,7 @@ pushed to the local registry; every real test reuses it and BuildKit's cache."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -32,11 +33,18 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = make_project(tmp_path_factory.mktemp("proj") / "p")
     result = imagekit(*build_args(marked_ca_bundle(root), "--push"), cwd=root)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    # later tests rebuild in this folder without --push: keep the pushing build's report
+    shutil.copyfile(root / "reports" / CELL / "build.json", root / "pushed-build.json")
     return root
 
 
 def report(root: Path) -> dict:  # type: ignore[type-arg]
     return json.loads((root / "reports" / CELL / "build.json").read_text())
+
+
+def pushed_report(root: Path) -> dict:  # type: ignore[type-arg]
+    """The session build's report: what it pushed, with provenance and the SBOM."""
+    return json.loads((root / "pushed-build.json").read_text())
 
 
 def run_in_image(*args: str) -> str:

@@ -19,10 +19,12 @@ from ..realengine import (
     REGISTRY,
     build_args,
     docker,
+    image_manifest_digest,
     imagekit,
     make_project,
     manifest,
     prune_build_cache,
+    registry_get,
     require_exporter,
     wheelhouse,
 )
@@ -61,8 +63,9 @@ def test_a_zstd_push_reads_back_as_zstd_then_pulls_cold_and_self_checks(
     digest = pushed.split("@", 1)[1]
     layers = manifest("imagekit-zstd", digest)["layers"]
     assert {layer["mediaType"] for layer in layers} == {ZSTD_LAYER}
-    # The image as stored is the image as pushed: one export, in the push's compression.
-    assert built["image_id"] == digest
+    # The image as stored is the image as pushed: one export, in the push's compression
+    # (pushed in an index beside its provenance where the engine attaches it).
+    assert built["image_id"] == image_manifest_digest("imagekit-zstd", digest)
     forget(*built["tags"], pushed)
     docker("pull", pushed, timeout=600)
     test = imagekit("test", pushed, "--checks", "stack,amp,ddp", cwd=root, timeout=600)
@@ -141,22 +144,48 @@ def test_the_images_workflow_commands_run_as_written(project: Path, tmp_path: Pa
     assert manifest("imagekit-flow", candidate.rsplit(":", 1)[1])["layers"]
     assert manifest("imagekit-flow", cell["cache"].rsplit(":", 1)[1])["layers"]
     forget(candidate, *cell["tags"].split(","))
+    assert built_report(root)["sbom"]  # the candidate's SBOM rides beside it
+    ours, other = cosign_keys(tmp_path / "ours"), cosign_keys(tmp_path / "other")
     check = run_step(
         steps["Self-check the candidate on this runner's hardware"],
         root,
-        {**common, "TAG": cell["tag"], "REQUIRE": ""},
+        {**common, "TAG": cell["tag"], "REQUIRE": "", **ours},
     )
     assert check.returncode == 0, check.stdout[-3000:] + check.stderr[-2000:]
-    promote = run_step(
-        steps["Promote (only reached when the self-check passed)"],
-        root,
-        {**common, "TAGS": cell["tags"]},
-    )
+    assert (root / "reports" / "host.json").is_file()
+    promote_env = {**common, "TAG": cell["tag"], "TAGS": cell["tags"]}
+    step = steps["Promote (only reached when the self-check passed)"]
+    # a key that signed nothing here: nothing is promoted
+    refused = run_step(step, root, {**promote_env, **other})
+    assert refused.returncode == 1, refused.stdout[-2000:] + refused.stderr[-2000:]
+    assert "no valid self-check attestation" in refused.stderr
+    final = cell["tags"].split(",")
+    tags = json.loads(registry_get("imagekit-flow/tags/list", accept="*/*"))["tags"]
+    assert not {t.rsplit(":", 1)[1] for t in final} & set(tags)
+    promote = run_step(step, root, {**promote_env, **ours})
     assert promote.returncode == 0, promote.stdout[-2000:] + promote.stderr[-2000:]
+    attested = json.loads((root / "reports" / "verdict.json").read_text())["image"]
     pushed = manifest("imagekit-flow", candidate.rsplit(":", 1)[1])
-    for tag in cell["tags"].split(","):
+    for tag in final:
         assert manifest("imagekit-flow", tag.rsplit(":", 1)[1])["layers"] == pushed["layers"]
+        verified = imagekit("verify", tag, "--key", "env://COSIGN_PUBLIC_KEY", cwd=root, env=ours)
+        assert verified.returncode == 0 and f"verified: {attested}" in verified.stdout
     forget(candidate)
+
+
+def cosign_keys(folder: Path) -> dict[str, str]:
+    """A cosign key pair (no password) as the workflow's secrets hold it: the PEM texts."""
+    folder.mkdir()
+    made = subprocess.run(
+        ["cosign", "generate-key-pair"], cwd=folder, capture_output=True, text=True,
+        env={**os.environ, "COSIGN_PASSWORD": ""}, timeout=60, check=False,
+    )  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    return {
+        "COSIGN_PRIVATE_KEY": (folder / "cosign.key").read_text(),
+        "COSIGN_PASSWORD": "",
+        "COSIGN_PUBLIC_KEY": (folder / "cosign.pub").read_text(),
+    }
 
 
 def test_estargz_is_refused_where_it_would_crash_the_daemon_and_the_daemon_stays_up(

@@ -16,7 +16,7 @@ from ..realengine import (
     marked_ca_bundle,
     require_engine,
 )
-from .conftest import CELL, TAG, report, run_in_image
+from .conftest import CELL, TAG, pushed_report, report, run_in_image
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -82,7 +82,7 @@ def test_labels_user_and_environment(project: Path) -> None:
 
 @pytest.mark.compat
 def test_push_and_pull_by_digest(project: Path) -> None:
-    built = report(project)  # the session build that pushed (TAG may be rebuilt since)
+    built = pushed_report(project)  # the session build that pushed (TAG may be rebuilt since)
     pushed, image_id = built["pushed"], built["image_id"]
     assert len(pushed) == 2 and all("@sha256:" in ref for ref in pushed)
     layers = json.loads(docker("image", "inspect", image_id).stdout)[0]["RootFS"]["Layers"]

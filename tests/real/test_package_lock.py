@@ -45,6 +45,11 @@ def test_a_build_from_a_lock_installs_exactly_the_locked_versions(tmp_path: Path
     assert {name: installed.get(name) for name in pins} == pins
     # nothing beyond the lock but the venv's own installer
     assert set(installed) - set(pins) <= {"pip"}, sorted(set(installed) - set(pins))
+    # the SBOM gives each locked package the lock's hashes (every file the pin allows)
+    sbom = json.loads(imagekit("sbom", TAG, "--from", "image", cwd=root).stdout)
+    hashes = {c["name"]: {h["content"] for h in c.get("hashes", [])} for c in sbom["components"]}
+    torch = next(p for p in lock.groups["torch"] if p.name == "torch")
+    assert hashes["torch"] == set(torch.hashes) and torch.hashes
     # the builder copied the lock's group files, hashes and all, instead of resolving
     result = imagekit(*build_args(marked_ca_bundle(root), "--target", "builder"), cwd=root)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]

@@ -5,6 +5,7 @@ a moved tag, another key, another GPU model and a failed run all refused."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -16,12 +17,19 @@ from cyclonedx.validation.json import JsonStrictValidator
 
 from imagekit.supply.attestation import PREDICATE_TYPE
 
-from ..realengine import REGISTRY, docker, engine_kind, imagekit, registry_get
-from .conftest import TAG, report
+from ..realengine import (
+    ANY_MANIFEST,
+    OCI_INDEX,
+    REGISTRY,
+    docker,
+    engine_kind,
+    imagekit,
+    registry_get,
+)
+from .conftest import TAG, pushed_report
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
-OCI_INDEX = "application/vnd.oci.image.index.v1+json"
 ATTESTED = f"{REGISTRY}/imagekit-attest"  # a repository of its own: the tag is moved here
 
 
@@ -57,14 +65,14 @@ def test_the_sbom_is_in_the_image_valid_and_its_writer_is_not(project: Path) -> 
     assert any(
         p.startswith("pkg:deb/debian/python3.11@") and "distro=debian-12" in p for p in purls
     )
-    assert doc["metadata"]["component"]["name"] == report(project)["cell"]
+    assert doc["metadata"]["component"]["name"] == pushed_report(project)["cell"]
     # the library that wrote it is in no layer, and nothing of its mount is left
     probe = "import importlib.util as u, os; print(u.find_spec('cyclonedx'), os.path.exists('/run/imagekit/sbom-tool'))"
     assert docker("run", "--rm", TAG, "python", "-c", probe).stdout.strip() == "None False"
 
 
 def test_the_sbom_is_attached_to_the_pushed_digest(project: Path) -> None:
-    built = report(project)
+    built = pushed_report(project)
     assert built["sbom"] and all("@sha256:" in ref for ref in built["sbom"])
     pushed = built["pushed"][0]
     found = json.loads(tool("oras", "discover", "--plain-http", "--format", "json", pushed).stdout)
@@ -80,28 +88,33 @@ def test_the_sbom_is_attached_to_the_pushed_digest(project: Path) -> None:
 
 @pytest.mark.compat
 def test_provenance_rides_on_the_push_where_the_engine_can_hold_it(project: Path) -> None:
-    built = report(project)
+    built = pushed_report(project)
     repo, digest = built["pushed"][0].removeprefix(f"{REGISTRY}/").split("@")
-    pushed = json.loads(registry_get(f"{repo}/manifests/{digest}", accept=OCI_INDEX))
+    accept = f"{ANY_MANIFEST},{OCI_INDEX}"
+    pushed = json.loads(registry_get(f"{repo}/manifests/{digest}", accept=accept))
     if engine_kind() != "containerd":
         assert built["provenance"] == "unsupported" and pushed.get("mediaType") != OCI_INDEX
         return
     assert built["provenance"] == "attached" and pushed["mediaType"] == OCI_INDEX
     kinds = [m.get("annotations", {}).get("vnd.docker.reference.type") for m in pushed["manifests"]]
     assert kinds == [None, "attestation-manifest"]
-    # the local image is no index: a no-op rebuild keeps its ID (test_rebuilds.py)
-    local = json.loads(docker("image", "inspect", built["image_id"]).stdout)[0]
-    assert local["Id"] == built["image_id"]
+    # the local image is not this index (store=false): a no-op rebuild keeps its ID
+    # (test_rebuilds.py, which runs after this push)
 
 
 @pytest.fixture(scope="module")
-def attested(project: Path, keys: dict[str, Path]) -> str:
+def snapshot(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("snapshot") / "host.json"
+
+
+@pytest.fixture(scope="module")
+def attested(project: Path, keys: dict[str, Path], snapshot: Path) -> str:
     """The session's image copied to a repository of its own and attested there."""
     docker("tag", TAG, f"{ATTESTED}:t")
     docker("push", f"{ATTESTED}:t")
     result = imagekit(
         "test", f"{ATTESTED}:t", "--checks", "stack,amp", "--attest", str(keys["ours"]),
-        cwd=project, env={"COSIGN_PASSWORD": ""},
+        "--snapshot", str(snapshot), cwd=project, env={"COSIGN_PASSWORD": ""},
     )  # fmt: skip
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     line = next(x for x in result.stdout.splitlines() if x.startswith("attested: "))
@@ -109,7 +122,7 @@ def attested(project: Path, keys: dict[str, Path]) -> str:
 
 
 def test_a_passing_run_is_attested_and_verifies(
-    project: Path, keys: dict[str, Path], attested: str, tmp_path: Path
+    project: Path, keys: dict[str, Path], attested: str, snapshot: Path, tmp_path: Path
 ) -> None:
     verdict = tmp_path / "verdict.json"
     result = imagekit(
@@ -123,7 +136,9 @@ def test_a_passing_run_is_attested_and_verifies(
     pred = saved["verdicts"][0]
     assert saved["image"] == attested and pred["verdict"] == "passed"
     assert [c["name"] for c in pred["checks"]] == ["stack", "amp"]
-    assert pred["torch"] == "2.13.0+cpu" and pred["host_snapshot"]["digest"].startswith("sha256:")
+    assert pred["torch"] == "2.13.0+cpu"
+    kept = "sha256:" + hashlib.sha256(snapshot.read_bytes()).hexdigest()
+    assert pred["host_snapshot"]["digest"] == kept  # the snapshot kept with --snapshot
     # cosign itself verifies it, by the predicate type
     cosign = tool(
         "cosign", "verify-attestation", "--key", str(keys["ours.pub"]), "--type", PREDICATE_TYPE,
