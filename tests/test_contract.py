@@ -172,3 +172,7 @@ def test_reference_helpers() -> None:
     assert str(ref.without_digest()) == "registry.example.com:5000/team/base:1"
     assert str(parse("ghcr.io/a/b:1").with_tag("1-validated")) == "ghcr.io/a/b:1-validated"
     assert str(parse("ghcr.io/a/b:1").pinned(DIGEST)) == f"ghcr.io/a/b:1@{DIGEST}"
+    assert str(parse("ghcr.io/a/b:1").by_digest(DIGEST)) == f"ghcr.io/a/b@{DIGEST}"
+    assert str(parse(f"ghcr.io/a/b:1@{DIGEST}").by_digest("sha256:" + "e" * 64)).endswith(
+        "b@sha256:" + "e" * 64
+    )

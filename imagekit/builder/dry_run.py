@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from imagekit import terminal
 from imagekit.builder.inputs import Inputs
 from imagekit.builder.session import BuildOptions, plan
+from imagekit.engine.interface import image_output
 from imagekit.matrix.cells import Cell
 from imagekit.supply.sbom import MEDIA_TYPE
 
@@ -26,9 +27,10 @@ def supply_lines(options: BuildOptions) -> list[str]:
     """What goes with the push: the engine decides provenance, which a dry run cannot ask."""
     lines = []
     if options.provenance:
+        output = image_output(options.compression, push=True)
         lines.append(
-            "  provenance: mode=min, pushed by `docker buildx build --output "
-            "type=image,push=true,store=false` where the engine can hold it"
+            f"  provenance: mode=min, pushed by `docker buildx build --output {output}` "
+            "where the engine can hold it"
         )
     if options.attach_sbom:
         lines.append(f"  sbom: oras attach --artifact-type {MEDIA_TYPE} <pushed digest>")

@@ -375,12 +375,7 @@ class Runner:
                 f"{report.cell}: the built image has no SBOM at {sbom.PATH} to attach; "
                 "check that its Dockerfile is current (`imagekit render --check`)"
             )
-        try:
-            return [sbom.attach(ref, data) for ref in dict.fromkeys(report.pushed)]
-        except PushError:
-            raise
-        except ImagekitError as exc:
-            raise PushError(*exc.lines) from None
+        return [sbom.attach(ref, data) for ref in dict.fromkeys(report.pushed)]
 
     def _write_report(self, report: CellReport) -> None:
         path = paths.report_file(self.options.report_dir, report.cell)

@@ -89,7 +89,7 @@ def verify(image: str, key: str, gpu_model: str, json_path: Path | None) -> None
 def _pinned(image: str, digest: str) -> str:
     from imagekit.contract import refs
 
-    return str(refs.parse(image).without_tag().pinned(digest))
+    return str(refs.parse(image).by_digest(digest))
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:

@@ -68,6 +68,10 @@ class Reference:
         """The same image by digest: tag kept, as `docker pull name:tag@digest` takes it."""
         return replace(self, digest=digest)
 
+    def by_digest(self, digest: str) -> Reference:
+        """name@digest, no tag: what a registry holds under that digest."""
+        return replace(self, tag=None, digest=digest)
+
 
 def is_registry(first: str) -> bool:
     """Docker's rule (splitDockerDomain) for the first component of a name with a slash."""

@@ -26,7 +26,7 @@ def in_registry(engine: Engine, image: str) -> str:
             "pushed name, e.g. registry.example.com/team/train:tag"
         )
     digest = ref.digest or _registry_digest(engine, image)
-    pinned = str(ref.without_tag().pinned(digest))
+    pinned = str(ref.by_digest(digest))
     engine.pull(pinned)
     return pinned
 

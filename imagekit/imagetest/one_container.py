@@ -87,12 +87,11 @@ def run_selfcheck(
             timeout=registry.total_limit(_names(options.checks), options.timeout),
         )
         result = engine.run(image, selfcheck_command(options), run_options)
-        checks = _read(Path(tmp) / "selfcheck.json")
         _copy(Path(tmp) / "selfcheck.json", options.json_path)
         _copy(Path(tmp) / "selfcheck.xml", options.junit_path)
         _copy(Path(tmp) / "host.json", options.snapshot_path)
         written = Written(_bytes(Path(tmp) / "selfcheck.json"), _bytes(Path(tmp) / "host.json"))
-    return result, checks, written
+    return result, _results(written.report), written
 
 
 def _bytes(path: Path) -> bytes | None:
@@ -104,12 +103,12 @@ def _names(checks: str) -> list[str]:
     return chosen or list(registry.ORDER)
 
 
-def _read(path: Path) -> list[CheckResult]:
+def _results(report: bytes | None) -> list[CheckResult]:
     """The report's results; none where it was not written or is not a report (the exit code
     decides then, and the failure line says no report was read)."""
     try:
-        return results_from_report(json.loads(path.read_text())) if path.is_file() else []
-    except (OSError, ValueError, RecordError):
+        return results_from_report(json.loads(report)) if report is not None else []
+    except (ValueError, RecordError):
         return []
 
 

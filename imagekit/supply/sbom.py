@@ -50,8 +50,7 @@ def from_registry(reference: str) -> bytes:
             f"`imagekit sbom {reference} --from image`"
         )
     newest = max(found, key=lambda r: (_created(r), str(r.get("digest"))))
-    name = refs.parse(reference).without_tag().without_digest()
-    artifact = str(name.pinned(str(newest["digest"])))
+    artifact = str(refs.parse(reference).by_digest(str(newest["digest"])))
     with tempfile.TemporaryDirectory(prefix="imagekit-sbom-") as tmp:
         result = tools.run(tools.ORAS, ["pull", *_http(reference), "-o", tmp, artifact], "sbom")
         if result.returncode != 0:
