@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tarfile
 import urllib.request
 from pathlib import Path
 
@@ -58,6 +59,27 @@ def docker(
     return subprocess.run(
         [DOCKER, *args], capture_output=True, text=True, timeout=timeout, check=check
     )
+
+
+def image_config(ref: str, timeout: float = 300) -> dict:  # type: ignore[type-arg]
+    """A local image's config as the engine stores it (`docker image inspect` leaves out
+    BuildKit's own keys): streamed out of `docker save`, keeping only the small members
+    (the layers go by), then found through the archive's manifest.json."""
+    small: dict[str, bytes] = {}
+    with subprocess.Popen([DOCKER, "save", ref], stdout=subprocess.PIPE) as save:
+        assert save.stdout is not None
+        with tarfile.open(fileobj=save.stdout, mode="r|") as archive:
+            for member in archive:
+                if member.isfile() and member.size < 1 << 20:
+                    extracted = archive.extractfile(member)
+                    assert extracted is not None
+                    small[member.name] = extracted.read()
+        assert save.wait(timeout=timeout) == 0, f"docker save {ref} failed"
+    (entry,) = json.loads(small["manifest.json"])
+    return json.loads(small[entry["Config"]])  # type: ignore[no-any-return]
+
+
+INLINE_CACHE_KEY = "moby.buildkit.cache.v0"  # where BuildKit writes inline cache in a config
 
 
 def registry_get(path: str, accept: str = MANIFEST_V2, registry: str = REGISTRY) -> bytes:

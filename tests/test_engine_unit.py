@@ -95,6 +95,37 @@ def test_builtin_buildkit_sets_the_variable_and_refuses_cache_export(tmp_path: P
         )
 
 
+def test_inline_cache_only_when_asked_and_through_the_build_arg_without_buildx(
+    tmp_path: Path,
+) -> None:
+    """Inline cache makes the image config unstable (moby/buildkit#1876): no engine writes it
+    unless `--cache-to type=inline` asks; a CLI without buildx asks with the build argument."""
+    inline_arg = "BUILDKIT_INLINE_CACHE=1"
+    for kind, driver in (("buildkit", ""), ("buildx", "docker")):
+        args = engine_with(kind, driver).build_args(
+            request_in(tmp_path), tmp_path / "i", tmp_path / "m"
+        )
+        assert inline_arg not in args and "--cache-to" not in args
+    asked = request_in(tmp_path, cache_to=("type=inline",))
+    builtin = engine_with("buildkit").build_args(asked, tmp_path / "i", tmp_path / "m")
+    assert builtin[builtin.index("--build-arg") + 1] == inline_arg and "--cache-to" not in builtin
+    buildx = engine_with("buildx", "docker").build_args(asked, tmp_path / "i", tmp_path / "m")
+    assert buildx[buildx.index("--cache-to") + 1] == "type=inline" and inline_arg not in buildx
+    both = request_in(tmp_path, cache_to=("type=inline", "type=local,dest=x"))
+    with pytest.raises(EngineError, match="--cache-to needs docker buildx"):
+        engine_with("buildkit").build_args(both, tmp_path / "i", tmp_path / "m")
+
+
+def test_a_push_keeps_inline_cache_in_the_image_and_leaves_the_export_to_the_build(
+    tmp_path: Path,
+) -> None:
+    request = request_in(tmp_path, cache_to=("type=inline", "type=registry,ref=r:c,mode=max"))
+    args = engine_with("buildx", "docker-container").push_args(
+        request, ["r/a:1"], Compression("zstd"), tmp_path / "m"
+    )
+    assert [args[i + 1] for i, a in enumerate(args) if a == "--cache-to"] == ["type=inline"]
+
+
 DIGEST = "sha256:" + "ab" * 32
 
 

@@ -259,6 +259,10 @@ def test_buildx_drivers_and_what_they_can_export() -> None:
     assert problems[0].startswith("--cache-to type=gha: ")
     assert "docker buildx create --use --driver docker-container" in problems[1]
     assert unsupported(docker_driver, (), Compression("zstd"), containerd_store=True) == []
+    builtin = Builder("docker", "buildkit", "20.10.24", "")
+    assert unsupported(builtin, ("type=inline",), Compression(), False) == []  # the build arg
+    (problem,) = unsupported(builtin, ("type=inline", "type=local,dest=d"), Compression(), False)
+    assert problem.startswith("--cache-to type=local,dest=d: ") and "type=inline" in problem
 
 
 def test_the_docker_drivers_containerd_store_is_read_from_the_engine() -> None:

@@ -119,7 +119,10 @@ def plan(cells: Sequence[Cell], options: BuildOptions, inputs: Inputs) -> list[P
     builds = []
     for cell in cells:
         ctx = paths.context_dir(options.work_dir, cell.id)
-        args = [("BUILDKIT_INLINE_CACHE", "1")]
+        # No inline cache unless asked (--cache-to type=inline): BuildKit writes its records
+        # into the image config in an unstable order (moby/buildkit#1876, #3188), which gave
+        # a fully cached rebuild a new image ID.
+        args: list[tuple[str, str]] = []
         if options.torch_index is not None:
             args.append(("TORCH_INDEX_URL", options.torch_index))
         secrets = [("ca", inputs.ca_bundle)] if inputs.ca_bundle else []

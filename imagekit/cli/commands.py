@@ -85,14 +85,15 @@ from imagekit.cli.params import (
     multiple=True,
     type=CACHE_SPEC,
     metavar="REF",
-    help="Image to take inline cache from.",
+    help="Cache to read: an image built with --cache-to type=inline, or a cache export.",
 )
 @click.option(
     "--cache-to",
     multiple=True,
     type=CACHE_SPEC,
     metavar="SPEC",
-    help="Cache export, e.g. type=registry,ref=REPO:buildcache,mode=max (buildx only).",
+    help="Cache export: type=inline (any engine), or e.g. "
+    "type=registry,ref=REPO:buildcache,mode=max (buildx).",
 )
 @click.option(
     "--compression",

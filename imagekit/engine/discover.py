@@ -16,7 +16,7 @@ from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
-from imagekit.engine.interface import Compression
+from imagekit.engine.interface import Compression, is_inline_cache
 from imagekit.errors import EngineError
 
 MIN_ENGINE = Version("20.10")
@@ -147,12 +147,11 @@ def unsupported(
     else:
         return []
     for spec in cache_to:
-        # `docker build` of a pre-23 CLI has no --cache-to at all; buildx's docker driver
-        # takes type=inline only
-        if builder.kind == "buildkit" or not spec.replace(" ", "").startswith("type=inline"):
+        # both write inline cache only (the built-in BuildKit through BUILDKIT_INLINE_CACHE)
+        if not is_inline_cache(spec):
             problems.append(
                 f"--cache-to {spec}: {what}, which exports inline cache only. Fix: {fix}; "
-                "or leave --cache-to out (inline cache is always written: --cache-from IMAGE)"
+                "or --cache-to type=inline (read back with --cache-from IMAGE)"
             )
     if not compression.default:
         problems.append(

@@ -47,6 +47,7 @@ from imagekit.engine.interface import (
     SubnetTaken,
     build_flags,
     image_output,
+    inline_cache_as_build_arg,
     push_flags,
 )
 from imagekit.errors import BuildError, EngineError, PushError, UsageError
@@ -113,12 +114,13 @@ class DockerEngine:
         return b.kind == "buildx" and b.driver == "docker" and self.containerd_store
 
     def build_args(self, request: BuildRequest, iidfile: Path, metadata: Path) -> list[str]:
-        if request.cache_to and self.builder.kind != "buildx":
-            raise EngineError(
-                "--cache-to needs docker buildx (the built-in BuildKit of older CLIs exports "
-                "inline cache only: use --cache-from IMAGE instead)"
-            )
         if self.builder.kind != "buildx":
+            request = inline_cache_as_build_arg(request)
+            if request.cache_to:
+                raise EngineError(
+                    "--cache-to needs docker buildx (the built-in BuildKit of older CLIs "
+                    "exports inline cache only: --cache-to type=inline)"
+                )
             prefix = [self.builder.cli, "build", "--progress=plain", "--iidfile", str(iidfile)]
             return [*prefix, *build_flags(request)]
         # Local images carry no provenance attestation: it would make the tag an index whose

@@ -54,6 +54,21 @@ class BuildRequest:
     provenance: bool = False
 
 
+def is_inline_cache(spec: str) -> bool:
+    """`--cache-to type=inline[,...]`: the cache metadata written into the image's config."""
+    return spec.replace(" ", "").split(",", 1)[0] == "type=inline"
+
+
+def inline_cache_as_build_arg(request: BuildRequest) -> BuildRequest:
+    """Docker's built-in BuildKit (a CLI without buildx) has no --cache-to: there, inline
+    cache is asked for with the BUILDKIT_INLINE_CACHE build argument."""
+    if not any(is_inline_cache(spec) for spec in request.cache_to):
+        return request
+    rest = tuple(spec for spec in request.cache_to if not is_inline_cache(spec))
+    args = (*request.build_args, ("BUILDKIT_INLINE_CACHE", "1"))
+    return replace(request, cache_to=rest, build_args=args)
+
+
 def build_flags(request: BuildRequest) -> list[str]:
     """The build command's flags and context for a request (pure: the dry-run prints the
     same, and the real engine runs them)."""
@@ -121,10 +136,11 @@ def output_flags(tags: Sequence[str], compression: Compression) -> list[str]:
 
 def push_flags(request: BuildRequest, tags: Sequence[str], compression: Compression) -> list[str]:
     """A compressed push: the same build again, every step cached, exported and pushed by
-    BuildKit (the build run already exported the cache: no --cache-to). Never --no-cache: a
-    `build --no-cache` has just built every step, and the push must export that image, not
-    build a second one."""
-    again = replace(request, cache_to=(), no_cache=False)
+    BuildKit (the build run already exported the cache: no --cache-to, but inline cache,
+    which is part of the pushed image). Never --no-cache: a `build --no-cache` has just built
+    every step, and the push must export that image, not build a second one."""
+    inline = tuple(spec for spec in request.cache_to if is_inline_cache(spec))
+    again = replace(request, cache_to=inline, no_cache=False)
     provenance = "--provenance=mode=min" if request.provenance else "--provenance=false"
     return [*output_flags(tags, compression), provenance, *build_flags(again)]
 

@@ -106,7 +106,6 @@ def bake(cells: Sequence[Cell]) -> dict[str, Any]:
             "target": "runtime",
             "tags": list(cell.tags),
             "labels": dict(cell.labels),
-            "args": {"BUILDKIT_INLINE_CACHE": "1"},
             "cache-from": [f"type=registry,ref={cache_ref}"],
             "cache-to": [f"type=registry,ref={cache_ref},mode=max"],
             "platforms": ["linux/amd64"],
