@@ -108,6 +108,10 @@ def statement(
         ([statement(checks=[])], "", 0),
         ([{**statement(), "_type": "something-else"}], "", 0),
         ([statement(), statement(digest="sha256:" + "c" * 64)], "", 1),
+        # a subject not in in-toto's shape names no digest (never a crash)
+        ([{**statement(), "subject": [{"name": "x", "digest": DIGEST}]}], "", 0),
+        ([{**statement(), "subject": [{"digest": {"sha256": 7}}, "x"]}], "", 0),
+        ([{**statement(), "subject": {"digest": {"sha256": DIGEST[7:]}}}], "", 0),
     ],
 )
 def test_only_a_passing_run_of_exactly_this_digest_verifies(

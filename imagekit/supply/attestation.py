@@ -149,7 +149,7 @@ def verdicts(found: Sequence[Mapping[str, Any]], digest: str, gpu_model: str = "
         if (
             statement.get("_type") in STATEMENT_TYPES
             and statement.get("predicateType") == PREDICATE_TYPE
-            and _names_digest(statement.get("subject"), digest)
+            and digest in subject_digests(statement.get("subject"))
             and isinstance(pred, dict)
             and _passing(pred)
             and (not gpu_model or gpu_model in ((pred.get("gpu") or {}).get("models") or []))
@@ -158,11 +158,19 @@ def verdicts(found: Sequence[Mapping[str, Any]], digest: str, gpu_model: str = "
     return good
 
 
-def _names_digest(subject: object, digest: str) -> bool:
-    hex_digest = digest.removeprefix("sha256:")
-    return isinstance(subject, list) and any(
-        isinstance(s, dict) and (s.get("digest") or {}).get("sha256") == hex_digest for s in subject
-    )
+def subject_digests(subject: object) -> set[str]:
+    """The digests (sha256:...) an in-toto statement's subject names; none where the subject
+    is not the list of {name, digest: {sha256}} the format has."""
+    if not isinstance(subject, list):
+        return set()
+    return {
+        f"sha256:{s['digest']['sha256']}"
+        for s in subject
+        if isinstance(s, dict)
+        and isinstance(s.get("digest"), dict)
+        and isinstance(s["digest"].get("sha256"), str)
+        and s["digest"]["sha256"]
+    }
 
 
 def _passing(pred: Mapping[str, Any]) -> bool:
@@ -198,12 +206,7 @@ def verify(image: str, key: str, gpu_model: str = "") -> tuple[str, list[Verdict
 
 def _one_subject(image: str, found: Sequence[Mapping[str, Any]]) -> str:
     """The digest cosign verified the statements against: their one subject digest."""
-    digests = {
-        f"sha256:{s['digest']['sha256']}"
-        for statement in found
-        for s in statement.get("subject") or []
-        if isinstance(s, dict) and isinstance(s.get("digest"), dict) and s["digest"].get("sha256")
-    }
+    digests = set().union(*(subject_digests(statement.get("subject")) for statement in found))
     if len(digests) != 1:
         raise NotVerified(f"{image}: cosign's verified statements name {len(digests)} digests")
     return digests.pop()
