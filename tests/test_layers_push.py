@@ -309,16 +309,22 @@ def test_compression_options_checked_before_anything(capsys: pytest.CaptureFixtu
     assert code == 2 and "--compression zstd: layers are compressed when they are pushed" in err
     assert "add --push" in err
     code, _, err = cli(*base, "--push", "--compression-level", "12", capsys=capsys)
+    assert code == 2 and "--compression-level 12: a level needs a compression" in err
+    assert "add --compression zstd or --compression gzip" in err
+    code, _, err = cli(
+        *base, "--push", "--compression", "gzip", "--compression-level", "12", capsys=capsys
+    )
     assert code == 2 and "--compression-level 12: gzip takes 0-9" in err
     code, _, err = cli(*base, "--push", "--compression", "lz4", capsys=capsys)
-    assert code == 2 and "'lz4' is not one of 'gzip', 'zstd', 'estargz'" in err
+    assert code == 2 and "'lz4' is not one of 'auto', 'zstd', 'gzip', 'estargz'" in err
     code, out, _ = cli(
-        *base, "--push", "--compression", "zstd", "--compression-level", "22", capsys=capsys
-    )
+        *base, "--push", "--load", "--compression", "zstd", "--compression-level", "22",
+        capsys=capsys,
+    )  # fmt: skip
     assert code == 0
     push = next(line for line in out.splitlines() if line.strip().startswith("push:"))
     assert "docker buildx build -t " in push and "compression=zstd,compression-level=22" in push
-    code, out, _ = cli(*base, "--push", capsys=capsys)
+    code, out, _ = cli(*base, "--push", "--load", "--compression", "gzip", capsys=capsys)
     assert code == 0 and "push: docker push " in out
 
 
@@ -410,3 +416,22 @@ def test_align_layers_joins_diff_ids_and_history() -> None:
     short = align_layers(["sha256:0", *ids], history)
     assert short[0].diff_id == "sha256:0" and short[0].created_by == ""
     assert align_layers([], history) == []
+
+
+@pytest.mark.usefixtures("in_repo")
+def test_a_dry_run_push_without_load_is_one_build_that_buildkit_pushes_in_zstd(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    base = ["build", "--cell", CELL, "--dry-run", "--ca-bundle", __file__, "--push"]
+    code, out, _ = cli(*base, capsys=capsys)
+    assert code == 0
+    lines = [line.strip() for line in out.splitlines()]
+    assert "compression: auto (zstd where BuildKit pushes the layers, else gzip)" in lines
+    one = next(line for line in lines if line.startswith("build and push in one"))
+    assert "push=true,store=false,compression=zstd,force-compression=true" in one
+    assert "--load" not in one and "--target runtime" in one
+    elsewhere = next(line for line in lines if line.startswith("elsewhere"))
+    assert elsewhere.endswith("then docker push " + one.split(" -t ", 1)[1].split()[0])
+    code, out, _ = cli(*base, "--load", "--compression", "gzip", capsys=capsys)
+    assert code == 0 and "build and push in one" not in out and "compression: auto" not in out
+    assert "push: docker push " in out

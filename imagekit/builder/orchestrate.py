@@ -39,6 +39,26 @@ class BuildRun:
     progress: str = "auto"
 
 
+def resolve_compression(engine: Engine, options: BuildOptions) -> BuildOptions:
+    """--compression auto: zstd where BuildKit writes the pushed layers, else gzip."""
+    if not options.compression.auto:
+        return options
+    chosen = options.compression.for_engine(options.push and engine.pushes_from_builder())
+    return replace(options, compression=chosen)
+
+
+def check_tools(engine: Engine, options: BuildOptions) -> None:
+    """oras, before anything builds (not after an hour): it attaches the SBOM, and a push
+    without --load reads the pushed image's layers back from the registry."""
+    if not options.push:
+        return
+    if options.attach_sbom:
+        tools.find(tools.ORAS, "--push (it attaches the SBOM; --no-attach-sbom skips that)")
+    if not options.load and engine.pushes_from_builder():
+        tools.find(tools.ORAS, "--push without --load (the layer report is read back from "
+                   "the registry; --load keeps the image here and reads it locally)")  # fmt: skip
+
+
 def run_build(
     engine: Engine, cells: Sequence[Cell], options: BuildOptions, resolved: Inputs, run: BuildRun
 ) -> None:
@@ -47,10 +67,10 @@ def run_build(
     if run.dry_run:  # contacts nothing, so no git call for the revision label
         print_dry_run(cells, options, resolved)
         return
+    options = resolve_compression(engine, options)
     # what this builder cannot do is refused before anything runs (exit 2)
     engine.check_support(options.cache_to, options.compression)
-    if options.push and options.attach_sbom:  # before anything builds, not after an hour
-        tools.find(tools.ORAS, "--push (it attaches the SBOM; --no-attach-sbom skips that)")
+    check_tools(engine, options)
     builds = plan(cells, replace(options, labels=build_labels()), resolved)
     unbuildable = preflight(engine, cells, run.bootstrap_base, options.keep_going)
     builds = [b for b in builds if b.cell.id not in unbuildable]

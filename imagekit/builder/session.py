@@ -27,7 +27,15 @@ from imagekit.builder import context as context_mod
 from imagekit.builder.display import Display
 from imagekit.builder.inputs import Inputs
 from imagekit.builder.log import StepLog
-from imagekit.engine.interface import BuildRequest, Compression, Engine, build_flags, push_flags
+from imagekit.engine.interface import (
+    BuildRequest,
+    Compression,
+    Engine,
+    Layer,
+    build_flags,
+    build_push_flags,
+    push_flags,
+)
 from imagekit.errors import BuildError, ImagekitError, Interrupted, PushError
 from imagekit.matrix.cells import Cell
 from imagekit.paths import write_atomic
@@ -61,6 +69,9 @@ class BuildOptions:
     # to the pushed digest as an OCI referrer (supply/sbom.py).
     provenance: bool = False
     attach_sbom: bool = False
+    # With --push: also keep the image in the engine's store. Without it, where BuildKit
+    # pushes (Engine.pushes_from_builder), the build goes straight to the registry.
+    load: bool = False
 
 
 @dataclass(frozen=True)
@@ -72,6 +83,11 @@ class PlannedBuild:
     def command(self, docker: Sequence[str] = ("docker", "build")) -> str:
         flags = build_flags(self.request)
         return shlex.join([*docker, *flags]) + f"   # then tag {', '.join(self.tags)}"
+
+    def build_push_command(self, compression: Compression) -> str:
+        """The one build that BuildKit pushes as it exports (--push without --load)."""
+        flags = build_push_flags(self.request, self.tags, compression)
+        return shlex.join(["docker", "buildx", "build", *flags])
 
     def push_command(self, compression: Compression) -> str:
         """How the tags are pushed: the engine's push (gzip), or BuildKit's exporter."""
@@ -104,6 +120,12 @@ class CellReport:
     pushed: list[str] = field(default_factory=list)
     push_seconds: float = 0.0  # all of the cell's tags
     push_compression: str = ""  # gzip (the engine's push), or what buildx pushed
+    # builder: BuildKit pushed as it built, nothing loaded (--push without --load); engine:
+    # the image was loaded, then pushed; "" where nothing was pushed
+    push_path: str = ""
+    # what size_bytes (the image's and each layer's) count: unpacked (the local image's
+    # layers) or compressed (as pushed, read from the registry where nothing was loaded)
+    sizes: str = "unpacked"
     # the pushed image's provenance: attached | off (--no-provenance) | unsupported (the
     # engine cannot hold an attestation manifest); "" where nothing was pushed
     provenance: str = ""
@@ -277,12 +299,15 @@ class Runner:
         steps = StepLog()
         try:
             self._prepare(build)
-            result = self.engine.build(build.request, lambda line: self._line(build, line, steps))
-            report.image_id = result.image_id
-            self._tag(build, report)
-            self._measure(build, report)
-            if report.status == "built" and self.options.push:
-                self._push(build, report)
+            if self.pushes_straight():
+                self._build_push(build, report, steps)
+            else:
+                on_line = lambda line: self._line(build, line, steps)  # noqa: E731
+                report.image_id = self.engine.build(build.request, on_line).image_id
+                self._tag(build, report)
+                self._measure(build, report, self.engine.layers(report.image_id))
+                if report.status == "built" and self.options.push:
+                    self._push(build, report)
         except ImagekitError as exc:
             report.status = "failed" if report.status in ("pending", "built") else report.status
             report.error = terminal.render(exc.lines)  # one line each: no value breaks one
@@ -328,10 +353,56 @@ class Runner:
             self.engine.untag(ref)
         report.tags.clear()
 
-    def _measure(self, build: PlannedBuild, report: CellReport) -> None:
-        in_order = self.engine.layers(report.image_id)
+    def pushes_straight(self) -> bool:
+        """--push without --load, where BuildKit pushes: one build, nothing loaded."""
+        o = self.options
+        return o.push and not o.load and self.engine.pushes_from_builder()
+
+    def _build_push(self, build: PlannedBuild, report: CellReport, steps: StepLog) -> None:
+        """Build and push in one BuildKit run; the report is read back from the registry."""
+        compression = self.options.compression
+        provenance = self.options.provenance and self.engine.attaches_provenance()
+        report.push_compression, report.push_path = str(compression), "builder"
+        report.provenance = provenance_state(self.options.provenance, provenance)
+        request = replace(build.request, provenance=provenance)
+        exporting: list[float] = []
+
+        def on_line(line: str) -> None:
+            if not exporting and _EXPORT.search(line):
+                exporting.append(time.monotonic())
+            self._line(build, line, steps)
+
+        pushed = self.engine.build_push(request, build.tags, compression, on_line)
+        # push_seconds: from BuildKit's export (compression and upload) to the end
+        report.push_seconds = round(time.monotonic() - (exporting or [time.monotonic()])[0], 2)
+        report.pushed, report.status = pushed, "built"
+        report.image_id, layers = self.engine.pushed_layers(pushed[0])
+        report.sizes = "compressed"
+        self._measure(build, report, layers)
+        if self.options.attach_sbom and report.status == "built":
+            try:
+                data = self._pushed_sbom(pushed[0], layers, report)
+                report.sbom = [sbom.attach(ref, data) for ref in dict.fromkeys(pushed)]
+            except ImagekitError:
+                report.status = "push-failed"
+                raise
+
+    def _pushed_sbom(self, ref: str, layers: Sequence[Layer], report: CellReport) -> bytes:
+        """The SBOM from its own small layer in the registry (the step that wrote it)."""
+        for layer in reversed(layers):
+            if sbom.WRITER in layer.created_by:
+                data = self.engine.pushed_file(ref, layer, sbom.PATH)
+                if data is not None:
+                    return data
+        raise PushError(
+            f"{report.cell}: the pushed image has no layer with an SBOM at {sbom.PATH} to "
+            "attach; check that its Dockerfile is current (`imagekit render --check`)"
+        )
+
+    def _measure(self, build: PlannedBuild, report: CellReport, in_order: list[Layer]) -> None:
         # Uncompressed on every store: the sum of the layers. The containerd store's own
-        # image size counts the compressed blobs in its content store besides.
+        # image size counts the compressed blobs in its content store besides. A push
+        # without --load counts the compressed layers as pushed (sizes: compressed).
         report.size_bytes = sum(layer.size for layer in in_order)
         report.layers = [
             {"diff_id": x.diff_id, "size_bytes": x.size, "created_by": x.created_by[:300]}
@@ -344,14 +415,19 @@ class Runner:
         if report.size_bytes > build.cell.size_budget:
             report.status = "over-budget"
             top = "; ".join(f"{gb(x.size)} {describe(x.created_by)}" for x in layers[:3])
+            pushed = (
+                " (compressed, as pushed: it is in the registry; do not promote it)"
+                if report.sizes == "compressed"
+                else ""
+            )
             report.error = terminal.render(
-                f"image is {gb(report.size_bytes)}, over the cell's size_budget of "
+                f"image is {gb(report.size_bytes)}{pushed}, over the cell's size_budget of "
                 f"{gb(build.cell.size_budget)}; largest layers: {top}"
             )
 
     def _push(self, build: PlannedBuild, report: CellReport) -> None:
         compression = self.options.compression
-        report.push_compression = str(compression)
+        report.push_compression, report.push_path = str(compression), "engine"
         provenance = self.options.provenance and self.engine.attaches_provenance()
         report.provenance = provenance_state(self.options.provenance, provenance)
         request = replace(build.request, provenance=provenance)
@@ -475,6 +551,8 @@ def raise_for_failures(reports: Sequence[CellReport]) -> None:
     raise BuildError(f"of {len(reports)} cells, " + "; ".join(parts))
 
 
+# BuildKit's export of the image (then its push), as its plain progress names it
+_EXPORT = re.compile(r"^#\d+ exporting (to image|layers)")
 _GROUP = re.compile(r"/run/imagekit/groups/(\w+)\.txt")
 _SHELL = re.compile(r"^(RUN )?(\|\d+ \S*=\S* )*(/bin/sh -c )?(\. /run/imagekit/build-env\.sh && )?")
 

@@ -16,6 +16,13 @@ from imagekit.urls import refuse_credentials
 
 def compression_from(kind: str, level: int | None) -> Compression:
     """--compression and --compression-level, checked against BuildKit's ranges."""
+    if kind == "auto":
+        if level is not None:
+            raise UsageError(
+                f"--compression-level {level}: a level needs a compression; add "
+                "--compression zstd or --compression gzip"
+            )
+        return Compression("auto")
     if level is not None and not 0 <= level <= MAX_LEVEL[kind]:
         raise UsageError(
             f"--compression-level {level}: {kind} takes 0-{MAX_LEVEL[kind]} "
@@ -30,7 +37,7 @@ def options_from(kwargs: dict[str, Any]) -> BuildOptions:
     )
     refuse_credentials(kwargs["mirror"], "--mirror", "the base image's apt sources")
     compression = compression_from(kwargs["compression"], kwargs["compression_level"])
-    if not compression.default and not kwargs["push"]:
+    if not (compression.default or compression.auto) and not kwargs["push"]:
         raise UsageError(
             f"{compression.as_options()}: layers are compressed when they are pushed; "
             "add --push (the local image store keeps layers uncompressed)"
@@ -50,6 +57,7 @@ def options_from(kwargs: dict[str, Any]) -> BuildOptions:
         compression=compression,
         provenance=kwargs["provenance"],
         attach_sbom=kwargs["attach_sbom"],
+        load=kwargs["load"],
     )
 
 

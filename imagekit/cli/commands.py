@@ -36,7 +36,8 @@ from imagekit.cli.params import (
         "imagekit build --cuda 12.6 --jobs 2 --keep-going",
         "imagekit build --cell 'cpu-*' --wheelhouse /opt/wheels --torch-index none",
         "imagekit build --cuda 12.8 --push --progress plain  # CI",
-        "imagekit build --cuda 12.8 --push --compression zstd  # needs buildx",
+        "imagekit build --cuda 12.8 --push                   # zstd, straight from BuildKit",
+        "imagekit build --cuda 12.8 --push --compression gzip --load  # older pullers; kept here",
         "imagekit build --dry-run                          # print the plan only",
     )
 )
@@ -97,11 +98,18 @@ from imagekit.cli.params import (
 )
 @click.option(
     "--compression",
-    type=click.Choice(["gzip", "zstd", "estargz"]),
-    default="gzip",
+    type=click.Choice(["auto", "zstd", "gzip", "estargz"]),
+    default="auto",
     show_default=True,
-    help="Layer compression of --push. zstd, estargz or a level: buildx (not the docker "
-    "driver); see the README's Layer compression.",
+    help="Layer compression of --push. auto: zstd where BuildKit pushes the layers (buildx, "
+    "not the docker driver on the classic store), else gzip; gzip for pullers older than "
+    "Docker 23 / containerd 1.5. See the README's Layer compression.",
+)
+@click.option(
+    "--load",
+    is_flag=True,
+    help="With --push: keep the image in the local engine too. Without it, where BuildKit "
+    "pushes, the build goes straight to the registry and nothing is loaded.",
 )
 @click.option(
     "--compression-level",

@@ -16,7 +16,7 @@ import subprocess
 import tarfile
 import tempfile
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
@@ -24,6 +24,7 @@ from typing import Any
 
 from imagekit import terminal
 from imagekit.contract.refs import parse
+from imagekit.engine import pushed
 from imagekit.engine.discover import (
     Builder,
     check_engine_version,
@@ -46,6 +47,7 @@ from imagekit.engine.interface import (
     Started,
     SubnetTaken,
     build_flags,
+    build_push_flags,
     image_output,
     inline_cache_as_build_arg,
     push_flags,
@@ -320,11 +322,61 @@ class DockerEngine:
     def push_compressed(
         self, request: BuildRequest, tags: Sequence[str], compression: Compression
     ) -> list[str]:
+        def args(metadata: Path) -> list[str]:
+            return self.push_args(request, tags, compression, metadata)
+
+        return self._buildx_push(args, tags, lambda _: None)
+
+    def pushes_from_builder(self) -> bool:
+        """Whether BuildKit itself writes and pushes the layers (buildx, except the docker
+        driver on the classic store, whose push is the engine's gzip `docker push`)."""
+        b = self.builder
+        return b.kind == "buildx" and (b.driver != "docker" or self.containerd_store)
+
+    def build_push(
+        self,
+        request: BuildRequest,
+        tags: Sequence[str],
+        compression: Compression,
+        on_line: LineSink,
+    ) -> list[str]:
+        """The build, exported by BuildKit straight to the registry: nothing is loaded into
+        the engine's image store (store=false), so nothing is written twice."""
+        if not self.pushes_from_builder():  # the session asks only where it can
+            raise EngineError("a push straight from BuildKit needs buildx and its image exporter")
+        self.client  # noqa: B018 - fail early with the daemon hint
+        prefix = [self.builder.cli, "buildx", "build", "--progress=plain"]
+
+        def args(metadata: Path) -> list[str]:
+            flags = build_push_flags(request, tags, compression)
+            return [*prefix, "--metadata-file", str(metadata), *flags]
+
+        return self._buildx_push(args, tags, on_line, build_failure=True)
+
+    def pushed_layers(self, ref: str) -> tuple[str, list[Layer]]:
+        """The pushed image's manifest digest and layers, read back from its registry."""
+        image = pushed.pushed_image(ref)
+        return image.digest, image.layers
+
+    def pushed_file(self, ref: str, layer: Layer, path: str) -> bytes | None:
+        return pushed.layer_file(ref, layer, path)
+
+    def _buildx_push(
+        self,
+        args_for: Callable[[Path], list[str]],
+        tags: Sequence[str],
+        on_line: LineSink,
+        build_failure: bool = False,
+    ) -> list[str]:
+        """Run a buildx build that pushes; the pushed digest (the index's where provenance
+        made one) from its metadata file, named after each tag."""
         with tempfile.TemporaryDirectory(prefix="imagekit-push-") as tmp:
             metadata = Path(tmp) / "metadata.json"
             try:
-                self._stream(self.push_args(request, tags, compression, metadata), lambda _: None)
+                self._stream(args_for(metadata), on_line)
             except BuildError as exc:
+                if build_failure:
+                    raise
                 headline, *tail = exc.lines
                 reason = headline.removesuffix("; its last lines:")
                 raise PushError(_push_failure(tags[0], reason), *tail[-5:]) from None

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from imagekit import terminal
@@ -22,6 +22,8 @@ from imagekit.engine.interface import (
 )
 from imagekit.errors import BuildError, PushError, UsageError
 
+ZSTD_LAYER = "application/vnd.oci.image.layer.v1.tar+zstd"
+
 
 @dataclass
 class FakeEngine:
@@ -39,6 +41,9 @@ class FakeEngine:
     # context folder names whose build raises a bug (not an ImagekitError) in the engine
     crash_builds: set[str] = field(default_factory=set)
     provenance: bool = False  # whether a push can carry a provenance attestation
+    # True: BuildKit pushes straight to the registry (buildx's image exporter), so a push
+    # without --load builds and pushes in one go and nothing is loaded
+    builder_pushes: bool = False
     files: dict[str, bytes] = field(default_factory=dict)  # path -> bytes, in every image
     # Detached containers and networks, by name: what a leak test looks at.
     containers: dict[str, RunOptions] = field(default_factory=dict)
@@ -48,8 +53,11 @@ class FakeEngine:
         return "fake engine"
 
     def build(self, request: BuildRequest, on_line: LineSink) -> BuildResult:
+        self.calls.append(("build", request.context.name))
+        return self._steps(request, on_line)
+
+    def _steps(self, request: BuildRequest, on_line: LineSink) -> BuildResult:
         name = request.context.name
-        self.calls.append(("build", name))
         on_line("#5 [runtime 1/2] COPY --from=builder /opt/venv /opt/venv")
         if name in self.crash_builds:
             raise KeyError(f"a bug in the engine while building {name}")
@@ -86,6 +94,37 @@ class FakeEngine:
         self.calls.append(("check_support", str(compression)))
         if compression.kind in self.refuse or (cache_to and "cache-to" in self.refuse):
             raise UsageError(f"--compression {compression.kind}: refused by the fake engine")
+
+    def pushes_from_builder(self) -> bool:
+        return self.builder_pushes
+
+    def build_push(
+        self,
+        request: BuildRequest,
+        tags: Sequence[str],
+        compression: Compression,
+        on_line: LineSink,
+    ) -> list[str]:
+        provenance = " provenance" if request.provenance else ""
+        self.calls.append(("build_push", f"{','.join(tags)} {compression}{provenance}"))
+        self._steps(request, on_line)  # the same lines and failures as a local build
+        if self.push_error:
+            raise PushError(f"push of {tags[0]} failed: refused")
+        digest = "sha256:" + request.context.name.encode().hex()[:64].ljust(64, "3")
+        return [t.rsplit(":", 1)[0] + "@" + digest for t in tags]
+
+    def pushed_layers(self, ref: str) -> tuple[str, list[Layer]]:
+        self.calls.append(("pushed_layers", ref))
+        digest = ref.rsplit("@", 1)[-1]
+        layers = [
+            replace(x, digest="sha256:" + f"{i:064x}", media_type=ZSTD_LAYER)
+            for i, x in enumerate(self.layers(digest))
+        ]
+        return digest, layers
+
+    def pushed_file(self, ref: str, layer: Layer, path: str) -> bytes | None:
+        self.calls.append(("pushed_file", f"{ref} {path}"))
+        return self.files.get(path)
 
     def pushes_as_stored(self, compression: Compression) -> bool:
         return compression.default or self.content_store

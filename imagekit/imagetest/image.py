@@ -6,15 +6,22 @@ from __future__ import annotations
 
 import json
 
+from imagekit import terminal
 from imagekit.contract import labels as label
+from imagekit.contract import refs
 from imagekit.contract.checks import ENV_GPUS, ENV_LABELS, gpus_value
 from imagekit.engine.interface import Engine, ImageInfo
 from imagekit.errors import UsageError
 
 
 def checkable_image(engine: Engine, image: str) -> ImageInfo:
-    """The image, refused where it is not on the engine or imagekit did not build it."""
+    """The image, pulled where the engine lacks it and it names a registry (a push without
+    --load leaves nothing local); refused where it is nowhere or imagekit did not build it."""
     info = engine.inspect(image)
+    if info is None and _names_registry(image):
+        terminal.echo(f"{image} is not on this engine: pulling it", err=True)
+        engine.pull(image)
+        info = engine.inspect(image)
     if info is None:
         raise UsageError(f"image {image} is not on this engine; build it or `docker pull` it first")
     if not has_selfcheck(info.labels):
@@ -24,6 +31,13 @@ def checkable_image(engine: Engine, image: str) -> ImageInfo:
             "Dockerfile FROM an image imagekit built (the self-check and its labels come along)"
         )
     return info
+
+
+def _names_registry(image: str) -> bool:
+    try:
+        return bool(refs.parse(image).registry)
+    except ValueError:
+        return False
 
 
 def has_selfcheck(labels: dict[str, str]) -> bool:

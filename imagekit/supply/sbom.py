@@ -20,6 +20,7 @@ from imagekit.supply import tools
 PATH = SBOM_PATH  # in every image imagekit builds
 MEDIA_TYPE = "application/vnd.cyclonedx+json"  # the artifact's type and its one layer's
 FILE = "sbom.cdx.json"
+WRITER = "sbom_writer.py"  # named in the history of the step that writes the SBOM
 
 
 def _http(reference: str) -> list[str]:

@@ -31,7 +31,9 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
         result = imagekit("base", "bootstrap", "--suite", "bookworm", cwd=Path.cwd())
         assert result.returncode == 0, result.stderr
     root = make_project(tmp_path_factory.mktemp("proj") / "p")
-    result = imagekit(*build_args(marked_ca_bundle(root), "--push"), cwd=root)
+    # --load: the later tests run and inspect the image here (a push without it leaves
+    # nothing local where BuildKit pushes: tests/real/test_buildx_paths.py)
+    result = imagekit(*build_args(marked_ca_bundle(root), "--push", "--load"), cwd=root)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     # later tests rebuild in this folder without --push: keep the pushing build's report
     shutil.copyfile(root / "reports" / CELL / "build.json", root / "pushed-build.json")

@@ -52,24 +52,38 @@ def build_in(root: Path, project: Path, *more: str) -> dict:  # type: ignore[typ
     return built_report(root)
 
 
-def test_a_zstd_push_reads_back_as_zstd_then_pulls_cold_and_self_checks(
+def test_a_push_without_load_goes_straight_to_the_registry_in_zstd_then_test_pulls_it(
     project: Path, tmp_path: Path
 ) -> None:
+    """`imagekit build --push` (no --load, --compression auto): one BuildKit run exports the
+    layers in zstd straight to the registry; the engine's image store gets nothing; the
+    report and the SBOM come back from the registry; `imagekit test` pulls the image."""
     require_exporter()
     root = make_project(tmp_path / "p", repository="imagekit-zstd")
-    built = build_in(root, project, "--push", "--compression", "zstd")
-    assert built["push_compression"] == "zstd" and len(built["pushed"]) == 2
+    built = build_in(root, project, "--push")
+    assert built["push_compression"] == "zstd" and built["push_path"] == "builder"
+    assert built["tags"] == [] and len(built["pushed"]) == 2
+    local = f"{REGISTRY}/imagekit-zstd:2.13.0-cpu-py3.11-debian12-slim"
+    assert docker("image", "inspect", local, check=False).returncode != 0
     pushed = built["pushed"][0]
     digest = pushed.split("@", 1)[1]
     layers = manifest("imagekit-zstd", digest)["layers"]
     assert {layer["mediaType"] for layer in layers} == {ZSTD_LAYER}
-    # The image as stored is the image as pushed: one export, in the push's compression
-    # (pushed in an index beside its provenance where the engine attaches it).
+    # the report is the registry's: the image manifest's digest and its compressed layers
     assert built["image_id"] == image_manifest_digest("imagekit-zstd", digest)
-    forget(*built["tags"], pushed)
-    docker("pull", pushed, timeout=600)
+    assert built["sizes"] == "compressed"
+    assert [x["size_bytes"] for x in built["layers"]] == [x["size"] for x in layers]
+    assert built["size_bytes"] == sum(x["size"] for x in layers)
+    assert any("sbom_writer.py" in x["created_by"] for x in built["layers"])
+    # the SBOM attached is the one inside the image, read out of its zstd layer
+    assert built["sbom"]
+    from_registry = imagekit("sbom", pushed, "--from", "registry", cwd=root)
+    assert from_registry.returncode == 0, from_registry.stderr
     test = imagekit("test", pushed, "--checks", "stack,amp,ddp", cwd=root, timeout=600)
     assert test.returncode == 0, test.stdout[-3000:] + test.stderr[-2000:]
+    assert "is not on this engine: pulling it" in test.stderr
+    inside = imagekit("sbom", pushed, "--from", "image", cwd=root)
+    assert inside.returncode == 0 and inside.stdout == from_registry.stdout
     forget(pushed)
 
 

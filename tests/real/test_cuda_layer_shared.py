@@ -38,7 +38,8 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     root = tmp_path_factory.mktemp("share")
     (root / "envs").mkdir()
     (root / "envs" / "m.yaml").write_text(MATRIX)
-    args = ["build", "--envs", "envs", "--ca-bundle", HOST_CA, "--push", "--bootstrap-base"]
+    args = ["build", "--envs", "envs", "--ca-bundle", HOST_CA, "--push", "--load"]
+    args.append("--bootstrap-base")
     result = imagekit(*args, cwd=root, timeout=3000)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
     yield root

@@ -121,7 +121,8 @@ def test_lock_pins_bases_from_a_real_registry(tmp_path: Path, project: Path) -> 
 def test_push_to_unreachable_registry_keeps_local_image(tmp_path: Path, project: Path) -> None:
     root = make_project(tmp_path / "p", registry="127.0.0.1:5999")
     result = imagekit(
-        *build_args(project / "ca-marked.pem", "--push", "--progress", "quiet"), cwd=root
+        *build_args(project / "ca-marked.pem", "--push", "--load", "--progress", "quiet"),
+        cwd=root,
     )
     assert result.returncode == 6, result.stdout
     assert (

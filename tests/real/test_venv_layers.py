@@ -58,7 +58,11 @@ def members(repo: str, digest: str) -> list[str]:
 
 
 def build(root: Path, *more: str) -> None:
-    result = imagekit(*build_args(marked_ca_bundle(root), "--push", *more), cwd=root, timeout=1500)
+    """Built, kept here (--load: the tests run it) and pushed; gzip unless asked (members()
+    reads gzip blobs)."""
+    more = more if "--compression" in more else (*more, "--compression", "gzip")
+    args = build_args(marked_ca_bundle(root), "--push", "--load", *more)
+    result = imagekit(*args, cwd=root, timeout=1500)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
 
 

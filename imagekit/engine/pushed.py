@@ -1,0 +1,157 @@
+"""A pushed image read back from its registry with oras: its manifest, its config's layers
+and history, and one file of one layer. A push without --load leaves nothing in the local
+image store, so the build's layer report and the SBOM it attaches come from here.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import tarfile
+import tempfile
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from imagekit.contract import refs
+from imagekit.engine.interface import Layer
+from imagekit.errors import ImagekitError
+from imagekit.supply import tools
+
+INDEX_TYPES = (
+    "application/vnd.oci.image.index.v1+json",
+    "application/vnd.docker.distribution.manifest.list.v2+json",
+)
+# the layer media types BuildKit pushes, by how their bytes are compressed
+GZIP_SUFFIXES = ("tar+gzip", "tar.gzip")
+ZSTD_SUFFIXES = ("tar+zstd",)
+# a layer read whole into memory: only small ones (the SBOM's layer is a few hundred KB)
+MAX_LAYER_BYTES = 64 * 2**20
+
+
+@dataclass(frozen=True)
+class PushedImage:
+    digest: str  # the image manifest's (inside the index where provenance made one)
+    layers: list[Layer]  # oldest first; `size` is the compressed size as pushed
+
+
+def _http(reference: str) -> list[str]:
+    return ["--plain-http"] if tools.plain_http(reference) else []
+
+
+def _oras(args: list[str], reference: str, what: str) -> bytes:
+    result = tools.run(tools.ORAS, [*args, *_http(reference), reference], what)
+    if result.returncode != 0:
+        raise ImagekitError(*tools.failed(tools.ORAS, f"{what} ({reference})", result))
+    return result.stdout.encode("utf-8", "surrogateescape")
+
+
+def _json(data: bytes, what: str) -> dict[str, Any]:
+    try:
+        found = json.loads(data)
+    except ValueError:
+        raise ImagekitError(f"{what}: the registry's answer is not JSON") from None
+    if not isinstance(found, dict):
+        raise ImagekitError(f"{what}: the registry's answer is not a JSON object")
+    return found
+
+
+def platform_manifest(index: dict[str, Any], arch: str = "amd64") -> str:
+    """The image manifest of an index for linux/`arch` (attestation manifests, whose
+    platform is unknown/unknown, are skipped); "" where it has none."""
+    for entry in index.get("manifests") or []:
+        platform = entry.get("platform") or {}
+        if platform.get("os") == "linux" and platform.get("architecture") == arch:
+            return str(entry.get("digest", ""))
+    return ""
+
+
+def layers_of(manifest: dict[str, Any], config: dict[str, Any]) -> list[Layer]:
+    """The manifest's blobs joined with the config's diff IDs and the history entries that
+    made a layer (an OCI config marks the others `empty_layer`)."""
+    blobs = manifest.get("layers") or []
+    diff_ids = (config.get("rootfs") or {}).get("diff_ids") or []
+    made = [h for h in config.get("history") or [] if not h.get("empty_layer")]
+    if len(blobs) != len(diff_ids):
+        raise ImagekitError(
+            f"the pushed manifest has {len(blobs)} layers and its config {len(diff_ids)} "
+            "diff IDs: not an image imagekit can read"
+        )
+    made = [{}] * (len(blobs) - len(made)) + made[-len(blobs) :] if blobs else []
+    return [
+        Layer(
+            created_by=str(entry.get("created_by") or ""),
+            size=int(blob.get("size") or 0),
+            diff_id=str(diff_id),
+            digest=str(blob.get("digest") or ""),
+            media_type=str(blob.get("mediaType") or ""),
+        )
+        for blob, diff_id, entry in zip(blobs, diff_ids, made, strict=True)
+    ]
+
+
+def pushed_image(reference: str) -> PushedImage:
+    """The image under `reference` (name@digest or a tag) as its registry holds it."""
+    what = "reading the pushed image"
+    top = _json(_oras(["manifest", "fetch"], reference, what), what)
+    digest = refs.parse(reference).digest or ""
+    if top.get("mediaType") in INDEX_TYPES or "manifests" in top:
+        digest = platform_manifest(top)
+        if not digest:
+            raise ImagekitError(f"{reference}: its index has no linux/amd64 image manifest")
+        top = _json(_oras(["manifest", "fetch"], _by_digest(reference, digest), what), what)
+    config_digest = str((top.get("config") or {}).get("digest", ""))
+    blob = _oras(["blob", "fetch", "--output", "-"], _by_digest(reference, config_digest), what)
+    if not digest:
+        descriptor = _oras(["manifest", "fetch", "--descriptor"], reference, what)
+        digest = str(_json(descriptor, what).get("digest", ""))
+    return PushedImage(digest=digest, layers=layers_of(top, _json(blob, what)))
+
+
+def _by_digest(reference: str, digest: str) -> str:
+    return str(refs.parse(reference).by_digest(digest))
+
+
+def layer_file(reference: str, layer: Layer, path: str) -> bytes | None:
+    """One file of a pushed layer (a small one), read from its blob; None if it has none."""
+    if layer.size > MAX_LAYER_BYTES:
+        raise ImagekitError(f"{layer.digest}: {layer.size} bytes, too large to read whole")
+    what = "reading a pushed layer"
+    with tempfile.TemporaryDirectory(prefix="imagekit-layer-") as tmp:
+        # to a file: the blob is binary, and tools.run reads a tool's output as text
+        blob = Path(tmp) / "blob"
+        _oras(["blob", "fetch", "--output", str(blob)], _by_digest(reference, layer.digest), what)
+        data = blob.read_bytes()
+    return file_in_tar(decompress(data, layer.media_type), path)
+
+
+def decompress(blob: bytes, media_type: str) -> bytes:
+    if media_type.endswith(GZIP_SUFFIXES):
+        try:
+            return gzip.decompress(blob)
+        except (OSError, EOFError, zlib.error) as exc:
+            raise ImagekitError(f"a gzip layer that does not decompress: {exc}") from None
+    if media_type.endswith(ZSTD_SUFFIXES):
+        import zstandard
+
+        reader = zstandard.ZstdDecompressor().stream_reader(blob, read_across_frames=True)
+        try:
+            return reader.read()
+        except zstandard.ZstdError as exc:
+            raise ImagekitError(f"a zstd layer that does not decompress: {exc}") from None
+    return blob  # an uncompressed tar
+
+
+def file_in_tar(data: bytes, path: str) -> bytes | None:
+    wanted = path.lstrip("/")
+    try:
+        with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+            for member in tar:
+                if member.name.removeprefix("./").lstrip("/") == wanted and member.isfile():
+                    extracted = tar.extractfile(member)
+                    return extracted.read() if extracted else None
+    except tarfile.TarError as exc:
+        raise ImagekitError(f"a pushed layer that is not a tar: {exc}") from None
+    return None
