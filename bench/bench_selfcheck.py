@@ -7,6 +7,15 @@ Usage: python bench/bench_selfcheck.py [--repeat 3] [--skip-size]
 Needs the engine and registry of .ci/setup-host.sh. Prints a table and writes
 bench/results/selfcheck.json. Builds the CPU test cell twice (compile on, compile off) in a
 scratch project and removes what it built.
+
+Native (no engine): python bench/bench_selfcheck.py --native PYTHON [--cpu-kind avx2]
+runs `python -m imagekit.selfcheck` of this checkout with PYTHON (a venv with torch, onnx,
+onnxscript, onnxruntime), each run cold as in a new container: a fresh TMPDIR holds
+inductor's cache and its precompiled header. `--cpu-kind avx2` emulates an x86 host without
+AVX-512 or VNNI: ATen and inductor at AVX2 (ATEN_CPU_CAPABILITY) and, as root, a
+/proc/cpuinfo without those flags bind-mounted in a private mount namespace (the int8
+scheme's reading). onnxruntime and torch's cpuid still see the real CPU. Writes
+bench/results/selfcheck-native-<kind>.json.
 """
 
 from __future__ import annotations
@@ -15,7 +24,9 @@ import argparse
 import json
 import os
 import platform
+import re
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -73,11 +84,62 @@ def selfcheck_once(tag: str, root: Path) -> tuple[float, dict[str, float]]:
     return total, {c["name"]: c["seconds"] for c in checks}
 
 
+def native_once(python: str, kind: str, tmp: Path) -> tuple[float, dict[str, float]]:
+    """One native self-check of this checkout, cold: its own TMPDIR (inductor's cache and
+    precompiled headers live under it)."""
+    out, run_tmp = tmp / "sc.json", Path(tempfile.mkdtemp(dir=tmp))
+    env = os.environ | {"TMPDIR": str(run_tmp), "PYTHONPATH": str(ROOT)}
+    cmd = [python, "-m", "imagekit.selfcheck", "--json", str(out)]
+    if kind == "avx2":
+        fake = tmp / "cpuinfo"
+        text = Path("/proc/cpuinfo").read_text()
+        fake.write_text(re.sub(r" (avx512\w*|avx_vnni\w*)", "", text))
+        env["ATEN_CPU_CAPABILITY"] = "avx2"
+        mount = f'mount --bind {fake} /proc/cpuinfo && exec "$@"'
+        cmd = ["unshare", "-m", "sh", "-c", mount, "sh", *cmd]
+    start = time.perf_counter()
+    result = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
+    total = time.perf_counter() - start
+    if result.returncode != 0:
+        raise SystemExit(result.stdout[-3000:] + result.stderr[-3000:])
+    checks = json.loads(out.read_text())["checks"]
+    return total, {c["name"]: c["seconds"] for c in checks if c["seconds"]}
+
+
+def _row(name: str, values: list[float]) -> str:
+    return f"{name:<34}{statistics.median(values):>10.1f}{min(values):>10.1f}{max(values):>10.1f}"
+
+
+def native(python: str, kind: str, repeat: int) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        runs = [native_once(python, kind, Path(tmp)) for _ in range(repeat)]
+    print(f"{'native self-check (' + kind + '), s':<34}{'median':>10}{'min':>10}{'max':>10}")
+    print(_row("whole", [r[0] for r in runs]))
+    for name in runs[0][1]:
+        print(_row(f"  {name}", [r[1].get(name, 0.0) for r in runs]))
+    out = ROOT / "bench" / "results" / f"selfcheck-native-{kind}.json"
+    record = {
+        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "machine": f"{platform.machine()}, {len(os.sched_getaffinity(0))} CPUs",
+        "cpu_kind": kind,
+        "selfcheck_seconds": [r[0] for r in runs],
+        "per_check_seconds": {n: [r[1].get(n, 0.0) for r in runs] for n in runs[0][1]},
+        "target_cpu_seconds": 30,
+    }
+    out.write_text(json.dumps(record, indent=2) + "\n")
+    print(f"wrote {out.relative_to(ROOT)}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--skip-size", action="store_true", help="no compile: false build")
+    parser.add_argument("--native", metavar="PYTHON", help="no engine: run it natively")
+    parser.add_argument("--cpu-kind", choices=("native", "avx2"), default="native")
     args = parser.parse_args()
+    if args.native:
+        native(args.native, args.cpu_kind, args.repeat)
+        return
     require_engine()
     with tempfile.TemporaryDirectory() as tmp:
         on = build(make_project(Path(tmp) / "on"), True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -17,9 +18,10 @@ from imagekit.contract.checks import CheckResult, Status
 from imagekit.engine.fake import FakeEngine
 from imagekit.engine.interface import ImageInfo, RunOptions, RunResult
 from imagekit.imagetest.one_container import SelfCheckOptions, run_selfcheck
-from imagekit.selfcheck import judge, processes, snapshot
+from imagekit.selfcheck import ddp, judge, processes, registry, snapshot
 from imagekit.selfcheck.__main__ import main
 from imagekit.selfcheck.report import checks_table
+from imagekit.selfcheck.rules import DdpRun
 
 from .test_selfcheck_health import EXPECTED
 
@@ -225,6 +227,53 @@ def test_checks_run_one_at_a_time_under_exclusive_compute_mode() -> None:
     assert jobs == 1 and "EXCLUSIVE_PROCESS" in why
     host["gpus"] = [{"index": 0, "compute_mode": "DEFAULT", "processes": []}]
     assert processes.jobs_for(host, 4) == (4, "")
+
+
+def test_a_host_without_gpus_runs_only_the_flash_timing_alone() -> None:
+    """amp, ddp and perf time GPU work only: on a CPU host they run beside the others."""
+    host = cpu_host()
+    assert not processes.gpu_possible(host)
+    assert [n for n in registry.ORDER if n in registry.BY_NAME and registry.alone(n, False)] == [
+        "flash"
+    ]
+    for key, value in (("device_nodes", ["/dev/nvidia0"]), ("gpus_requested", True)):
+        gpu = copy.deepcopy(host)
+        gpu["container"][key] = value
+        assert processes.gpu_possible(gpu), key
+    assert processes.gpu_possible(host | {"driver": "580.95.05"})
+    assert processes.gpu_possible(host | {"gpus": [{"index": 0}]})
+    alone = {n for n in registry.BY_NAME if registry.alone(n, True)}
+    assert alone == {"amp", "ddp", "flash", "perf"}
+
+
+def test_cpu_gloo_ranks_fork_and_cuda_ones_spawn() -> None:
+    gloo, nccl = DdpRun("gloo", 2, "CPU"), DdpRun("nccl", 2, "GPUs")
+    assert ddp.start_method([gloo], cuda=False) == "fork"
+    assert ddp.start_method([gloo], cuda=True) == "spawn"
+    assert ddp.start_method([gloo, nccl], cuda=False) == "spawn"
+
+
+@pytest.mark.subprocess
+@pytest.mark.parametrize("spawn", ["0", "1"])
+def test_a_check_runs_forked_from_the_server_or_spawned(spawn: str) -> None:
+    """The stack check (torch, threads, /dev/shm) through the fork server that imported
+    torch once, and through a fresh interpreter; a limit kills either as a timeout."""
+    code = (
+        "import json, sys\n"
+        "from imagekit.selfcheck import processes\n"
+        "forked = processes.fork_server() is not None\n"
+        "ok = processes.run_check('stack', 120)\n"
+        "late = processes.run_check('stack', 0.01)\n"
+        "print(json.dumps([forked, ok.status.value, late.status.value, late.timed_out]))"
+    )
+    env = {**os.environ, processes.ENV_SPAWN: spawn}
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    forked, ok, late, timed_out = json.loads(done.stdout.splitlines()[-1])
+    assert forked == (spawn == "0")
+    assert (ok, late, timed_out) == ("passed", "failed", True)
 
 
 class GpuEngine(FakeEngine):

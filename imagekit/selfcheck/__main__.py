@@ -92,7 +92,8 @@ def live(args: argparse.Namespace) -> dict[str, Any]:
     jobs, why = processes.jobs_for(host, args.jobs)
     if why:
         print(f"  running the checks one at a time: {escape(why)}", file=sys.stderr, flush=True)
-    results = processes.run_all(probes_for(names), args.timeout, jobs, _progress)
+    gpu = processes.gpu_possible(host)
+    results = processes.run_all(probes_for(names), args.timeout, jobs, _progress, gpu)
     snap = snapshot.assemble(snapshot.nvml_again(host), results)
     if args.snapshot:
         snapshot.write(snap, args.snapshot)

@@ -59,8 +59,10 @@ def check_ddp() -> CheckResult:
 
     if launched_by_torchrun(os.environ):
         return ddp_worker(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), None)
-    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    results = _run_all(ddp_runs(gpus))
+    cuda = torch.cuda.is_available()
+    gpus = torch.cuda.device_count() if cuda else 0
+    runs = ddp_runs(gpus)
+    results = _run_all(runs, start_method(runs, cuda))
     merged: dict[str, Any] = {}
     problems = []
     for run, result in results:
@@ -81,14 +83,21 @@ def check_ddp() -> CheckResult:
     return failed("; ".join(problems), **merged) if problems else passed(**merged)
 
 
-def _run_all(runs: list[DdpRun]) -> list[tuple[DdpRun, CheckResult]]:
+def start_method(runs: list[DdpRun], cuda: bool) -> str:
+    """How the ranks start: forked from this process, torch already imported (a fresh
+    interpreter's import is most of a gloo rank's cost on a CPU host), where no CUDA is
+    about; else spawned, since a process forked after CUDA's initialisation cannot use it."""
+    return "spawn" if cuda or any(run.backend == "nccl" for run in runs) else "fork"
+
+
+def _run_all(runs: list[DdpRun], method: str) -> list[tuple[DdpRun, CheckResult]]:
     """Each run on its own, one after the other (NCCL's timed all-reduce shares the host with
     nothing, gloo's CPU ranks included): every rank of a run started at once, then collected
     with a deadline, so a rank that dies before it reports is named with its exit code, not
     waited for to the check's limit."""
     import torch.multiprocessing as mp
 
-    ctx = mp.get_context("spawn")
+    ctx = mp.get_context(method)
     deadline = time.monotonic() + RANK_WAIT_S  # one for all runs: within the check's limit
     return [(run, _one_run(ctx, index, run, deadline)) for index, run in enumerate(runs)]
 

@@ -18,6 +18,9 @@ class Check:
     limit_s: float  # killed and failed as a hang after this long
     workdir: bool = False  # the function takes a scratch directory
     exclusive: bool = False  # times something: runs alone, after the parallel ones
+    # What it times on a host without GPUs too; the other exclusive ones time only GPU work
+    # (amp's bf16 speed-up, NCCL's bus bandwidth, perf), so there they run side by side.
+    times_cpu: bool = False
 
 
 @dataclass(frozen=True)
@@ -35,7 +38,7 @@ CHECKS: tuple[Check, ...] = (
     # Its NCCL all-reduce's bus bandwidth is judged against floors: alone, like the others
     # that time something.
     Check("ddp", "ddp:check_ddp", 150, exclusive=True),
-    Check("flash", "attention:check_flash", 90, exclusive=True),
+    Check("flash", "attention:check_flash", 90, exclusive=True, times_cpu=True),
     Check("onnx", "inference:check_onnx", 150, workdir=True),
     Check("int8", "inference:check_int8", 150, workdir=True),
     Check("tensorrt", "inference:check_tensorrt", 300, workdir=True),
@@ -58,6 +61,13 @@ ORDER = (
     "links",
 )
 STARTUP_S = 120  # a container's start and the report, beyond the checks themselves
+
+
+def alone(name: str, gpu_host: bool) -> bool:
+    """Whether this check runs alone, after the side-by-side ones: it times something on
+    this host (a host without GPUs times only the flash kernel's speed-up)."""
+    check = BY_NAME[name]
+    return check.exclusive and (gpu_host or check.times_cpu)
 
 
 def limit(name: str, override: float | None) -> float:

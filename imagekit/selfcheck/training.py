@@ -160,6 +160,16 @@ def _step(torch: Any, model: Any, x: Any, y: Any) -> tuple[float, Any]:
     return float(loss), torch.cat([p.grad.flatten() for p in model.parameters()])
 
 
+def _compile_in_process(torch: Any) -> None:
+    """Inductor compiles the C++ kernels here, one after another, instead of starting a
+    pool of worker processes that each import torch again: on a small CPU host (2 cores,
+    the other checks beside it) the pool's start costs more than the few kernels' g++ runs
+    it would spread. The same kernels, the same g++ command lines."""
+    import torch._inductor.config as inductor
+
+    inductor.compile_threads = 1
+
+
 def check_compile() -> CheckResult:
     """torch.compile (inductor) of a training step, forward and backward, against eager."""
     import torch
@@ -173,6 +183,8 @@ def check_compile() -> CheckResult:
     if device == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = False  # compare like with like
     eager_loss, eager_grads = _step(torch, model, x, y)
+    if device == "cpu":
+        _compile_in_process(torch)
     try:
         compiled = torch.compile(model)
         loss, grads = _step(torch, compiled, x, y)
