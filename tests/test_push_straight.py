@@ -19,7 +19,7 @@ import zstandard
 from imagekit.builder.display import QuietDisplay
 from imagekit.builder.inputs import Inputs
 from imagekit.builder.orchestrate import check_tools, resolve_compression
-from imagekit.builder.session import BuildOptions, CellReport, Runner, plan
+from imagekit.builder.session import BuildOptions, CellReport, Runner, plan, summary
 from imagekit.engine import pushed
 from imagekit.engine.fake import ZSTD_LAYER, FakeEngine
 from imagekit.engine.interface import BuildRequest, Compression, ImageInfo, build_push_flags
@@ -96,6 +96,7 @@ def test_a_push_without_load_is_one_build_that_buildkit_pushes_and_nothing_is_lo
     assert attached == [(report.pushed[0], b'{"bomFormat": "CycloneDX"}')]
     saved = json.loads((tmp_path / "reports" / cells[0].id / "build.json").read_text())
     assert saved["push_path"] == "builder" and saved["sizes"] == "compressed"
+    assert f"sizes of {cells[0].id}: compressed, as pushed" in "\n".join(summary([report]))
 
 
 def test_with_load_or_where_the_builder_cannot_push_the_image_is_loaded_then_pushed(  # type: ignore[no-untyped-def]
@@ -105,6 +106,7 @@ def test_with_load_or_where_the_builder_cannot_push_the_image_is_loaded_then_pus
     classic = sbom_engine(builder_pushes=False)
     engine_push = run(cells, tmp_path, classic, push=True)
     for report in (loaded, engine_push):
+        assert "compressed, as pushed" not in "\n".join(summary([report]))
         assert report.status == "built" and report.push_path == "engine"
         assert report.sizes == "unpacked" and report.tags == list(cells[0].tags)
     assert [call for call, _ in classic.calls][:2] == ["build", "tag"]

@@ -521,6 +521,12 @@ def summary(reports: Sequence[CellReport]) -> list[str]:
             lines += ["", f"{r.cell} {r.status}:", *("    " + x for x in r.error.split("\n")[-15:])]
     if cost := cost_line(reports):
         lines += ["", cost]
+    compressed = [r.cell for r in reports if r.layers and r.sizes == "compressed"]
+    if compressed:
+        lines.append(
+            f"sizes of {', '.join(compressed)}: compressed, as pushed (built without --load, "
+            "read back from the registry)"
+        )
     built = sum(r.ok for r in reports)
     skipped = sum(r.status == "not-attempted" for r in reports)
     lines += [
