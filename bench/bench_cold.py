@@ -189,17 +189,21 @@ def floor(tag: str, work: Path) -> float:
     return seconds
 
 
+def ready_engine() -> None:
+    """The engine up, with the base: not part of a cold build, made once before any timing."""
+    require_engine()
+    if docker("image", "inspect", "debian:bookworm-slim", check=False).returncode != 0:
+        subprocess.run([sys.executable, "-m", "imagekit", "base", "bootstrap", "--suite",
+                        "bookworm"], check=True)  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--installer", choices=["pip", "uv"], default="pip")
     parser.add_argument("--rounds", type=int, default=1, help="cold build and floor, N times")
     parser.add_argument("--no-push", action="store_true", help="skip the build + push run")
     args = parser.parse_args()
-    require_engine()
-    if docker("image", "inspect", "debian:bookworm-slim", check=False).returncode != 0:
-        # the base is not part of a cold build: made once, before any timing
-        subprocess.run([sys.executable, "-m", "imagekit", "base", "bootstrap", "--suite",
-                        "bookworm"], check=True)  # fmt: skip
+    ready_engine()
     builds: list[float] = []
     floors: list[float] = []
     timelines: list[dict[str, float]] = []

@@ -41,18 +41,25 @@ from bench_cold import (  # noqa: E402
     export_steps,
     floor,
     phases,
+    ready_engine,
 )
 
+from imagekit.engine.pushed import pushed_image  # noqa: E402
 from tests.realengine import (  # noqa: E402
     DOCKER,
     HOST_CA,
     docker,
-    layer_sizes,
     prune_build_cache,
-    require_engine,
 )
 
 TAG = f"{EMPTY}/{REPO}:{CELL}"
+
+
+def layer_sizes(repo: str, tag: str) -> dict[str, int]:
+    """The image's layers in the bench's own registry: blob digest -> compressed size."""
+    return {x.digest: x.size for x in pushed_image(f"{EMPTY}/{repo}:{tag}").layers}
+
+
 _PUSHING = re.compile(r"#\d+ (pushing layers|pushing manifest|pushing layer)")
 
 
@@ -162,15 +169,24 @@ def cold_pulls(root: Path, rounds: int) -> dict[str, list[float]]:
     return found
 
 
-def twin_bytes(root: Path, python: str) -> dict[str, float]:
-    """Registry bytes of the README cell and its twin that differs only in Python."""
+def twin_bytes(root: Path, twin: str) -> dict[str, object]:
+    """Registry bytes of the README cell and its twin on another Python (`3.13:debian13`:
+    and that OS, where this Python is the system's; uv's own Pythons come from GitHub,
+    which this machine cannot reach)."""
+    python, _, os_name = twin.partition(":")
     envs = root / "envs" / "cold.yaml"
-    twin = MATRIX.replace('python: "3.11"', f'python: "{python}"').replace("INSTALLER", "uv")
-    envs.write_text(twin)
+    matrix = MATRIX.replace('python: "3.11"', f'python: "{python}"').replace("INSTALLER", "uv")
+    if os_name:
+        matrix = matrix.replace("os: debian12", f"os: {os_name}")
+    envs.write_text(matrix)
     command = [sys.executable, "-m", "imagekit", "build", "--envs", "envs", "--push"]
-    subprocess.run([*command, "--ca-bundle", HOST_CA], cwd=root, check=True, capture_output=True)
+    command += ["--ca-bundle", HOST_CA, "--progress", "plain", "--bootstrap-base"]
+    done = subprocess.run(command, cwd=root, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        return {"failed": (done.stdout + done.stderr)[-4000:]}
+    twin_id = CELL.replace("py3.11", f"py{python}").replace("debian12", os_name or "debian12")
     first = layer_sizes(REPO, CELL)
-    second = layer_sizes(REPO, CELL.replace("py3.11", f"py{python}"))
+    second = layer_sizes(REPO, twin_id)
     union = first | second
     shared = {d: s for d, s in first.items() if d in second}
     return {
@@ -185,9 +201,9 @@ def twin_bytes(root: Path, python: str) -> dict[str, float]:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--pulls", type=int, default=0, help="cold pulls, zstd vs gzip")
-    parser.add_argument("--twin", default="", help="a second cell on this Python")
+    parser.add_argument("--twin", default="", help="a second cell: PYTHON[:OS]")
     args = parser.parse_args()
-    require_engine()
+    ready_engine()
     engine = engine_name()
     result: dict[str, object] = {
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -219,16 +235,23 @@ def main() -> None:
             Path(tmp) / "floors", sample, image_bytes, pushed_bytes
         )
         result["ratios"] = {"build": build_s / floor_s, "build_push": push_s / floor_s}
+        save(result)  # each part as it comes: a later part's failure keeps the earlier ones
         if args.pulls:
             result["cold_pull_s"] = cold_pulls(root, args.pulls)
+            save(result)
         if args.twin:
             result["twin"] = twin_bytes(root, args.twin)
+            save(result)
         remove_local(TAG)
     prune_build_cache()
     print_table(result)
-    out = ROOT / "bench" / "results" / f"coldpush-{kind_of(engine)}.json"
+    print(f"wrote {save(result).relative_to(ROOT)}")
+
+
+def save(result: dict[str, object]) -> Path:
+    out = ROOT / "bench" / "results" / f"coldpush-{kind_of(str(result['engine']))}.json"
     out.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"wrote {out.relative_to(ROOT)}")
+    return out
 
 
 def print_table(result: dict) -> None:  # type: ignore[type-arg]
@@ -248,7 +271,7 @@ def print_table(result: dict) -> None:  # type: ignore[type-arg]
         pulls = {k: statistics.median(v) for k, v in result["cold_pull_s"].items()}
         print(f"cold pull: zstd {pulls['zstd']:.1f} s, gzip {pulls['gzip']:.1f} s, "
               f"gzip/zstd {pulls['gzip'] / pulls['zstd']:.2f}x")  # fmt: skip
-    if "twin" in result:
+    if "twin" in result and "ratio" in result["twin"]:
         print(f"registry bytes, both cells over one: {result['twin']['ratio']:.2f}x")
 
 
