@@ -39,9 +39,6 @@ on_engine() {  # ENGINE NAME LIMIT PYTEST-ARGS...: the tests on ENGINE, then pru
   # a run that failed or was stopped earlier left its images and cache: a full disk would
   # show up as unrelated red tests, so start clean, and prune after a failed phase too
   phase "clean-$engine" 900 bash .ci/engines.sh prune
-  # and an empty registry: tags an earlier run pushed (a promoted image, say) would read as
-  # this run's
-  phase "clean-registry-$engine" 120 bash .ci/setup-host.sh reset-registry
   trap 'echo "=== pruning $engine after the failure"; bash .ci/engines.sh prune || true' EXIT
   phase "$name" "$limit" python -m pytest "$@"
   trap - EXIT

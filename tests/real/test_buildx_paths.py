@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
@@ -130,7 +131,9 @@ def run_step(script: str, cwd: Path, env: dict[str, str]) -> subprocess.Complete
 
 def test_the_images_workflow_commands_run_as_written(project: Path, tmp_path: Path) -> None:
     require_exporter()
-    root = make_project(tmp_path / "p", repository="imagekit-flow")
+    # a repository of this run's own: a tag an earlier run promoted must not read as this one's
+    flow = f"imagekit-flow-{uuid.uuid4().hex[:8]}"
+    root = make_project(tmp_path / "p", repository=flow)
     steps = workflow_steps()
     outputs = tmp_path / "github-output"
     common = {
@@ -155,8 +158,8 @@ def test_the_images_workflow_commands_run_as_written(project: Path, tmp_path: Pa
     )
     assert build.returncode == 0, build.stdout[-3000:] + build.stderr[-2000:]
     candidate = cell["tag"] + "-candidate-1"
-    assert manifest("imagekit-flow", candidate.rsplit(":", 1)[1])["layers"]
-    assert manifest("imagekit-flow", cell["cache"].rsplit(":", 1)[1])["layers"]
+    assert manifest(flow, candidate.rsplit(":", 1)[1])["layers"]
+    assert manifest(flow, cell["cache"].rsplit(":", 1)[1])["layers"]
     forget(candidate, *cell["tags"].split(","))
     assert built_report(root)["sbom"]  # the candidate's SBOM rides beside it
     ours, other = cosign_keys(tmp_path / "ours"), cosign_keys(tmp_path / "other")
@@ -174,14 +177,14 @@ def test_the_images_workflow_commands_run_as_written(project: Path, tmp_path: Pa
     assert refused.returncode == 1, refused.stdout[-2000:] + refused.stderr[-2000:]
     assert "no valid self-check attestation" in refused.stderr
     final = cell["tags"].split(",")
-    tags = json.loads(registry_get("imagekit-flow/tags/list", accept="*/*"))["tags"]
+    tags = json.loads(registry_get(f"{flow}/tags/list", accept="*/*"))["tags"]
     assert not {t.rsplit(":", 1)[1] for t in final} & set(tags)
     promote = run_step(step, root, {**promote_env, **ours})
     assert promote.returncode == 0, promote.stdout[-2000:] + promote.stderr[-2000:]
     attested = json.loads((root / "reports" / "verdict.json").read_text())["image"]
-    pushed = manifest("imagekit-flow", candidate.rsplit(":", 1)[1])
+    pushed = manifest(flow, candidate.rsplit(":", 1)[1])
     for tag in final:
-        assert manifest("imagekit-flow", tag.rsplit(":", 1)[1])["layers"] == pushed["layers"]
+        assert manifest(flow, tag.rsplit(":", 1)[1])["layers"] == pushed["layers"]
         verified = imagekit("verify", tag, "--key", "env://COSIGN_PUBLIC_KEY", cwd=root, env=ours)
         assert verified.returncode == 0 and f"verified: {attested}" in verified.stdout
     forget(candidate)
