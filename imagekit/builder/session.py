@@ -358,13 +358,18 @@ class Runner:
         o = self.options
         return o.push and not o.load and self.engine.pushes_from_builder()
 
+    def _push_request(self, build: PlannedBuild, report: CellReport, path: str) -> BuildRequest:
+        """The cell's request as pushed (provenance where the engine can hold it), and what
+        the report says of the push before it starts."""
+        provenance = self.options.provenance and self.engine.attaches_provenance()
+        report.push_compression, report.push_path = str(self.options.compression), path
+        report.provenance = provenance_state(self.options.provenance, provenance)
+        return replace(build.request, provenance=provenance)
+
     def _build_push(self, build: PlannedBuild, report: CellReport, steps: StepLog) -> None:
         """Build and push in one BuildKit run; the report is read back from the registry."""
         compression = self.options.compression
-        provenance = self.options.provenance and self.engine.attaches_provenance()
-        report.push_compression, report.push_path = str(compression), "builder"
-        report.provenance = provenance_state(self.options.provenance, provenance)
-        request = replace(build.request, provenance=provenance)
+        request = self._push_request(build, report, "builder")
         exporting: list[float] = []
 
         def on_line(line: str) -> None:
@@ -427,10 +432,8 @@ class Runner:
 
     def _push(self, build: PlannedBuild, report: CellReport) -> None:
         compression = self.options.compression
-        report.push_compression, report.push_path = str(compression), "engine"
-        provenance = self.options.provenance and self.engine.attaches_provenance()
-        report.provenance = provenance_state(self.options.provenance, provenance)
-        request = replace(build.request, provenance=provenance)
+        request = self._push_request(build, report, "engine")
+        provenance = request.provenance
         started = time.monotonic()
         try:
             # the engine's own push writes no attestation: provenance goes through BuildKit

@@ -316,8 +316,12 @@ class DockerEngine:
         with the chosen compression and pushed; the engine's own push only writes gzip."""
         if self.builder.kind != "buildx":  # check_support refuses this before any build
             raise EngineError(f"--compression {compression} needs docker buildx")
+        return self._buildx_build(metadata, push_flags(request, tags, compression))
+
+    def _buildx_build(self, metadata: Path, flags: list[str]) -> list[str]:
+        """`docker buildx build` with plain progress and a metadata file (the pushed digest)."""
         prefix = [self.builder.cli, "buildx", "build", "--progress=plain"]
-        return [*prefix, "--metadata-file", str(metadata), *push_flags(request, tags, compression)]
+        return [*prefix, "--metadata-file", str(metadata), *flags]
 
     def push_compressed(
         self, request: BuildRequest, tags: Sequence[str], compression: Compression
@@ -345,11 +349,9 @@ class DockerEngine:
         if not self.pushes_from_builder():  # the session asks only where it can
             raise EngineError("a push straight from BuildKit needs buildx and its image exporter")
         self.client  # noqa: B018 - fail early with the daemon hint
-        prefix = [self.builder.cli, "buildx", "build", "--progress=plain"]
 
         def args(metadata: Path) -> list[str]:
-            flags = build_push_flags(request, tags, compression)
-            return [*prefix, "--metadata-file", str(metadata), *flags]
+            return self._buildx_build(metadata, build_push_flags(request, tags, compression))
 
         return self._buildx_push(args, tags, on_line, build_failure=True)
 

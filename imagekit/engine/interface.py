@@ -168,8 +168,7 @@ def push_flags(request: BuildRequest, tags: Sequence[str], compression: Compress
     every step, and the push must export that image, not build a second one."""
     inline = tuple(spec for spec in request.cache_to if is_inline_cache(spec))
     again = replace(request, cache_to=inline, no_cache=False)
-    provenance = "--provenance=mode=min" if request.provenance else "--provenance=false"
-    return [*output_flags(tags, compression), provenance, *build_flags(again)]
+    return build_push_flags(again, tags, compression)
 
 
 @dataclass(frozen=True)

@@ -37,12 +37,8 @@ class PushedImage:
     layers: list[Layer]  # oldest first; `size` is the compressed size as pushed
 
 
-def _http(reference: str) -> list[str]:
-    return ["--plain-http"] if tools.plain_http(reference) else []
-
-
 def _oras(args: list[str], reference: str, what: str) -> bytes:
-    result = tools.run(tools.ORAS, [*args, *_http(reference), reference], what)
+    result = tools.run(tools.ORAS, [*args, *tools.oras_http(reference), reference], what)
     if result.returncode != 0:
         raise ImagekitError(*tools.failed(tools.ORAS, f"{what} ({reference})", result))
     return result.stdout.encode("utf-8", "surrogateescape")

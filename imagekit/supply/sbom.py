@@ -23,15 +23,12 @@ FILE = "sbom.cdx.json"
 WRITER = "sbom_writer.py"  # named in the history of the step that writes the SBOM
 
 
-def _http(reference: str) -> list[str]:
-    return ["--plain-http"] if tools.plain_http(reference) else []
-
-
 def attach(pushed: str, data: bytes) -> str:
     """Attach `data` to `pushed` (name@sha256:...); returns the artifact's reference."""
     with tempfile.TemporaryDirectory(prefix="imagekit-sbom-") as tmp:
         Path(tmp, FILE).write_bytes(data)
-        args = ["attach", *_http(pushed), "--artifact-type", MEDIA_TYPE, "--format", "json"]
+        args = ["attach", *tools.oras_http(pushed), "--artifact-type", MEDIA_TYPE]
+        args += ["--format", "json"]
         result = tools.run(tools.ORAS, [*args, pushed, f"{FILE}:{MEDIA_TYPE}"], "--push", cwd=tmp)
     if result.returncode != 0:
         raise ImagekitError(*tools.failed(tools.ORAS, f"attaching the SBOM to {pushed}", result))
@@ -53,7 +50,8 @@ def from_registry(reference: str) -> bytes:
     newest = max(found, key=lambda r: (_created(r), str(r.get("digest"))))
     artifact = str(refs.parse(reference).by_digest(str(newest["digest"])))
     with tempfile.TemporaryDirectory(prefix="imagekit-sbom-") as tmp:
-        result = tools.run(tools.ORAS, ["pull", *_http(reference), "-o", tmp, artifact], "sbom")
+        args = ["pull", *tools.oras_http(reference), "-o", tmp, artifact]
+        result = tools.run(tools.ORAS, args, "sbom")
         if result.returncode != 0:
             raise ImagekitError(*tools.failed(tools.ORAS, f"reading {artifact}", result))
         path = Path(tmp, FILE)
@@ -63,7 +61,8 @@ def from_registry(reference: str) -> bytes:
 
 
 def _referrers(reference: str) -> list[dict[str, Any]]:
-    args = ["discover", *_http(reference), "--format", "json", "--artifact-type", MEDIA_TYPE]
+    args = ["discover", *tools.oras_http(reference), "--format", "json"]
+    args += ["--artifact-type", MEDIA_TYPE]
     result = tools.run(tools.ORAS, [*args, reference], "sbom")
     if result.returncode != 0:
         raise ImagekitError(

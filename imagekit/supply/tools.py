@@ -81,6 +81,11 @@ def failed(tool: Tool, what: str, result: subprocess.CompletedProcess[str]) -> l
     return [f"{what}: {tool.name} exited {result.returncode}", *terminal.foreign("\n".join(said))]
 
 
+def oras_http(reference: str) -> list[str]:
+    """oras's flag for a registry reached over plain HTTP (plain_http), else none."""
+    return ["--plain-http"] if plain_http(reference) else []
+
+
 def plain_http(reference: str) -> bool:
     """A registry on the loopback address is reached over plain HTTP, as Docker does
     (127.0.0.0/8 is an insecure registry by default); every other one over HTTPS."""
