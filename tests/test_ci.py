@@ -43,9 +43,13 @@ def test_github_matrix_shape_matches_envs(cells) -> None:  # type: ignore[no-unt
         "gpu_runner",
         "requires_gpu",
         "cache",
+        "platforms",
+        "emulated",
     }
     for entry, cell in zip(data["include"], cells, strict=True):
         assert set(entry) == keys
+        assert entry["platforms"].split(",") == list(cell.platforms)
+        assert entry["emulated"] is ("linux/arm64" in cell.platforms)
         assert entry["tags"].split(",") == list(cell.tags) and entry["tag"] == cell.tags[0]
         assert (ROOT / entry["dockerfile"]).is_file()
         assert entry["gpu_runner"] == "h100" and entry["requires_gpu"] is True
@@ -224,3 +228,16 @@ def test_image_builds_free_disk_first_and_cache_in_the_registry() -> None:
     assert '--cache-from "type=registry,ref=$CACHE"' in build
     assert '--cache-to "type=registry,ref=$CACHE,mode=max"' in build
     assert "type=gha" not in (ROOT / ".github" / "workflows" / "images.yml").read_text()
+
+
+def test_the_build_job_builds_every_platform_of_a_cell() -> None:
+    steps = load_workflow("images.yml")["jobs"]["build"]["steps"]
+    names = [s.get("name", s.get("uses", "")) for s in steps]
+    qemu = steps[names.index("docker/setup-qemu-action@v3")]
+    assert qemu["if"] == "matrix.emulated" and qemu["with"]["platforms"] == "arm64"
+    assert names.index("docker/setup-qemu-action@v3") < names.index("docker/setup-buildx-action@v3")
+    build = steps[names.index("Build (and push a candidate on main)")]
+    assert build["env"]["PLATFORMS"] == "${{ matrix.platforms }}"
+    # pushed: one index of every platform; a pull request: one local build per platform
+    assert 'imagekit build "${args[@]}" --platform "$PLATFORMS"' in build["run"]
+    assert 'imagekit build "${args[@]}" --platform "$platform"' in build["run"]

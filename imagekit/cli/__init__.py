@@ -159,15 +159,23 @@ def compat() -> None:
         "imagekit compat show                                # the tables",
         "imagekit compat show --driver 535.104.05 --gpu sm_90  # what runs on my host?",
         "imagekit compat show --gpu 'RTX 5090'",
+        "imagekit compat show --platform linux/arm64           # Grace nodes",
     ),
 )
 @click.option("--driver", default=None, help="Host driver version, as nvidia-smi prints it.")
 @click.option("--gpu", default=None, help="Compute capability (sm_90, 9.0) or a model (H100).")
-def compat_show(driver: str | None, gpu: str | None) -> None:
+@click.option(
+    "--platform",
+    type=click.Choice(["linux/amd64", "linux/arm64"]),
+    default="linux/amd64",
+    show_default=True,
+    help="Whose builds: the x86-64 or the aarch64 (Grace) ones.",
+)
+def compat_show(driver: str | None, gpu: str | None, platform: str) -> None:
     """Print the tables, or which torch x CUDA builds run on a driver and GPU, and why not."""
     from imagekit.matrix.compat_show import show
 
-    terminal.echo(show(driver=driver, gpu=gpu))
+    terminal.echo(show(driver=driver, gpu=gpu, platform=platform))
 
 
 @compat.command(

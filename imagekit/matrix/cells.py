@@ -33,6 +33,7 @@ from imagekit.matrix.envfile import AXES, Options
 from imagekit.matrix.expand import RawCell, format_specs, merge
 from imagekit.matrix.profiles import image_env
 from imagekit.matrix.ref_checks import check_tag, pinned
+from imagekit.platforms import AMD64, ARM64, PLATFORMS
 
 DEFAULT_SIZE_BUDGET = 20 * 10**9
 USER = ("imagekit", 1000)
@@ -89,6 +90,10 @@ class Cell:
     forward_branches: tuple[int, ...]  # host branches the image's cuda-compat package serves
     archs: tuple[str, ...]
     origin: str
+    platforms: tuple[str, ...] = (AMD64,)  # in PLATFORMS order
+    # Where arm64's torch comes from when it is not where amd64's does (PyPI's aarch64 wheel
+    # is the CPU build up to torch 2.10): "" for PyPI; None where nothing differs
+    arm64_torch_index: str | None = None
 
     @property
     def repository(self) -> str:
@@ -125,6 +130,7 @@ BUILTIN = Options(
     venv_layers="split",
     size_budget=DEFAULT_SIZE_BUDGET,
     source_default_ignore=True,
+    platform=[AMD64],
 )
 
 
@@ -154,6 +160,9 @@ def complete(raw: RawCell, compat: Compat, pins: dict[str, str] | None = None) -
     system_python = raw.python == rec.os.python
     needs_devel = any(compat.features[f].needs_devel for f in features)
     _check_cell(raw, rec, compat, features, installer, system_python)
+    platforms = tuple(p for p in PLATFORMS if p in (opts.platform or ()))
+    for platform in platforms:
+        _check_platform(raw, compat, features, platform)
 
     ident = cell_id(raw.cuda, torch.version, raw.python, raw.os, raw.flavor)
     runtime_image, builder_image = _images(raw, rec, needs_devel)
@@ -193,7 +202,7 @@ def complete(raw: RawCell, compat: Compat, pins: dict[str, str] | None = None) -
         runtime_image=pinned(runtime_image, pins),
         builder_image=pinned(builder_image, pins) if builder_image else None,
         os_family="debian" if raw.os.startswith("debian") else "ubuntu",
-        torch_index=compat.torch_index(raw.cuda, torch.version),
+        torch_index=compat.torch_index(raw.cuda, torch.version, platforms[0]),
         torch_requirements=_torch_requirements(
             torch.version, torch.torchvision, opts.torchvision, cuda=raw.cuda != CPU
         ),
@@ -216,6 +225,8 @@ def complete(raw: RawCell, compat: Compat, pins: dict[str, str] | None = None) -
         forward_branches=rec.cuda.forward_branches if rec.cuda and forward else (),
         archs=archs,
         origin=str(raw.origin),
+        platforms=platforms,
+        arm64_torch_index=_arm64_index(compat, raw, platforms),
     )
     return _with_labels(cell, repo)
 
@@ -263,6 +274,37 @@ def _check_cell(
             raise CompatError(f"feature {name} compiles CUDA code; it needs flavor nvidia")
         if name == "flash-attn" and raw.cuda == CPU:
             raise CompatError("feature flash-attn needs a CUDA cell (cuda 12.x or 13.x)")
+
+
+def _arm64_index(compat: Compat, raw: RawCell, platforms: tuple[str, ...]) -> str | None:
+    if ARM64 not in platforms:
+        return None
+    arm64 = compat.torch_index(raw.cuda, raw.torch, ARM64) or ""
+    if platforms == (ARM64,):
+        return None  # the cell's one index is arm64's (torch_index)
+    return arm64 if arm64 != (compat.torch_index(raw.cuda, raw.torch) or "") else None
+
+
+def _check_platform(raw: RawCell, compat: Compat, features: tuple[str, ...], platform: str) -> None:
+    """CompatError where upstream publishes no build of this cell for the platform; the
+    message names the field and what would be valid."""
+    if platform == AMD64:
+        return  # the axes' own checks are amd64's
+    fix = f"drop {platform} from this cell's `platform`"
+    try:
+        compat.check_combination(raw.cuda, raw.torch, raw.python, raw.os, platform)
+    except CompatError as exc:
+        raise CompatError(f"platform {platform}: {exc}; {fix}") from None
+    key = CPU if raw.cuda == CPU else raw.cuda.split(".")[0]
+    for name in features:
+        feature = compat.features[name]
+        if feature.pip_for(key, platform) is None:
+            why = f" ({feature.arm64_note})" if feature.arm64_note else ""
+            build = "CPU" if key == CPU else f"CUDA {key}"
+            raise CompatError(
+                f"platform {platform}: feature {name} has no {platform} packages for {build} "
+                f"cells{why}; {fix}, or the feature"
+            )
 
 
 def _images(raw: RawCell, rec: Records, needs_devel: bool) -> tuple[str, str | None]:

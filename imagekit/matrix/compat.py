@@ -20,6 +20,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationError
 
 from imagekit.errors import CompatError
 from imagekit.matrix.yamlsrc import yaml_reason
+from imagekit.platforms import AMD64
 from imagekit.resources import DATA_DIR
 from imagekit.runtime import fwdcompat
 
@@ -32,6 +33,17 @@ def _empty() -> Mapping[str, str]:
 
 
 @dataclass(frozen=True)
+class Builds:
+    """A torch release's wheels for one platform."""
+
+    python: tuple[str, ...]
+    pypi_cuda: str | None  # CUDA build of PyPI's default wheel; None: PyPI's is a CPU build
+    variants: tuple[str, ...]  # variants on the PyTorch index with wheels for the platform
+    source: Mapping[str, str] = field(default_factory=_empty)
+    note: str = ""
+
+
+@dataclass(frozen=True)
 class TorchRelease:
     version: str
     python: tuple[str, ...]
@@ -39,6 +51,12 @@ class TorchRelease:
     variants: tuple[str, ...]
     torchvision: str | None
     source: Mapping[str, str] = field(default_factory=_empty)  # source key -> date read
+    arm64: Builds | None = None  # None: no Linux aarch64 wheels in the data
+
+    def builds(self, platform: str) -> Builds | None:
+        if platform == AMD64:
+            return Builds(self.python, self.pypi_cuda, self.variants, self.source)
+        return self.arm64
 
 
 @dataclass(frozen=True)
@@ -51,6 +69,10 @@ class CudaRelease:
     os: tuple[str, ...]
     source: Mapping[str, str] = field(default_factory=_empty)  # source key -> date read
     forward_branches: tuple[int, ...] = ()  # driver branches its cuda-compat package serves
+    arm64_os: tuple[str, ...] = ()  # where the arm64 (SBSA) toolkit and images exist
+
+    def os_for(self, platform: str) -> tuple[str, ...]:
+        return self.os if platform == AMD64 else self.arm64_os
 
     @property
     def major(self) -> int:
@@ -81,6 +103,13 @@ class Feature:
     pip: Mapping[str, tuple[str, ...]]  # key: "cpu", a CUDA major, or "*"
     needs_devel: bool
     cuda_archs: tuple[str, ...] = ()  # a CUDA extension's own arch values (flash-attn's)
+    arm64_pip: Mapping[str, tuple[str, ...]] = field(default_factory=_empty)  # keys as `pip`
+    arm64_note: str = ""  # why a key is missing from arm64_pip
+
+    def pip_for(self, key: str, platform: str = AMD64) -> tuple[str, ...] | None:
+        """Its packages for a cell ("cpu" or the CUDA major); None: none for the platform."""
+        pip = self.pip if platform == AMD64 else self.arm64_pip
+        return pip.get(key, pip.get("*"))
 
 
 @dataclass(frozen=True)
@@ -136,42 +165,60 @@ class Compat:
             return self.os[name]
         raise CompatError(f"os {name} is unknown; known: {', '.join(self.os)}")
 
-    def check_combination(self, cuda: str, torch: str, python: str, os_name: str) -> None:
+    def check_combination(
+        self, cuda: str, torch: str, python: str, os_name: str, platform: str = AMD64
+    ) -> None:
         """Raise CompatError naming what exists when the combination does not."""
         release = self.torch_release(torch)
+        builds = release.builds(platform)
+        on = "" if platform == AMD64 else f" for {platform}"
+        if builds is None:
+            raise CompatError(f"torch {release.version} has no wheels{on} in the compat data")
         variant = variant_of(cuda)
         if cuda != CPU:
             cuda_rel = self.cuda_release(cuda)
-            if variant not in release.variants and release.pypi_cuda != cuda:
+            if variant not in builds.variants and builds.pypi_cuda != cuda:
+                found = self.cudas_of(release, platform)
                 raise CompatError(
-                    f"torch {release.version} has no CUDA {cuda} build; it exists for CUDA "
-                    f"{', '.join(self.cudas_of(release))}"
+                    f"torch {release.version} has no CUDA {cuda} build{on}; it exists{on} for "
+                    f"{'CUDA ' + ', '.join(found) if found else 'no CUDA version'}" + _note(builds)
                 )
-            if os_name not in cuda_rel.os:
+            supported = cuda_rel.os_for(platform)
+            if os_name not in supported:
                 raise CompatError(
-                    f"CUDA {cuda} does not support {os_name}; it supports {', '.join(cuda_rel.os)}"
+                    f"CUDA {cuda} does not support {os_name}{on}; it supports "
+                    f"{', '.join(supported) or 'no OS'}{on}"
                 )
-        elif CPU not in release.variants:
-            raise CompatError(f"torch {release.version} has no CPU build in the data")
-        if python not in release.python:
+        elif CPU not in builds.variants and builds.pypi_cuda is not None:
+            raise CompatError(f"torch {release.version} has no CPU build{on} in the data")
+        if python not in builds.python:
             raise CompatError(
-                f"torch {release.version} has no wheels for Python {python}; "
-                f"it has {', '.join(release.python)}"
+                f"torch {release.version} has no wheels{on} for Python {python}; "
+                f"it has {', '.join(builds.python)}"
             )
         self.os_release(os_name)
 
-    def cudas_of(self, release: TorchRelease) -> list[str]:
+    def cudas_of(self, release: TorchRelease, platform: str = AMD64) -> list[str]:
         """CUDA versions a torch release exists for (index variants and the PyPI default)."""
-        found = {v for v in self.cuda if variant_of(v) in release.variants}
-        found.add(release.pypi_cuda)
+        builds = release.builds(platform)
+        if builds is None:
+            return []
+        found = {v for v in self.cuda if variant_of(v) in builds.variants}
+        if builds.pypi_cuda:
+            found.add(builds.pypi_cuda)
         return sorted(found, key=Version)
 
-    def torch_index(self, cuda: str, torch: str) -> str | None:
+    def torch_index(self, cuda: str, torch: str, platform: str = AMD64) -> str | None:
         """Extra index for the torch wheel, or None where PyPI's default build is the one."""
-        release = self.torch_release(torch)
-        if cuda != CPU and release.pypi_cuda == cuda:
+        builds = self.torch_release(torch).builds(platform)
+        on_pypi = (builds.pypi_cuda if builds else None) or CPU  # what PyPI's wheel is built for
+        if on_pypi == cuda:
             return None
         return f"https://download.pytorch.org/whl/{variant_of(cuda)}"
+
+
+def _note(builds: Builds) -> str:
+    return f" ({builds.note})" if builds.note else ""
 
 
 def variant_of(cuda: str) -> str:
@@ -213,11 +260,18 @@ class _Row(BaseModel):
     note: str | None = None
 
 
+class _BuildsRow(_Row):
+    python: list[str]
+    pypi_cuda: str | None  # null: PyPI's wheel for the platform is a CPU build
+    variants: list[str]
+
+
 class _TorchRow(_Row):
     python: list[str]
     pypi_cuda: str
     variants: list[str]
     torchvision: str | None = None
+    arm64: _BuildsRow | None = None
 
 
 class _CudaRow(_Row):
@@ -227,6 +281,7 @@ class _CudaRow(_Row):
     archs: list[str]
     os: list[str]
     forward_branches: list[int] = []
+    arm64_os: list[str] = []
 
 
 class _OsRow(_Row):
@@ -237,10 +292,20 @@ class _OsRow(_Row):
     suite: str | None = None
 
 
+Pip = list[str] | dict[str, list[str]]  # one list, or one per "cpu" / CUDA major
+
+
+class _Arm64PipRow(BaseModel):
+    model_config = _STRICT
+    pip: Pip
+    note: str | None = None
+
+
 class _FeatureRow(_Row):
-    pip: list[str] | dict[str, list[str]]  # one list, or one per "cpu" / CUDA major
+    pip: Pip
     needs_devel: bool = False
     cuda_archs: list[Annotated[str, BeforeValidator(_int_as_text)]] = []
+    arm64: _Arm64PipRow | None = None
 
 
 class _VariantArchsRow(_Row):
@@ -295,6 +360,7 @@ def parse(raw: Any, file: str | Path = COMPAT_FILE) -> Compat:
                     variants=tuple(r.variants),
                     torchvision=r.torchvision,
                     source=_source(sources, f"torch.{v}", r),
+                    arm64=_builds(sources, f"torch.{v}.arm64", r.arm64),
                 )
                 for v, r in data.torch.items()
             }
@@ -309,6 +375,7 @@ def parse(raw: Any, file: str | Path = COMPAT_FILE) -> Compat:
                     archs=tuple(r.archs),
                     os=tuple(r.os),
                     forward_branches=tuple(r.forward_branches),
+                    arm64_os=tuple(r.arm64_os),
                     source=_source(sources, f"cuda.{v}", r),
                 )
                 for v, r in data.cuda.items()
@@ -343,16 +410,28 @@ def parse(raw: Any, file: str | Path = COMPAT_FILE) -> Compat:
     )
 
 
+def _builds(sources: set[str], where: str, row: _BuildsRow | None) -> Builds | None:
+    if row is None:
+        return None
+    source = _source(sources, where, row)
+    return Builds(tuple(row.python), row.pypi_cuda, tuple(row.variants), source, row.note or "")
+
+
 def _feature(sources: set[str], name: str, row: _FeatureRow) -> Feature:
     _source(sources, f"features.{name}", row)
-    pip = row.pip
-    by_key = {"*": tuple(pip)} if isinstance(pip, list) else {k: tuple(v) for k, v in pip.items()}
     return Feature(
         name=name,
-        pip=MappingProxyType(by_key),
+        pip=_by_key(row.pip),
         needs_devel=row.needs_devel,
         cuda_archs=tuple(row.cuda_archs),
+        arm64_pip=_by_key(row.arm64.pip) if row.arm64 else _empty(),
+        arm64_note=(row.arm64.note or "") if row.arm64 else "",
     )
+
+
+def _by_key(pip: list[str] | dict[str, list[str]]) -> Mapping[str, tuple[str, ...]]:
+    by_key = {"*": tuple(pip)} if isinstance(pip, list) else {k: tuple(v) for k, v in pip.items()}
+    return MappingProxyType(by_key)
 
 
 def _source(sources: set[str], where: str, row: _Row) -> Mapping[str, str]:

@@ -3,9 +3,11 @@
 From PyPI, without downloading a wheel: a torch release's Python range (the cpXY tags of its
 Linux x86_64 wheels, from the simple JSON index), its PyPI-default CUDA (the
 nvidia-cuda-runtime / cuda-toolkit pin in the wheel's METADATA, served on its own per PEP 658
-or read from the zip by range requests) and its torchvision (the torchvision release whose own
-`Requires-Dist: torch` pin admits it). From a PyTorch-style index (`--index`), the variants
-(`+cu126`, `+cpu`, ... local versions of its wheels). It prints a diff and writes only with
+or read from the zip by range requests, whose environment markers say for which machine) and
+its torchvision (the torchvision release whose own `Requires-Dist: torch` pin admits it); the
+same for its Linux aarch64 wheels (the `arm64` entry: null CUDA where PyPI's aarch64 wheel is
+a CPU build). From a PyTorch-style index (`--index`), the variants (`+cu126`, `+cpu`, ...
+local versions of its wheels) of each machine. It prints a diff and writes only with
 --write; rows it wrote carry the date they were read.
 """
 
@@ -48,7 +50,7 @@ _VARIANT = re.compile(r"^(cu\d+|cpu)$")  # rocm, xpu and the like are not imagek
 # torchvision's loose `torch>=` pin is not a build for an untested torch.
 _TORCHVISION_OFFSET = 15
 _ROW = re.compile(r'^  "(?P<version>[^"]+)": \{.*\}$', re.M)
-_ROW_KEYS = ("python", "pypi_cuda", "variants", "torchvision", "source", "note")
+_ROW_KEYS = ("python", "pypi_cuda", "variants", "torchvision", "source", "arm64", "note")
 
 
 class RefreshError(ImagekitError):
@@ -64,6 +66,18 @@ def http_fetch(url: str, headers: dict[str, str]) -> bytes:
         raise RefreshError(f"could not fetch {url}: {exc}") from None
 
 
+X86_64, AARCH64 = "x86_64", "aarch64"  # wheel tags' and markers' spelling of the machines
+
+
+@dataclass(frozen=True)
+class DerivedBuilds:
+    """A torch release's wheels for Linux aarch64 (the data's `arm64` entry)."""
+
+    python: tuple[str, ...]
+    pypi_cuda: str | None  # None: PyPI's aarch64 wheel is a CPU build
+    variants: tuple[str, ...] | None = None  # None: not derived (no --index)
+
+
 @dataclass(frozen=True)
 class Derived:
     version: str
@@ -71,54 +85,73 @@ class Derived:
     pypi_cuda: str | None
     torchvision: str | None = None
     variants: tuple[str, ...] | None = None  # None: not derived (no --index)
+    arm64: DerivedBuilds | None = None  # None: PyPI has no aarch64 wheels of it
 
 
 @dataclass(frozen=True)
 class LinuxWheel:
-    """What a wheel's file name says, for a Linux x86_64 CPython wheel."""
+    """What a wheel's file name says, for a Linux CPython wheel of one machine."""
 
     name: str  # normalized (PEP 503)
     version: Version  # `.public` "2.7.1", `.local` "cu126" on a PyTorch-style index
     python: str  # "3.13"
 
 
-def linux_wheel(filename: str) -> LinuxWheel | None:
-    """The wheel's name, version and Python, or None where it is not a Linux x86_64 CPython
-    wheel; free-threaded builds (ABI cp313t) share the interpreter tag and are left out."""
+def linux_wheel(filename: str, machine: str = X86_64) -> LinuxWheel | None:
+    """The wheel's name, version and Python, or None where it is not a Linux CPython wheel
+    for `machine`; free-threaded builds (ABI cp313t) share the interpreter tag and are left
+    out."""
     try:
         name, version, _build, tags = parse_wheel_filename(filename)
     except (InvalidWheelFilename, InvalidVersion):
         return None
     for tag in tags:
-        linux = tag.platform.startswith(("linux", "manylinux")) and tag.platform.endswith("x86_64")
+        linux = tag.platform.startswith(("linux", "manylinux")) and tag.platform.endswith(machine)
         cpython = re.fullmatch(r"cp(\d)(\d+)", tag.interpreter)
         if linux and cpython and not tag.abi.endswith("t"):
             return LinuxWheel(name, version, f"{cpython[1]}.{cpython[2]}")
     return None
 
 
-def wheels_of(files: list[dict[str, object]], name: str, version: str) -> list[dict[str, object]]:
-    """Linux x86_64 CPython wheels of one release."""
+def wheels_of(
+    files: list[dict[str, object]], name: str, version: str, machine: str = X86_64
+) -> list[dict[str, object]]:
+    """Linux CPython wheels of one release for `machine`."""
     return [
         f
         for f in files
-        if (w := linux_wheel(str(f["filename"]))) and w.name == name and w.version.public == version
+        if (w := linux_wheel(str(f["filename"]), machine))
+        and w.name == name
+        and w.version.public == version
     ]
 
 
 def derive(files: list[dict[str, object]], version: str, fetch: Fetch) -> Derived:
     """Python tags and CUDA pin of one torch release, from PyPI's file list."""
-    wheels = [w for w in wheels_of(files, "torch", version) if not _local(w)]
-    if not wheels:
+    found = _pythons_and_cuda(files, version, fetch, X86_64)
+    if found is None:
         raise RefreshError(f"PyPI has no Linux x86_64 CPython wheels of torch {version}")
+    arm64 = _pythons_and_cuda(files, version, fetch, AARCH64)
+    return Derived(version, *found, arm64=DerivedBuilds(*arm64) if arm64 else None)
+
+
+def _pythons_and_cuda(
+    files: list[dict[str, object]], version: str, fetch: Fetch, machine: str
+) -> tuple[tuple[str, ...], str | None] | None:
+    wheels = [w for w in wheels_of(files, "torch", version, machine) if not _local(w, machine)]
+    if not wheels:
+        return None
     pythons = sorted(
-        {w.python for f in wheels if (w := linux_wheel(str(f["filename"])))}, key=Version
+        {w.python for f in wheels if (w := linux_wheel(str(f["filename"]), machine))},
+        key=Version,
     )
-    return Derived(version, tuple(pythons), cuda_pin(wheel_metadata(wheels[0], fetch)))
+    newest = linux_wheel(str(wheels[0]["filename"]), machine)
+    metadata = wheel_metadata(wheels[0], fetch)
+    return tuple(pythons), cuda_pin(metadata, machine, newest.python if newest else pythons[-1])
 
 
-def _local(wheel: dict[str, object]) -> str | None:
-    parsed = linux_wheel(str(wheel["filename"]))
+def _local(wheel: dict[str, object], machine: str = X86_64) -> str | None:
+    parsed = linux_wheel(str(wheel["filename"]), machine)
     return parsed.version.local if parsed else None
 
 
@@ -134,9 +167,11 @@ def requires_dist(metadata: str) -> list[Requirement]:
     return found
 
 
-def cuda_pin(metadata: str) -> str | None:
-    """'12.8' from `nvidia-cuda-runtime-cu12==12.8.90` (or `cuda-toolkit[...]==13.0.2`)."""
-    requirements = requires_dist(metadata)
+def cuda_pin(metadata: str, machine: str = X86_64, python: str = "3.11") -> str | None:
+    """'12.8' from `nvidia-cuda-runtime-cu12==12.8.90` (or `cuda-toolkit[...]==13.0.2`),
+    among the requirements whose markers hold on Linux `machine`: torch's aarch64 wheels
+    carried the x86_64-only pins of its CUDA build up to 2.10 (they were CPU builds)."""
+    requirements = [r for r in requires_dist(metadata) if _applies(r, machine, python)]
     for pattern in _CUDA_PINS:
         for requirement in requirements:
             if not pattern.fullmatch(canonicalize_name(requirement.name)):
@@ -145,6 +180,15 @@ def cuda_pin(metadata: str) -> str | None:
                 if spec.operator == "==" and (found := re.match(r"(\d+)\.(\d+)", spec.version)):
                     return f"{found[1]}.{found[2]}"
     return None
+
+
+def _applies(requirement: Requirement, machine: str, python: str) -> bool:
+    if requirement.marker is None:
+        return True
+    where = {"platform_system": "Linux", "sys_platform": "linux", "platform_machine": machine}
+    where |= {"python_version": python, "python_full_version": f"{python}.0", "extra": ""}
+    where |= {"os_name": "posix", "implementation_name": "cpython"}
+    return requirement.marker.evaluate(where)
 
 
 def torchvision_for(version: str, files: list[dict[str, object]], fetch: Fetch) -> str | None:
@@ -189,12 +233,12 @@ def index_wheel_names(fetch: Fetch, index: str) -> list[str]:
     ]
 
 
-def index_variants(version: str, names: Iterable[str]) -> tuple[str, ...]:
+def index_variants(version: str, names: Iterable[str], machine: str = X86_64) -> tuple[str, ...]:
     """The cuXXX/cpu variants among an index's wheel names for a torch release."""
     found = {
         str(w.version.local)
         for n in names
-        if (w := linux_wheel(n))
+        if (w := linux_wheel(n, machine))
         and w.name == "torch"
         and w.version.public == version
         and _VARIANT.match(w.version.local or "")
@@ -288,18 +332,33 @@ def apply(text: str, derived: Derived, read_on: str | None) -> str:
     row["torchvision"] = derived.torchvision
     if not old:
         row["note"] = "variants: only the PyTorch index can tell; run refresh with --index"
-    source = dict(row.get("source") or {})
-    if read_on:
-        source["pypi"] = read_on
-        if derived.variants is not None:
-            source["pytorch-index"] = read_on
-    row["source"] = source
+    row["source"] = _stamped(row.get("source"), read_on, derived.variants is not None)
+    if derived.arm64:
+        row["arm64"] = _arm64_row(row.get("arm64") or {}, derived.arm64, read_on)
     line = format_row(derived.version, row)
     if old:
         return text[: old.start()] + line + text[old.end() :]
     before = [m for v, m in rows.items() if Version(v) < Version(derived.version)]
     at = before[-1].end() if before else min(m.start() for m in rows.values())
     return text[:at] + ("\n" if before else "") + line + ("" if before else "\n") + text[at:]
+
+
+def _stamped(source: Any, read_on: str | None, from_index: bool) -> dict[str, Any]:
+    stamped = dict(source or {})
+    if read_on:
+        stamped["pypi"] = read_on
+        if from_index:
+            stamped["pytorch-index"] = read_on
+    return stamped
+
+
+def _arm64_row(old: dict[str, Any], found: DerivedBuilds, read_on: str | None) -> dict[str, Any]:
+    row = {**old, "python": list(found.python), "pypi_cuda": found.pypi_cuda}
+    read = found.variants is not None
+    row["variants"] = list(found.variants or ()) if read else (old.get("variants") or [])
+    row["source"] = _stamped(old.get("source"), read_on, read)
+    keys = ("python", "pypi_cuda", "variants", "source", "note")
+    return {k: row[k] for k in keys if k in row}
 
 
 def refresh(
@@ -323,6 +382,9 @@ def refresh(
         derived = replace(derived, torchvision=torchvision_for(version, vision_files, fetch))
         if torch_index:
             derived = replace(derived, variants=index_variants(version, index_names))
+            if derived.arm64:
+                arm64 = index_variants(version, index_names, AARCH64)
+                derived = replace(derived, arm64=replace(derived.arm64, variants=arm64))
         found.append(derived)
     shown = text
     for derived in found:  # the diff shows values; dates change only on write

@@ -113,17 +113,21 @@ def row_verdict(data: Compat, torch: TorchRelease, cuda: CudaRelease, host: Host
     return Verdict(True, archs.why)
 
 
-def show(driver: str | None = None, gpu: str | None = None) -> list[str]:
+def show(
+    driver: str | None = None, gpu: str | None = None, platform: str = compat_mod.AMD64
+) -> list[str]:
     data = compat_mod.load()
     host = parse_host(driver, gpu)
     if host.driver is None and host.capability is None:
-        return compat_tables(data)
+        return compat_tables(data, platform)
     asked = " and ".join(x for x in (driver and f"driver {driver}", gpu and f"GPU {gpu}") if x)
+    if platform != compat_mod.AMD64:
+        asked += f" ({platform})"
     rows: list[tuple[str, str, str]] = []
     rules: list[str] = []
     runs = 0
     for torch in data.torch.values():
-        for version in data.cudas_of(torch):
+        for version in data.cudas_of(torch, platform):
             verdict = row_verdict(data, torch, data.cuda[version], host)
             runs += verdict.runs
             text = f"runs {verdict.why}".rstrip() if verdict.runs else f"REFUSED: {verdict.why}"
@@ -138,7 +142,9 @@ def show(driver: str | None = None, gpu: str | None = None) -> list[str]:
     return lines
 
 
-def compat_tables(data: Compat) -> list[str]:
+def compat_tables(data: Compat, platform: str = compat_mod.AMD64) -> list[str]:
+    if platform != compat_mod.AMD64:
+        return platform_tables(data, platform)
     torch = render_table(
         ("torch", "PyPI CUDA", "variants", "Python", "torchvision"),
         [
@@ -160,4 +166,35 @@ def compat_tables(data: Compat) -> list[str]:
         ],
     )
     ask = "Ask: imagekit compat show --driver 535.104.05 --gpu sm_90 (or --gpu H100)"
-    return [*torch, "", *cuda, "", ask]
+    more = "Other platforms: imagekit compat show --platform linux/arm64"
+    return [*torch, "", *cuda, "", ask, more]
+
+
+def platform_tables(data: Compat, platform: str) -> list[str]:
+    """The tables for one platform other than amd64: what upstream publishes for it."""
+    rows = []
+    for rel in data.torch.values():
+        builds = rel.builds(platform)
+        if builds is None:
+            rows.append((rel.version, "-", "-", "-", "no wheels in the data"))
+            continue
+        pypi = builds.pypi_cuda or "CPU"
+        pythons = f"{builds.python[0]}-{builds.python[-1]}" if builds.python else "-"
+        rows.append((rel.version, pypi, " ".join(builds.variants) or "-", pythons, builds.note))
+    torch = render_table(("torch", "PyPI build", "index variants", "Python", "note"), rows)
+    cuda = render_table(
+        ("CUDA", "image tag", f"OS ({platform})"),
+        [(c.version, c.full, " ".join(c.os_for(platform)) or "-") for c in data.cuda.values()],
+    )
+    features = render_table(
+        ("feature", f"packages on {platform}", "note"),
+        [
+            (
+                f.name,
+                "; ".join(f"{k}: {' '.join(v)}" for k, v in f.arm64_pip.items()) or "none",
+                f.arm64_note,
+            )
+            for f in data.features.values()
+        ],
+    )
+    return [f"Builds for {platform}:", *torch, "", *cuda, "", *features]

@@ -23,6 +23,7 @@ from pydantic import (
 from imagekit.errors import Problem
 from imagekit.matrix.ref_checks import REGISTRY, REPOSITORY, check_image_ref
 from imagekit.matrix.yamlsrc import Located
+from imagekit.platforms import PLATFORMS
 from imagekit.sizes import parse_size
 from imagekit.urls import has_credentials, mask
 
@@ -132,6 +133,25 @@ def _env_value(value: Any) -> str:
     return text
 
 
+# What people also write for the platform names (imagekit.platforms), for the message.
+_PLATFORM_ALIASES = {"amd64": "linux/amd64", "x86_64": "linux/amd64", "arm64": "linux/arm64"}
+_PLATFORM_ALIASES |= {"aarch64": "linux/arm64", "linux/aarch64": "linux/arm64"}
+
+
+def _platform(value: Any) -> str:
+    if not isinstance(value, str) or value not in PLATFORMS:
+        meant = _PLATFORM_ALIASES.get(str(value).lower())
+        hint = f"; write {meant!r}" if meant else ""
+        raise ValueError(f"a platform is one of {', '.join(PLATFORMS)}{hint}")
+    return value
+
+
+def _platforms(value: list[str]) -> list[str]:
+    if not value:
+        raise ValueError(f"name at least one platform ({', '.join(PLATFORMS)})")
+    return value
+
+
 def _pattern(regex: re.Pattern[str], what: str) -> Any:
     def check(value: str) -> str:
         if not regex.fullmatch(value):
@@ -153,6 +173,8 @@ EnvKey = Annotated[str, AfterValidator(_env_key)]
 EnvValue = Annotated[str, BeforeValidator(_env_value)]
 Size = Annotated[int, BeforeValidator(parse_size)]
 ImageRef = Annotated[str, AfterValidator(check_image_ref)]
+Platform = Annotated[str, BeforeValidator(_platform)]
+Platforms = Annotated[list[Platform], BeforeValidator(_listify), AfterValidator(_platforms)]
 
 
 InheritField = Literal["apt", "build_apt", "pip", "features"]
@@ -183,6 +205,9 @@ class Options(_Strict):
     # reproducible), or as one layer (what imagekit did before; for comparisons).
     venv_layers: Literal["split", "single"] | None = None
     base: ImageRef | None = None
+    # What the cell's image is built for: one OCI index per cell holds an image for each
+    # (`imagekit build --platform`); linux/amd64 alone unless a layer says otherwise.
+    platform: Platforms | None = None
     source: str | None = None
     # imagekit's default ignore list for source (.env*, .git, keys); false copies them too.
     source_default_ignore: StrictBool | None = None

@@ -39,6 +39,7 @@ def cell_json(cell: Cell) -> dict[str, Any]:
         "size_budget": cell.size_budget,
         "min_driver": cell.min_driver,
         "archs": list(cell.archs),
+        "platforms": list(cell.platforms),
         "labels": dict(cell.labels),
         "env": dict(cell.env),
         "origin": cell.origin,
@@ -80,6 +81,9 @@ def github_matrix(cells: Sequence[Cell], gpu_runner: str = "gpu") -> dict[str, A
                 "gpu_runner": gpu_runner if cell.cuda != "cpu" else "ubuntu-latest",
                 "requires_gpu": cell.cuda != "cpu",
                 "cache": f"{cell.repository}:buildcache-{cell.id}",
+                "platforms": ",".join(cell.platforms),
+                # an arm64 image built on an x86-64 runner runs its steps under QEMU
+                "emulated": any(p != "linux/amd64" for p in cell.platforms),
             }
         )
     return {"include": include}
@@ -108,7 +112,7 @@ def bake(cells: Sequence[Cell]) -> dict[str, Any]:
             "labels": dict(cell.labels),
             "cache-from": [f"type=registry,ref={cache_ref}"],
             "cache-to": [f"type=registry,ref={cache_ref},mode=max"],
-            "platforms": ["linux/amd64"],
+            "platforms": list(cell.platforms),
         }
         groups.setdefault(_group_name(cell), []).append(name)
     group = {"default": {"targets": sorted(targets)}}

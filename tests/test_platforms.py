@@ -1,0 +1,244 @@
+"""The platform axis (issue 39): `platform:` in envs/*.yaml, the arm64 compatibility data,
+the refusals at load, `compat show --platform` and what `compat refresh` reads for aarch64."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from imagekit.cli import cli
+from imagekit.errors import SpecError
+from imagekit.matrix import compat, compat_refresh
+from imagekit.matrix.catalog import load_cells
+from imagekit.platforms import AMD64, ARM64
+
+WriteEnv = Callable[..., Path]
+
+
+def cell_block(
+    cuda: str = "cpu",
+    torch: str = "2.7.1",
+    python: str = "3.11",
+    os: str = "debian12",
+    **more: object,
+) -> str:
+    block = {"cuda": cuda, "torch": torch, "python": python, "os": os, "flavor": "slim", **more}
+    return yaml.safe_dump({"matrix": [block]}, default_flow_style=False)
+
+
+def problems(folder: Path) -> list[str]:
+    with pytest.raises(SpecError) as info:
+        load_cells([folder])
+    return info.value.problems
+
+
+def test_a_cell_is_amd64_alone_unless_it_says_otherwise(write_env: WriteEnv) -> None:
+    (cell,) = load_cells([write_env(cell_block())])
+    assert cell.platforms == (AMD64,)
+    (cell,) = load_cells([write_env(cell_block(platform=["linux/arm64", "linux/amd64"]))])
+    assert cell.platforms == (AMD64, ARM64)  # one order, whatever the file's
+    assert cell.id == "cpu-torch2.7.1-py3.11-debian12-slim"  # one image per cell, not two
+
+
+def test_platform_cascades_from_defaults_and_overrides(write_env: WriteEnv) -> None:
+    text = "defaults:\n  platform: [linux/amd64, linux/arm64]\n" + cell_block()
+    text += "overrides:\n  - match: {python: '3.11'}\n    platform: linux/arm64\n"
+    (cell,) = load_cells([write_env(text)])
+    assert cell.platforms == (ARM64,)
+
+
+@pytest.mark.parametrize(
+    ("value", "needle"),
+    [
+        ("arm64", "write 'linux/arm64'"),
+        ("aarch64", "write 'linux/arm64'"),
+        ("x86_64", "write 'linux/amd64'"),
+        ("linux/riscv64", "a platform is one of linux/amd64, linux/arm64"),
+        ([], "name at least one platform"),
+    ],
+)
+def test_a_bad_platform_names_the_field_the_value_and_the_fix(
+    write_env: WriteEnv, value: object, needle: str
+) -> None:
+    (msg,) = problems(write_env(cell_block(platform=value)))
+    assert "envs/m.yaml:" in msg and "matrix[0].platform" in msg
+    assert needle in msg
+
+
+@pytest.mark.parametrize(
+    ("cell", "needle"),
+    [
+        # PyPI's torch 2.5.1 has aarch64 wheels for 3.9-3.12 only (3.13 on x86-64)
+        (
+            {"torch": "2.5.1", "python": "3.13", "os": "debian13"},
+            "torch 2.5.1 has no wheels for linux/arm64 for Python 3.13; it has 3.9",
+        ),
+        # onnxruntime-gpu's aarch64 wheels are CUDA 13 builds (1.29 on)
+        (
+            {"cuda": "13.0", "torch": "2.14.1", "python": "3.12", "features": ["onnx"]},
+            "",
+        ),
+        (
+            {"cuda": "12.8", "torch": "2.8.0", "features": ["onnx"]},
+            "torch 2.8.0 has no CUDA 12.8 build for linux/arm64; it exists for linux/arm64 for "
+            "CUDA 12.9 (cu129 only",
+        ),
+        (
+            {"cuda": "cpu", "features": ["onnx-tensorrt"]},
+            "",
+        ),
+        (
+            {"cuda": "13.0", "torch": "2.14.1", "python": "3.12", "features": ["onnx-tensorrt"]},
+            "feature onnx-tensorrt has no linux/arm64 packages for CUDA 13 cells (TensorRT's",
+        ),
+    ],
+)
+def test_a_combination_upstream_does_not_publish_for_arm64_is_refused_with_why(
+    write_env: WriteEnv, cell: dict[str, object], needle: str
+) -> None:
+    folder = write_env(cell_block(**{**cell, "platform": ["linux/amd64", "linux/arm64"]}))
+    if not needle:
+        (loaded,) = load_cells([folder])
+        assert loaded.platforms == (AMD64, ARM64)
+        return
+    (msg,) = problems(folder)
+    assert msg.startswith("envs/m.yaml:")
+    assert f"platform linux/arm64: {needle}" in msg
+    assert "drop linux/arm64 from this cell's `platform`" in msg
+
+
+def test_the_same_cell_on_amd64_alone_loads() -> None:
+    data = compat.load()
+    data.check_combination("12.8", "2.8.0", "3.11", "debian12")  # x86-64: the cu128 variant
+    with pytest.raises(compat.CompatError, match="for linux/arm64"):
+        data.check_combination("12.8", "2.8.0", "3.11", "debian12", ARM64)
+
+
+@pytest.mark.parametrize(
+    ("cuda", "torch", "platform", "index"),
+    [
+        ("cpu", "2.7.1", AMD64, "https://download.pytorch.org/whl/cpu"),
+        ("cpu", "2.7.1", ARM64, None),  # PyPI's aarch64 wheel up to 2.10 is the CPU build
+        ("cpu", "2.14.1", ARM64, "https://download.pytorch.org/whl/cpu"),  # PyPI's: CUDA 13.0
+        ("13.0", "2.14.1", ARM64, None),
+        ("12.6", "2.7.1", AMD64, None),
+    ],
+)
+def test_where_torch_comes_from_follows_the_platform(
+    cuda: str, torch: str, platform: str, index: str | None
+) -> None:
+    assert compat.load().torch_index(cuda, torch, platform) == index
+
+
+def test_every_arm64_row_names_its_source() -> None:
+    data = compat.load()
+    for release in data.torch.values():
+        assert release.arm64 is not None, release.version  # PyPI has aarch64 wheels of all
+        assert "pypi" in release.arm64.source
+        assert set(release.arm64.python) <= set(release.python) | {"3.8"}
+
+
+def test_compat_show_platform_prints_the_arm64_tables() -> None:
+    result = CliRunner().invoke(cli, ["compat", "show", "--platform", "linux/arm64"])
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert lines[0] == "Builds for linux/arm64:"
+    row = next(line for line in lines if line.startswith("2.7.1 "))
+    assert "CPU" in row.split()  # PyPI's aarch64 wheel of 2.7.1 is a CPU build
+    row = next(line for line in lines if line.startswith("2.14.1 "))
+    assert "13.0" in row.split()
+    assert any(line.startswith("onnx ") and "onnxruntime-gpu>=1.29" in line for line in lines)
+    default = CliRunner().invoke(cli, ["compat", "show"]).output
+    assert "imagekit compat show --platform linux/arm64" in default
+
+
+def test_compat_show_refuses_an_unknown_platform_with_exit_2() -> None:
+    result = CliRunner().invoke(cli, ["compat", "show", "--platform", "arm64"])
+    assert result.exit_code == 2
+    assert "'arm64' is not one of 'linux/amd64', 'linux/arm64'" in result.output
+
+
+# -- compat refresh for aarch64 --------------------------------------------------------------
+X86_ONLY = 'Requires-Dist: nvidia-cuda-runtime-cu12==12.8.90; platform_system == "Linux" and platform_machine == "x86_64"'
+LINUX = 'Requires-Dist: cuda-toolkit[cudart]==13.0.2; platform_system == "Linux"'
+
+
+@pytest.mark.parametrize(
+    ("line", "machine", "cuda"),
+    [
+        (X86_ONLY, "x86_64", "12.8"),
+        (X86_ONLY, "aarch64", None),  # torch <= 2.10's aarch64 wheels: CPU builds
+        (LINUX, "aarch64", "13.0"),  # 2.11 on: a CUDA 13 build for aarch64 too
+        (LINUX + ' and python_version < "3.11"', "aarch64", None),
+        ('Requires-Dist: cuda-toolkit==13.0.2; extra == "cuda"', "x86_64", None),
+    ],
+)
+def test_cuda_pin_holds_only_where_its_markers_do(
+    line: str, machine: str, cuda: str | None
+) -> None:
+    metadata = f"Metadata-Version: 2.1\nName: torch\nVersion: 2.9.1\n{line}\n"
+    assert compat_refresh.cuda_pin(metadata, machine, "3.11") == cuda
+
+
+@pytest.mark.parametrize(
+    ("filename", "machine", "python"),
+    [
+        ("torch-2.7.1-cp311-cp311-manylinux_2_28_aarch64.whl", "aarch64", "3.11"),
+        ("torch-2.4.1-cp38-cp38-manylinux2014_aarch64.whl", "aarch64", "3.8"),
+        ("torch-2.7.1-cp311-cp311-manylinux_2_28_aarch64.whl", "x86_64", None),
+        ("torch-2.7.1-cp311-cp311-manylinux_2_28_x86_64.whl", "aarch64", None),
+        ("torch-2.7.1-cp311-none-macosx_11_0_arm64.whl", "aarch64", None),
+    ],
+)
+def test_wheel_names_are_read_per_machine(filename: str, machine: str, python: str | None) -> None:
+    wheel = compat_refresh.linux_wheel(filename, machine)
+    assert (wheel.python if wheel else None) == python
+
+
+# -- emulation: which platforms this host's containers run --------------------------------
+QEMU_PF = """enabled
+interpreter /usr/libexec/qemu-binfmt/aarch64-binfmt-P
+flags: PF
+offset 0
+magic 7f454c460201010000000000000000000200b700
+mask ffffffffffffff00fffffffffffffffffeffffff
+"""
+
+
+@pytest.mark.parametrize(
+    ("platform", "machine", "entries", "needle"),
+    [
+        (AMD64, "x86_64", {}, None),  # native
+        (ARM64, "aarch64", {}, None),  # a Grace node builds arm64 natively
+        (ARM64, "x86_64", {"qemu-aarch64": QEMU_PF}, None),  # Debian's qemu-user-static
+        (ARM64, "x86_64", {}, "binfmt_misc is not mounted or empty"),
+        (ARM64, "x86_64", {"qemu-aarch64": QEMU_PF.replace("flags: PF", "flags: P")}, "F flag"),
+        (ARM64, "x86_64", {"qemu-aarch64": QEMU_PF.replace("enabled", "disabled")}, "registration"),
+        (ARM64, "x86_64", {"python3.11": "enabled\nflags: \nmagic a70d0d0a\n"}, "apt-get"),
+        (AMD64, "aarch64", {"qemu-aarch64": QEMU_PF}, "tonistiigi/binfmt --install amd64"),
+    ],
+)
+def test_emulation_is_a_pure_function_of_the_machine_and_binfmt(
+    platform: str, machine: str, entries: dict[str, str], needle: str | None
+) -> None:
+    from imagekit.engine.emulation import emulation_problem
+
+    problem = emulation_problem(platform, machine, entries)
+    if needle is None:
+        assert problem is None
+    else:
+        assert problem is not None and needle in problem and platform in problem
+
+
+def test_binfmt_is_read_from_a_folder(tmp_path: Path) -> None:
+    from imagekit.engine.emulation import read_binfmt
+
+    (tmp_path / "register").write_text("")
+    (tmp_path / "status").write_text("enabled\n")
+    (tmp_path / "qemu-aarch64").write_text(QEMU_PF)
+    assert read_binfmt(tmp_path) == {"qemu-aarch64": QEMU_PF}
+    assert read_binfmt(tmp_path / "absent") == {}
