@@ -17,9 +17,11 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from imagekit import terminal
+from imagekit.builder import oci_layout
 from imagekit.contract.refs import parse
+from imagekit.engine.emulation import DEBIAN_ARCH, host_platform
 from imagekit.engine.interface import Engine
-from imagekit.errors import EngineError, ImagekitError
+from imagekit.errors import EngineError, ImagekitError, UsageError
 from imagekit.locks.images import Lock
 from imagekit.matrix.cells import Cell
 
@@ -28,19 +30,25 @@ DEFAULT_MIRROR = "http://deb.debian.org/debian"
 TRIM = ("usr/share/doc", "usr/share/man", "usr/share/info", "var/lib/apt/lists", "var/cache/apt")
 
 
-def debootstrap(suite: str, mirror: str, target: Path, variant: str = "minbase") -> None:
+def debootstrap(
+    suite: str, mirror: str, target: Path, variant: str = "minbase", arch: str = ""
+) -> None:
+    """A Debian root filesystem in `target`; `arch` (Debian's name, arm64) where it is not
+    this host's: its second stage runs under QEMU (binfmt_misc)."""
     if not shutil.which("debootstrap"):
         raise EngineError(
             "debootstrap is not installed; install it with `apt-get install debootstrap`"
         )
     if os.geteuid() != 0:
         raise EngineError("debootstrap needs root; run `imagekit base bootstrap` with sudo")
-    args = ["debootstrap", f"--variant={variant}", suite, str(target), mirror]
+    on = [f"--arch={arch}"] if arch else []
+    args = ["debootstrap", *on, f"--variant={variant}", suite, str(target), mirror]
     result = subprocess.run(args, capture_output=True, text=True, check=False)
     if result.returncode != 0:
         tail = terminal.split((result.stdout + result.stderr).strip())[-15:]
         raise EngineError(
-            f"debootstrap {suite} from {mirror} failed; its last lines:", *terminal.foreign(tail)
+            f"debootstrap {' '.join(on)} {suite} from {mirror} failed; its last lines:",
+            *terminal.foreign(tail),
         )
     for rel in TRIM:
         path = target / rel
@@ -51,12 +59,43 @@ def debootstrap(suite: str, mirror: str, target: Path, variant: str = "minbase")
                 ) if child.is_dir() and not child.is_symlink() else child.unlink()
 
 
-def bootstrap(engine: Engine, suite: str, tag: str, mirror: str = DEFAULT_MIRROR) -> str:
-    """debootstrap a root filesystem here, then the engine imports it as `tag`."""
+def bootstrap(
+    engine: Engine,
+    suite: str,
+    tag: str,
+    mirror: str = DEFAULT_MIRROR,
+    platforms: Sequence[str] = (),
+) -> str:
+    """debootstrap a root filesystem here for each platform (none named: this host's), then
+    the engine imports it as `tag`: one platform by `docker import`, several as one index
+    (an OCI layout, `docker load`), which needs a store that holds one."""
+    check_platforms(engine, platforms)
     with tempfile.TemporaryDirectory(prefix="imagekit-rootfs-") as tmp:
-        rootfs = Path(tmp) / "rootfs"
-        debootstrap(suite, mirror, rootfs)
-        return engine.import_rootfs(rootfs, tag)
+        if len(platforms) < 2:
+            root = Path(tmp) / "rootfs"
+            foreign = next((p for p in platforms if p != host_platform()), "")
+            debootstrap(suite, mirror, root, arch=DEBIAN_ARCH.get(foreign, ""))
+            return engine.import_rootfs(root, tag, foreign)
+        roots = {p: Path(tmp) / DEBIAN_ARCH[p] for p in platforms}
+        for platform, root in roots.items():
+            debootstrap(suite, mirror, root, arch=DEBIAN_ARCH[platform])
+        oci_layout.write(roots, tag, Path(tmp) / "layout")
+        engine.load_layout(Path(tmp) / "layout")
+        return tag
+
+
+def check_platforms(engine: Engine, platforms: Sequence[str]) -> None:
+    """What this engine cannot do for these platforms, said before anything is made."""
+    for platform in platforms:
+        if problem := engine.emulation_problem(platform):
+            raise UsageError(f"--platform {platform}: {problem}")
+    if len(platforms) > 1 and not engine.holds_multi_platform():
+        raise UsageError(
+            f"--platform {','.join(platforms)}: {engine.describe()} cannot hold an image of "
+            "several platforms under one name (the classic image store, Docker 20.10). Fix: "
+            'turn on the containerd image store (dockerd\'s {"features": '
+            '{"containerd-snapshotter": true}}, Docker 29\'s default), or one platform at a time'
+        )
 
 
 def bootstrappable() -> dict[str, str]:

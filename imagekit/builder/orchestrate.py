@@ -18,6 +18,7 @@ from imagekit.builder.preflight import bootstrap_missing, check_tag_suffix, chec
 from imagekit.builder.session import (
     BuildOptions,
     CellReport,
+    PlannedBuild,
     Runner,
     build_labels,
     plan,
@@ -25,6 +26,7 @@ from imagekit.builder.session import (
     summary,
 )
 from imagekit.engine.interface import Engine
+from imagekit.errors import UsageError
 from imagekit.matrix.cells import Cell
 from imagekit.supply import tools
 
@@ -59,6 +61,32 @@ def check_tools(engine: Engine, options: BuildOptions) -> None:
                    "the registry; --load keeps the image here and reads it locally)")  # fmt: skip
 
 
+def check_platforms(engine: Engine, builds: Sequence[PlannedBuild], options: BuildOptions) -> None:
+    """What this engine cannot build of the planned platforms, refused before anything runs:
+    a foreign platform without QEMU, or an index of several that it cannot push."""
+    for platform in dict.fromkeys(p for b in builds for p in b.request.platforms):
+        if problem := engine.emulation_problem(platform):
+            raise UsageError(f"--platform {platform}: {problem}")
+    several = next((b for b in builds if len(b.platforms) > 1), None)
+    if several is None:
+        return
+    asked = f"--platform {','.join(several.platforms)}"
+    if not options.push or options.load:
+        raise UsageError(
+            f"{asked}: an image of several platforms is one index, pushed to a registry, "
+            "and each platform's report is read back from there: add --push (without "
+            "--load); to build a local image, name one platform (e.g. --platform linux/arm64)"
+        )
+    if not (engine.pushes_from_builder() and engine.holds_multi_platform()):
+        raise UsageError(
+            f"{asked}: {engine.describe()} cannot build and push an image of several "
+            "platforms (Docker 20.10, or buildx's docker driver on the classic image store). "
+            'Fix: turn on the containerd image store (dockerd\'s {"features": '
+            '{"containerd-snapshotter": true}}), or use a docker-container builder '
+            "(docker buildx create --driver docker-container --use)"
+        )
+
+
 def run_build(
     engine: Engine, cells: Sequence[Cell], options: BuildOptions, resolved: Inputs, run: BuildRun
 ) -> None:
@@ -72,6 +100,7 @@ def run_build(
     engine.check_support(options.cache_to, options.compression)
     check_tools(engine, options)
     builds = plan(cells, replace(options, labels=build_labels()), resolved)
+    check_platforms(engine, builds, options)
     unbuildable = preflight(engine, cells, run.bootstrap_base, options.keep_going)
     builds = [b for b in builds if b.cell.id not in unbuildable]
     if run.bootstrap_base:

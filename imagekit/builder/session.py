@@ -27,6 +27,8 @@ from imagekit.builder import context as context_mod
 from imagekit.builder.display import Display
 from imagekit.builder.inputs import Inputs
 from imagekit.builder.log import StepLog
+from imagekit.contract.refs import parse as parse_ref
+from imagekit.engine.emulation import host_platform
 from imagekit.engine.interface import (
     BuildRequest,
     Compression,
@@ -36,9 +38,10 @@ from imagekit.engine.interface import (
     build_push_flags,
     push_flags,
 )
-from imagekit.errors import BuildError, ImagekitError, Interrupted, PushError
+from imagekit.errors import BuildError, ImagekitError, Interrupted, PushError, UsageError
 from imagekit.matrix.cells import Cell
 from imagekit.paths import write_atomic
+from imagekit.platforms import AMD64
 from imagekit.render.dockerfile import render
 from imagekit.sizes import gb
 from imagekit.supply import sbom
@@ -72,6 +75,9 @@ class BuildOptions:
     # With --push: also keep the image in the engine's store. Without it, where BuildKit
     # pushes (Engine.pushes_from_builder), the build goes straight to the registry.
     load: bool = False
+    # --platform: what to build of each cell (empty: this host's platform where the cell
+    # has it, else the cell's first); several make one image index, which is pushed.
+    platforms: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -79,6 +85,11 @@ class PlannedBuild:
     cell: Cell
     request: BuildRequest
     tags: tuple[str, ...]
+
+    @property
+    def platforms(self) -> tuple[str, ...]:
+        """What this build makes: the request's platforms, or the engine's own."""
+        return self.request.platforms or (HOST,)
 
     def command(self, docker: Sequence[str] = ("docker", "build")) -> str:
         flags = build_flags(self.request)
@@ -130,6 +141,11 @@ class CellReport:
     # engine cannot hold an attestation manifest); "" where nothing was pushed
     provenance: str = ""
     sbom: list[str] = field(default_factory=list)  # the attached SBOM artifacts (name@digest)
+    # the platforms built (linux/amd64, linux/arm64); the fields above describe the first.
+    # Where there are several, each one's image: image_id (its manifest's digest),
+    # size_bytes, layers, largest_layers and sbom, as above
+    platforms: list[str] = field(default_factory=list)
+    by_platform: dict[str, dict[str, object]] = field(default_factory=dict)
     error: str = ""  # its lines, each escaped (terminal.render): every newline is imagekit's
 
     @property
@@ -147,6 +163,9 @@ def plan(cells: Sequence[Cell], options: BuildOptions, inputs: Inputs) -> list[P
         args: list[tuple[str, str]] = []
         if options.torch_index is not None:
             args.append(("TORCH_INDEX_URL", options.torch_index))
+            if cell.arm64_torch_index is not None:  # the Dockerfile has arm64's own
+                args.append(("TORCH_INDEX_URL_ARM64", options.torch_index))
+        platforms = platforms_for(cell, options.platforms)
         secrets = [("ca", inputs.ca_bundle)] if inputs.ca_bundle else []
         if inputs.index_url:
             secrets.append(("index", options.work_dir / "secrets" / "index"))
@@ -162,10 +181,27 @@ def plan(cells: Sequence[Cell], options: BuildOptions, inputs: Inputs) -> list[P
             no_cache=options.no_cache,
             network=options.network,
             push_compression=options.compression if options.push else None,
+            platforms=() if platforms == (HOST,) else platforms,
         )
         tags = tuple(t + options.tag_suffix for t in cell.tags)
         builds.append(PlannedBuild(cell=cell, request=request, tags=tags))
     return builds
+
+
+def platforms_for(cell: Cell, asked: tuple[str, ...]) -> tuple[str, ...]:
+    """The platforms to build of a cell: those asked (each one the cell's), or this host's
+    where the cell has it, else the cell's first."""
+    if not asked:
+        return (HOST,) if HOST in cell.platforms else cell.platforms[:1]
+    missing = [p for p in asked if p not in cell.platforms]
+    if missing:
+        raise UsageError(
+            f"--platform {','.join(asked)}: cell {cell.id} ({cell.origin}) is built for "
+            f"{', '.join(cell.platforms)}; add {', '.join(missing)} to its `platform:` "
+            f"(`imagekit compat show --platform {missing[0]}` says what upstream publishes), "
+            "or select cells that have it"
+        )
+    return asked
 
 
 def build_labels(env: dict[str, str] | None = None) -> tuple[tuple[str, str], ...]:
@@ -296,6 +332,7 @@ class Runner:
             return  # an earlier cell failed; left "pending", reported as not attempted
         started = time.monotonic()
         self.display.start(build.cell.id)
+        report.platforms = list(build.platforms)
         steps = StepLog()
         try:
             self._prepare(build)
@@ -380,17 +417,34 @@ class Runner:
         pushed = self.engine.build_push(request, build.tags, compression, on_line)
         # push_seconds: from BuildKit's export (compression and upload) to the end
         report.push_seconds = round(time.monotonic() - (exporting or [time.monotonic()])[0], 2)
-        report.pushed, report.status = pushed, "built"
-        report.image_id, layers = self.engine.pushed_layers(pushed[0])
-        report.sizes = "compressed"
-        self._measure(build, report, layers)
-        if self.options.attach_sbom and report.status == "built":
-            try:
-                data = self._pushed_sbom(pushed[0], layers, report)
-                report.sbom = [sbom.attach(ref, data) for ref in dict.fromkeys(pushed)]
-            except ImagekitError:
-                report.status = "push-failed"
-                raise
+        report.pushed, report.status, report.sizes = pushed, "built", "compressed"
+        for platform in build.platforms:  # each one's image, read back from the registry
+            image_id, layers = self.engine.pushed_layers(pushed[0], platform)
+            self._measure(build, report, layers, platform, image_id)
+            if self.options.attach_sbom and report.status == "built":
+                self._attach_pushed_sbom(build, report, layers, platform, image_id)
+
+    def _attach_pushed_sbom(
+        self,
+        build: PlannedBuild,
+        report: CellReport,
+        layers: Sequence[Layer],
+        platform: str,
+        image_id: str,
+    ) -> None:
+        """The SBOM of one platform's image, attached to that image (of one platform: to
+        each pushed reference, as before)."""
+        try:
+            data = self._pushed_sbom(report.pushed[0], layers, report)
+            several = len(build.platforms) > 1
+            targets = [_by_digest(report.pushed[0], image_id)] if several else report.pushed
+            attached = [sbom.attach(ref, data) for ref in dict.fromkeys(targets)]
+        except ImagekitError:
+            report.status = "push-failed"
+            raise
+        report.sbom += attached
+        if several:
+            report.by_platform[platform]["sbom"] = attached
 
     def _pushed_sbom(self, ref: str, layers: Sequence[Layer], report: CellReport) -> bytes:
         """The SBOM from its own small layer in the registry (the step that wrote it)."""
@@ -404,29 +458,39 @@ class Runner:
             "attach; check that its Dockerfile is current (`imagekit render --check`)"
         )
 
-    def _measure(self, build: PlannedBuild, report: CellReport, in_order: list[Layer]) -> None:
+    def _measure(
+        self,
+        build: PlannedBuild,
+        report: CellReport,
+        in_order: list[Layer],
+        platform: str = "",
+        image_id: str = "",
+    ) -> None:
         # Uncompressed on every store: the sum of the layers. The containerd store's own
         # image size counts the compressed blobs in its content store besides. A push
         # without --load counts the compressed layers as pushed (sizes: compressed).
-        report.size_bytes = sum(layer.size for layer in in_order)
-        report.layers = [
-            {"diff_id": x.diff_id, "size_bytes": x.size, "created_by": x.created_by[:300]}
-            for x in in_order
-        ]
-        layers = sorted(in_order, key=lambda layer: -layer.size)
-        report.largest_layers = [
-            {"size_bytes": x.size, "created_by": x.created_by[:160]} for x in layers[:5]
-        ]
-        if report.size_bytes > build.cell.size_budget:
+        measured = layer_summary(in_order)
+        several = len(build.platforms) > 1
+        if not platform or platform == build.platforms[0]:
+            report.size_bytes = int(measured["size_bytes"])
+            report.layers = measured["layers"]  # type: ignore[assignment]
+            report.largest_layers = measured["largest_layers"]  # type: ignore[assignment]
+            report.image_id = image_id or report.image_id
+        if several:
+            report.by_platform[platform] = {"image_id": image_id, **measured, "sbom": []}
+        size = int(measured["size_bytes"])
+        if size > build.cell.size_budget:
             report.status = "over-budget"
+            layers = sorted(in_order, key=lambda layer: -layer.size)
             top = "; ".join(f"{gb(x.size)} {describe(x.created_by)}" for x in layers[:3])
             pushed = (
                 " (compressed, as pushed: it is in the registry; do not promote it)"
                 if report.sizes == "compressed"
                 else ""
             )
+            whose = f"the {platform} image" if several else "image"
             report.error = terminal.render(
-                f"image is {gb(report.size_bytes)}{pushed}, over the cell's size_budget of "
+                f"{whose} is {gb(size)}{pushed}, over the cell's size_budget of "
                 f"{gb(build.cell.size_budget)}; largest layers: {top}"
             )
 
@@ -462,6 +526,25 @@ class Runner:
     def _write_report(self, report: CellReport) -> None:
         path = paths.report_file(self.options.report_dir, report.cell)
         write_atomic(path, json.dumps(asdict(report), indent=2) + "\n")
+
+
+def layer_summary(in_order: Sequence[Layer]) -> dict[str, object]:
+    """An image's size and layers, oldest first, and its five largest."""
+    largest = sorted(in_order, key=lambda layer: -layer.size)[:5]
+    return {
+        "size_bytes": sum(layer.size for layer in in_order),
+        "layers": [
+            {"diff_id": x.diff_id, "size_bytes": x.size, "created_by": x.created_by[:300]}
+            for x in in_order
+        ],
+        "largest_layers": [
+            {"size_bytes": x.size, "created_by": x.created_by[:160]} for x in largest
+        ],
+    }
+
+
+def _by_digest(reference: str, digest: str) -> str:
+    return str(parse_ref(reference).by_digest(digest))
 
 
 def provenance_state(asked: bool, attached: bool) -> str:
@@ -561,6 +644,7 @@ def raise_for_failures(reports: Sequence[CellReport]) -> None:
 
 
 # BuildKit's export of the image (then its push), as its plain progress names it
+HOST = host_platform() or AMD64  # what a build without --platform makes
 _EXPORT = re.compile(r"^#\d+ exporting (to image|layers)")
 _GROUP = re.compile(r"/run/imagekit/groups/(\w+)\.txt")
 _SHELL = re.compile(r"^(RUN )?(\|\d+ \S*=\S* )*(/bin/sh -c )?(\. /run/imagekit/build-env\.sh && )?")

@@ -58,6 +58,7 @@ def options_from(kwargs: dict[str, Any]) -> BuildOptions:
         provenance=kwargs["provenance"],
         attach_sbom=kwargs["attach_sbom"],
         load=kwargs["load"],
+        platforms=kwargs["platforms"] or (),
     )
 
 

@@ -24,6 +24,7 @@ from imagekit.cli.params import (
     IMAGE_REF,
     OUT_DIR,
     OUT_FILE,
+    PLATFORM_LIST,
     TAG_SUFFIX,
     URL,
     URL_OR_NONE,
@@ -38,6 +39,7 @@ from imagekit.cli.params import (
         "imagekit build --cuda 12.8 --push --progress plain  # CI",
         "imagekit build --cuda 12.8 --push                   # zstd, straight from BuildKit",
         "imagekit build --cuda 12.8 --push --compression gzip --load  # older pullers; kept here",
+        "imagekit build --cuda 13.0 --platform linux/amd64,linux/arm64 --push  # Grace too",
         "imagekit build --dry-run                          # print the plan only",
     )
 )
@@ -104,6 +106,16 @@ from imagekit.cli.params import (
     help="Layer compression of --push. auto: zstd where BuildKit pushes the layers (buildx, "
     "not the docker driver on the classic store), else gzip; gzip for pullers older than "
     "Docker 23 / containerd 1.5. See the README's Layer compression.",
+)
+@click.option(
+    "--platform",
+    "platforms",
+    type=PLATFORM_LIST,
+    default=None,
+    metavar="LIST",
+    help="linux/amd64, linux/arm64 or both, each one the cell's (`platform:` in envs/). "
+    "Several make one image index, built with --push; a foreign one runs under QEMU. "
+    "Default: this host's platform, where the cell has it.",
 )
 @click.option(
     "--load",
@@ -289,6 +301,7 @@ def base_group() -> None:
     epilog=examples(
         "sudo imagekit base bootstrap --suite bookworm",
         "sudo imagekit base bootstrap --suite bookworm --mirror http://mirror.internal/debian",
+        "sudo imagekit base bootstrap --platform linux/amd64,linux/arm64  # one index, both",
     )
 )
 @click.option(
@@ -304,8 +317,23 @@ def base_group() -> None:
     help="Image name (default: the matrix's name for the suite, "
     "e.g. debian:bookworm-slim, so FROM lines resolve to it).",
 )
+@click.option(
+    "--platform",
+    "platforms",
+    type=PLATFORM_LIST,
+    default=None,
+    metavar="LIST",
+    help="linux/amd64, linux/arm64 or both (one image index; foreign ones under QEMU). "
+    "Default: this host's.",
+)
 @docker_option
-def bootstrap(suite: str, mirror: str | None, tag: str | None, docker_cli: str | None) -> None:
+def bootstrap(
+    suite: str,
+    mirror: str | None,
+    tag: str | None,
+    platforms: tuple[str, ...] | None,
+    docker_cli: str | None,
+) -> None:
     """Make a Debian base image from a package mirror with debootstrap."""
     from imagekit.builder import bases as base
     from imagekit.engine.docker import DockerEngine
@@ -314,7 +342,8 @@ def bootstrap(suite: str, mirror: str | None, tag: str | None, docker_cli: str |
     refuse_credentials(mirror, "--mirror", "the base image's apt sources")
     names = {suite: image for image, suite in base.bootstrappable().items()}
     tag = tag or names.get(suite) or f"debian:{suite}"
-    image_id = base.bootstrap(DockerEngine(docker_cli), suite, tag, mirror or base.DEFAULT_MIRROR)
+    engine = DockerEngine(docker_cli)
+    image_id = base.bootstrap(engine, suite, tag, mirror or base.DEFAULT_MIRROR, platforms or ())
     terminal.echo(f"{tag}: {image_id}")
 
 

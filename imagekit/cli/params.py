@@ -201,3 +201,30 @@ RUNNER_LABEL = Checked("label", runner_label)
 DEBIAN_SUITE = Checked("suite", debian_suite)
 TORCH_VERSION = Checked("version", torch_version)
 ENV = Checked("name=value", env_assignment)
+
+
+class PlatformList(click.ParamType):
+    """linux/amd64,linux/arm64: platforms imagekit builds, as a tuple in one order."""
+
+    name = "platforms"
+
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> tuple[str, ...]:
+        from imagekit.platforms import PLATFORMS
+
+        if isinstance(value, tuple):
+            return value
+        names = [n.strip() for n in str(value).split(",") if n.strip()]
+        unknown = [n for n in names if n not in PLATFORMS]
+        if unknown or not names:
+            self.fail(
+                f"{mask(str(value))!r}: name platforms from {', '.join(PLATFORMS)}, "
+                "comma-separated (e.g. linux/amd64,linux/arm64)",
+                param,
+                ctx,
+            )
+        return tuple(p for p in PLATFORMS if p in names)
+
+
+PLATFORM_LIST = PlatformList()

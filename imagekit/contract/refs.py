@@ -68,6 +68,13 @@ class Reference:
         """The same image by digest: tag kept, as `docker pull name:tag@digest` takes it."""
         return replace(self, digest=digest)
 
+    def normalized(self) -> Reference:
+        """As containerd names it: docker.io/library/debian for Docker Hub's debian."""
+        if self.registry:
+            return self
+        repository = self.repository if "/" in self.repository else f"library/{self.repository}"
+        return replace(self, registry="docker.io", repository=repository)
+
     def by_digest(self, digest: str) -> Reference:
         """name@digest, no tag: what a registry holds under that digest."""
         return replace(self, tag=None, digest=digest)

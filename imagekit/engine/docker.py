@@ -24,7 +24,7 @@ from typing import Any
 
 from imagekit import terminal
 from imagekit.contract.refs import parse
-from imagekit.engine import pushed
+from imagekit.engine import emulation, pushed
 from imagekit.engine.discover import (
     Builder,
     check_engine_version,
@@ -33,6 +33,7 @@ from imagekit.engine.discover import (
     find_builder,
     unsupported,
 )
+from imagekit.engine.emulation import DEBIAN_ARCH
 from imagekit.engine.interface import (
     BuildRequest,
     BuildResult,
@@ -53,6 +54,7 @@ from imagekit.engine.interface import (
     push_flags,
 )
 from imagekit.errors import BuildError, EngineError, PushError, UsageError
+from imagekit.platforms import AMD64
 
 
 class DockerEngine:
@@ -276,7 +278,23 @@ class DockerEngine:
     def layers(self, ref: str) -> list[Layer]:
         image = self.client.images.get(ref)
         diff_ids = list((image.attrs.get("RootFS") or {}).get("Layers") or [])
+        arch = str(image.attrs.get("Architecture") or "")
+        if (
+            self.containerd_store
+            and arch
+            and arch != DEBIAN_ARCH.get(emulation.host_platform() or "")
+        ):
+            return align_layers(diff_ids, self._history(ref, arch))
         return align_layers(diff_ids, image.history())
+
+    def _history(self, ref: str, arch: str) -> list[dict[str, Any]]:
+        """An image of another platform's history: the containerd store counts its layers'
+        sizes only when asked for that platform (the API's `platform`, 1.48 on); the SDK's
+        history() cannot ask."""
+        api = self.client.api
+        platform = json.dumps({"os": "linux", "architecture": arch})
+        url = api._url("/images/{0}/history", ref)
+        return list(api._result(api._get(url, params={"platform": platform}), True))
 
     def push(self, ref: str) -> str:
         repo, tag = split_ref(ref)
@@ -355,9 +373,10 @@ class DockerEngine:
 
         return self._buildx_push(args, tags, on_line, build_failure=True)
 
-    def pushed_layers(self, ref: str) -> tuple[str, list[Layer]]:
-        """The pushed image's manifest digest and layers, read back from its registry."""
-        image = pushed.pushed_image(ref)
+    def pushed_layers(self, ref: str, platform: str = AMD64) -> tuple[str, list[Layer]]:
+        """The pushed image's manifest digest and layers for `platform`, read back from its
+        registry."""
+        image = pushed.pushed_image(ref, platform.rpartition("/")[2])
         return image.digest, image.layers
 
     def pushed_file(self, ref: str, layer: Layer, path: str) -> bytes | None:
@@ -392,26 +411,43 @@ class DockerEngine:
     def registry_digest(self, ref: str) -> str:
         return str(self.client.images.get_registry_data(ref).id)
 
-    def import_rootfs(self, rootfs: Path, tag: str) -> str:
-        """`tar | docker import`: a root filesystem folder becomes a one-layer image `tag`."""
-        tar = subprocess.Popen(
-            ["tar", "-C", str(rootfs), "--numeric-owner", "-c", "."], stdout=subprocess.PIPE
-        )
+    def import_rootfs(self, rootfs: Path, tag: str, platform: str = "") -> str:
+        """`tar | docker import`: a root filesystem folder becomes a one-layer image `tag`
+        (for `platform`, where that is not the engine's own)."""
         changes = ["--change", 'CMD ["bash"]', "--change", "ENV LANG=C.UTF-8"]
-        result = subprocess.run(
-            [self.builder.cli, "import", *changes, "-", tag],
-            stdin=tar.stdout,
-            capture_output=True,
-            text=True,
-            check=False,
+        on = ["--platform", platform] if platform else []
+        args = [self.builder.cli, "import", *on, *changes, "-", tag]
+        return self._from_tar(rootfs, args, f"docker import of {tag}").strip()
+
+    def load_layout(self, layout: Path) -> None:
+        """`tar | docker load` of an OCI image layout: an index of several platforms stays
+        one image (on the containerd image store)."""
+        self._from_tar(layout, [self.builder.cli, "load"], f"docker load of {layout}")
+
+    def _from_tar(self, folder: Path, args: list[str], what: str) -> str:
+        tar = subprocess.Popen(
+            ["tar", "-C", str(folder), "--numeric-owner", "-c", "."], stdout=subprocess.PIPE
         )
+        result = subprocess.run(args, stdin=tar.stdout, capture_output=True, text=True, check=False)
         if tar.stdout:
             tar.stdout.close()
         tar.wait()
         if result.returncode != 0 or tar.returncode != 0:
             tail = terminal.foreign(terminal.split(result.stderr.strip())[-15:])
-            raise EngineError(f"docker import of {tag} failed:", *tail)
-        return result.stdout.strip()
+            raise EngineError(f"{what} failed:", *tail)
+        return result.stdout
+
+    def holds_multi_platform(self) -> bool:
+        """An image of several platforms under one name: the containerd image store holds
+        one; so does a builder of its own (docker-container, remote) in what it pushes."""
+        return self.containerd_store or (
+            self.builder.kind == "buildx" and self.builder.driver != "docker"
+        )
+
+    def emulation_problem(self, platform: str) -> str | None:
+        """Why this engine's containers cannot run `platform`'s programs (None: they can).
+        Its builders run on this kernel, whose binfmt_misc registrations decide."""
+        return emulation.emulation_problem(platform, os.uname().machine, emulation.read_binfmt())
 
     def has_gpu_runtime(self) -> bool:
         runtimes = self.client.info().get("Runtimes") or {}

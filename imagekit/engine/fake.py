@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -21,6 +22,7 @@ from imagekit.engine.interface import (
     Started,
 )
 from imagekit.errors import BuildError, PushError, UsageError
+from imagekit.platforms import AMD64
 
 ZSTD_LAYER = "application/vnd.oci.image.layer.v1.tar+zstd"
 
@@ -44,6 +46,8 @@ class FakeEngine:
     # True: BuildKit pushes straight to the registry (buildx's image exporter), so a push
     # without --load builds and pushes in one go and nothing is loaded
     builder_pushes: bool = False
+    multi_platform: bool = False  # holds an image of several platforms under one name
+    emulates: tuple[str, ...] = (AMD64,)  # platforms its containers run
     files: dict[str, bytes] = field(default_factory=dict)  # path -> bytes, in every image
     # Detached containers and networks, by name: what a leak test looks at.
     containers: dict[str, RunOptions] = field(default_factory=dict)
@@ -106,16 +110,19 @@ class FakeEngine:
         on_line: LineSink,
     ) -> list[str]:
         provenance = " provenance" if request.provenance else ""
-        self.calls.append(("build_push", f"{','.join(tags)} {compression}{provenance}"))
+        on = f" {','.join(request.platforms)}" if request.platforms else ""
+        self.calls.append(("build_push", f"{','.join(tags)} {compression}{provenance}{on}"))
         self._steps(request, on_line)  # the same lines and failures as a local build
         if self.push_error:
             raise PushError(f"push of {tags[0]} failed: refused")
         digest = "sha256:" + request.context.name.encode().hex()[:64].ljust(64, "3")
         return [t.rsplit(":", 1)[0] + "@" + digest for t in tags]
 
-    def pushed_layers(self, ref: str) -> tuple[str, list[Layer]]:
-        self.calls.append(("pushed_layers", ref))
+    def pushed_layers(self, ref: str, platform: str = AMD64) -> tuple[str, list[Layer]]:
+        self.calls.append(("pushed_layers", ref if platform == AMD64 else f"{ref} {platform}"))
         digest = ref.rsplit("@", 1)[-1]
+        if platform != AMD64:  # another platform's manifest, another image
+            digest = "sha256:" + (digest + platform).encode().hex()[:64].ljust(64, "0")
         layers = [
             replace(x, digest="sha256:" + f"{i:064x}", media_type=ZSTD_LAYER)
             for i, x in enumerate(self.layers(digest))
@@ -164,10 +171,22 @@ class FakeEngine:
     def has_gpu_runtime(self) -> bool:
         return False
 
-    def import_rootfs(self, rootfs: Path, tag: str) -> str:
-        self.calls.append(("import", tag))
+    def import_rootfs(self, rootfs: Path, tag: str, platform: str = "") -> str:
+        self.calls.append(("import", f"{tag} {platform}".strip()))
         self.tags[tag] = f"sha256:{tag}"
         return self.tags[tag]
+
+    def load_layout(self, layout: Path) -> None:
+        index = json.loads((layout / "index.json").read_text())
+        name = index["manifests"][0]["annotations"]["io.containerd.image.name"]
+        self.calls.append(("load", name))
+        self.tags[name] = index["manifests"][0]["digest"]
+
+    def holds_multi_platform(self) -> bool:
+        return self.multi_platform
+
+    def emulation_problem(self, platform: str) -> str | None:
+        return None if platform in self.emulates else f"{platform}: no emulation (fake)"
 
     def stamp(self, image: str, ref: str, labels: dict[str, str]) -> None:
         self.calls.append(("stamp", ref))

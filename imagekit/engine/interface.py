@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Protocol
 
 from imagekit.errors import EngineError
+from imagekit.platforms import AMD64
 
 # How layers are compressed on push. gzip at the default level is what every engine writes
 # (`docker push`); anything else is written by BuildKit's image exporter (buildx).
@@ -65,6 +66,8 @@ class BuildRequest:
     # SLSA provenance on the push (BuildKit's attestation, mode=min): only where the engine
     # can hold it (Engine.attaches_provenance); local images carry none.
     provenance: bool = False
+    # The platforms to build, one image each under one index; empty: the engine's own.
+    platforms: tuple[str, ...] = ()
 
 
 def is_inline_cache(spec: str) -> bool:
@@ -102,6 +105,8 @@ def build_flags(request: BuildRequest) -> list[str]:
         args.append("--no-cache")
     if request.network:
         args += ["--network", request.network]
+    if request.platforms:
+        args += ["--platform", ",".join(request.platforms)]
     return [*args, str(request.context)]
 
 
@@ -270,7 +275,7 @@ class Engine(Protocol):
 
     def pushes_from_builder(self) -> bool: ...
 
-    def pushed_layers(self, ref: str) -> tuple[str, list[Layer]]: ...
+    def pushed_layers(self, ref: str, platform: str = AMD64) -> tuple[str, list[Layer]]: ...
 
     def pushed_file(self, ref: str, layer: Layer, path: str) -> bytes | None: ...
 
@@ -290,7 +295,13 @@ class Engine(Protocol):
 
     def has_gpu_runtime(self) -> bool: ...
 
-    def import_rootfs(self, rootfs: Path, tag: str) -> str: ...
+    def import_rootfs(self, rootfs: Path, tag: str, platform: str = "") -> str: ...
+
+    def load_layout(self, layout: Path) -> None: ...
+
+    def holds_multi_platform(self) -> bool: ...
+
+    def emulation_problem(self, platform: str) -> str | None: ...
 
     def stamp(self, image: str, ref: str, labels: dict[str, str]) -> None: ...
 

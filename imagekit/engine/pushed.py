@@ -88,15 +88,16 @@ def layers_of(manifest: dict[str, Any], config: dict[str, Any]) -> list[Layer]:
     ]
 
 
-def pushed_image(reference: str) -> PushedImage:
-    """The image under `reference` (name@digest or a tag) as its registry holds it."""
+def pushed_image(reference: str, arch: str = "amd64") -> PushedImage:
+    """The image under `reference` (name@digest or a tag) as its registry holds it; of an
+    index, its linux/`arch` image."""
     what = "reading the pushed image"
     top = _json(_oras(["manifest", "fetch"], reference, what), what)
     digest = refs.parse(reference).digest or ""
     if top.get("mediaType") in INDEX_TYPES or "manifests" in top:
-        digest = platform_manifest(top)
+        digest = platform_manifest(top, arch)
         if not digest:
-            raise ImagekitError(f"{reference}: its index has no linux/amd64 image manifest")
+            raise ImagekitError(f"{reference}: its index has no linux/{arch} image manifest")
         top = _json(_oras(["manifest", "fetch"], _by_digest(reference, digest), what), what)
     config_digest = str((top.get("config") or {}).get("digest", ""))
     blob = _oras(["blob", "fetch", "--output", "-"], _by_digest(reference, config_digest), what)

@@ -15,6 +15,11 @@ if [ -s /run/secrets/index ]; then
       ;;
   esac
 fi
+# A cell built for amd64 and arm64 may take arm64's torch from another index (PyPI's aarch64
+# wheel is the CPU build up to torch 2.10): its Dockerfile then declares this one too.
+if [ "${TARGETARCH:-}" = arm64 ] && [ -n "${TORCH_INDEX_URL_ARM64+set}" ]; then
+  TORCH_INDEX_URL=$TORCH_INDEX_URL_ARM64
+fi
 # uv's cache is a cache mount, another filesystem than the venv: copy, don't try to link
 # (the venv's package groups bring a cache of their own, and link).
 export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_ROOT_USER_ACTION=ignore UV_LINK_MODE=copy
