@@ -12,6 +12,7 @@ import re
 import shutil
 import subprocess
 import sys
+from dataclasses import replace
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,7 @@ from imagekit.errors import UsageError
 from imagekit.launch import LaunchOptions, build, filename, kubernetes, render, slurm
 from imagekit.matrix.catalog import Filters, load_cells, select
 from imagekit.matrix.profiles import PROFILE_ENV, PROFILE_SHM
+from imagekit.platforms import AMD64, ARM64
 
 SCHEMAS = Path(__file__).parent / "schemas"
 CELL = "cu128-torch2.10.0-py3.12-ubuntu24.04-nvidia"
@@ -51,7 +53,10 @@ def spec_of(**changes: Any) -> Any:
     }
     values.update(changes)
     pins = values.pop("pins", {})
-    return build(the_cell(), pins, LaunchOptions(**values))
+    # platforms=(...): the cell as if its image were built for those
+    platforms = values.pop("platforms", None)
+    cell = replace(the_cell(), platforms=platforms) if platforms else the_cell()
+    return build(cell, pins, LaunchOptions(**values))
 
 
 def doc_of(**changes: Any) -> dict[str, Any]:
@@ -604,3 +609,196 @@ def test_the_failures_summary_is_safe_for_scontrol_and_short() -> None:
     assert line.startswith("gpus failed: gpus: expected 8 GPUs, saw 7; x HOME 1 expected")
     assert len(line) <= failures.LIMIT and not set(line) & set("\"'`$=\n")
     assert failures.one_line({"checks": []}) == "the self-check failed, no check in its report did"
+
+
+# -- the nodes' platform: --platform, the node selector, --partition and the arch check ---------
+
+BOTH = (AMD64, ARM64)
+
+
+@pytest.mark.parametrize(
+    ("platforms", "given", "selected"),
+    [
+        ((AMD64,), None, AMD64),  # the image's only platform
+        ((ARM64,), None, ARM64),
+        (BOTH, None, None),  # any of the image's: no arch pinned
+        (BOTH, ARM64, ARM64),
+        (BOTH, AMD64, AMD64),
+        ((ARM64,), ARM64, ARM64),
+    ],
+)
+@pytest.mark.parametrize("engine", ["kubernetes", "slurm"])
+def test_platform_defaults_to_the_images_only_one(
+    engine: str, platforms: tuple[str, ...], given: str | None, selected: str | None
+) -> None:
+    spec = spec_of(engine=engine, platforms=platforms, platform=given)
+    assert (spec.platform, spec.platforms) == (selected, platforms)
+    assert spec.node_platforms == ((selected,) if selected else platforms)
+
+
+@pytest.mark.parametrize(
+    ("platforms", "given", "words"),
+    [
+        (
+            (AMD64,),
+            ARM64,
+            [f"--platform {ARM64}", f"built for {AMD64} only", "`platform:` in envs/*.yaml",
+             "rebuild", "pick another cell", CELL],
+        ),
+        ((ARM64,), AMD64, [f"--platform {AMD64}", f"built for {ARM64} only", "rebuild"]),
+        (BOTH, "linux/s390x", ["--platform linux/s390x", f"choose one of {AMD64}, {ARM64}"]),
+    ],
+)  # fmt: skip
+def test_a_platform_the_image_lacks_is_refused(
+    platforms: tuple[str, ...], given: str, words: list[str]
+) -> None:
+    with pytest.raises(UsageError) as info:
+        spec_of(platforms=platforms, platform=given)
+    for word in words:
+        assert word in str(info.value), (word, str(info.value))
+
+
+@pytest.mark.parametrize("name", ["gpu", "gh200", "gb200-arm64", "batch_1.long", "A-1"])
+def test_partition_names_slurm_takes(name: str) -> None:
+    assert spec_of(engine="slurm", partition=name).partition == name
+    assert f"\n#SBATCH --partition={name}\n" in render(spec_of(engine="slurm", partition=name))
+
+
+@pytest.mark.parametrize(
+    ("engine", "name", "words"),
+    [
+        ("slurm", "a b", ["--partition a b", "not a Slurm partition name", "e.g. gpu-arm64"]),
+        ("slurm", "gpu,arm", ["--partition gpu,arm", "no spaces, commas"]),
+        ("slurm", "gpu\n#SBATCH -A x", ["--partition 'gpu\\n#SBATCH -A x'", "control"]),
+        ("slurm", "", ["--partition", "not a Slurm partition name"]),
+        ("slurm", "gpu;id", ["--partition gpu;id", "letters, digits"]),
+        ("slurm", "gpü", ["--partition gpü", "letters, digits"]),
+        ("kubernetes", "gpu", ["--partition gpu", "only for --engine slurm", "--platform",
+                               "kubernetes.io/arch", "node selectors"]),
+    ],
+)  # fmt: skip
+def test_bad_partitions_name_the_option_value_and_fix(
+    engine: str, name: str, words: list[str]
+) -> None:
+    with pytest.raises(UsageError) as info:
+        spec_of(engine=engine, partition=name)
+    for word in words:
+        assert word in str(info.value), (word, str(info.value))
+
+
+def test_no_partition_no_directive() -> None:
+    assert "--partition=" not in render(spec_of(engine="slurm"))
+
+
+@pytest.mark.parametrize(
+    ("platforms", "given", "arch"),
+    [((AMD64,), None, "amd64"), ((ARM64,), None, "arm64"), (BOTH, ARM64, "arm64"),
+     (BOTH, None, None)],
+)  # fmt: skip
+@pytest.mark.parametrize("kind", ["trainjob", "jobset"])
+def test_kubernetes_pods_select_nodes_of_the_platform(
+    kind: str, platforms: tuple[str, ...], given: str | None, arch: str | None
+) -> None:
+    text = render(spec_of(kind=kind, platforms=platforms, platform=given))
+    doc = yaml.safe_load(text)
+    assert errors(kind, doc) == []
+    pod = pod_spec(doc)
+    if arch is None:
+        assert "nodeSelector" not in pod and "kubernetes.io/arch" not in text
+        assert f"# Platform: any of: {AMD64}, {ARM64} (no node selector" in text
+    else:
+        assert pod["nodeSelector"] == {"kubernetes.io/arch": arch}
+        assert f"# Platform: linux/{arch} (node selector kubernetes.io/arch: {arch})." in text
+
+
+def test_trainjob_selects_nodes_in_its_runtime_patch() -> None:
+    # The Trainer copies no nodeSelector from the trainer block: it is a pod field, patched
+    # into the runtime's replicated job `node` with the container patch.
+    doc = doc_of(kind="trainjob", platforms=(ARM64,))
+    assert "nodeSelector" not in json.dumps(doc["spec"]["trainer"])
+    patched = doc["spec"]["runtimePatches"][0]["trainingRuntimeSpec"]["template"]["spec"]
+    pod = patched["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    assert pod["nodeSelector"] == {"kubernetes.io/arch": "arm64"}
+    assert pod["containers"][0]["name"] == "node"
+
+
+@pytest.mark.parametrize(
+    ("platforms", "given", "case", "header"),
+    [
+        ((AMD64,), None, "  x86_64) ;;", f"# Platform: {AMD64}; every node must be x86_64"),
+        ((ARM64,), None, "  aarch64) ;;", f"# Platform: {ARM64}; every node must be aarch64"),
+        (BOTH, ARM64, "  aarch64) ;;", f"# Platform: {ARM64}; every node must be aarch64"),
+        (BOTH, None, "  x86_64|aarch64) ;;",
+         f"# Platform: any of: {AMD64}, {ARM64}; nodes x86_64 or aarch64"),
+    ],
+)  # fmt: skip
+@pytest.mark.parametrize("kind", ["pyxis", "apptainer"])
+def test_sbatch_checks_each_nodes_machine_before_any_container(
+    kind: str, platforms: tuple[str, ...], given: str | None, case: str, header: str
+) -> None:
+    text = render(
+        spec_of(engine="slurm", kind=kind, platforms=platforms, platform=given, drain_on_fail=True)
+    )
+    assert header in text.split("#SBATCH")[0]
+    assert f"\n{case}\n" in text
+    check = text.index('bash -c "$imagekit_arch_check"')
+    # on the host (no container option), before the image is pulled and before step 1, so
+    # --drain-on-fail's reports folder and drain step never see it
+    line = next(line for line in text.splitlines() if "$imagekit_arch_check" in line)
+    assert "imagekit_srun_opts" not in line and "imagekit_prefix" not in line
+    for later in ("imagekit_srun_opts=", "imagekit-preflight-", "$imagekit_drain", "torchrun"):
+        assert check < text.index(later), later
+    if kind == "apptainer":
+        assert check < text.index("apptainer pull")
+
+
+def test_apptainer_keeps_a_file_per_machine_for_an_image_of_several_platforms() -> None:
+    one = render(spec_of(engine="slurm", kind="apptainer"))
+    both = render(spec_of(engine="slurm", kind="apptainer", platforms=BOTH))
+    assert "$(uname -m).sif" not in one
+    (line,) = [line for line in both.splitlines() if line.strip().startswith("imagekit_sif=")]
+    assert line.endswith('-$(uname -m).sif"')
+
+
+@pytest.mark.subprocess
+@pytest.mark.parametrize(("platforms", "given"), [((ARM64,), None), (BOTH, None), (BOTH, AMD64)])
+@pytest.mark.parametrize("kind", ["pyxis", "apptainer"])
+def test_sbatch_scripts_of_each_platform_pass_bash_n_and_shellcheck(
+    kind: str, platforms: tuple[str, ...], given: str | None, tmp_path: Path
+) -> None:
+    path = tmp_path / "job.sbatch"
+    spec = spec_of(
+        engine="slurm", kind=kind, platforms=platforms, platform=given, partition="gh200"
+    )
+    path.write_text(render(spec))
+    subprocess.run(["bash", "-n", str(path)], check=True)
+    tool = shellcheck()
+    if tool is None:
+        pytest.skip("shellcheck is not installed")
+    result = subprocess.run([tool, "-S", "warning", str(path)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--platform", "linux/arm64"], f"--platform linux/arm64: cell {CELL}'s image is built"),
+        (["--platform", "linux/386"], "'linux/386' is not one of"),
+        (["--partition", "gh200"], "--partition gh200: only for --engine slurm"),
+    ],
+)
+def test_cli_refuses_a_platform_or_partition_that_does_not_fit(
+    extra: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["launch", "--engine", "kubernetes", "--nodes", "2", "--gpus-per-node", "8"]
+    code, output = run_main([*argv, "--cell", CELL, *extra, "--", "t.py"], capsys)
+    assert code == 2
+    assert message in output
+
+
+def test_cli_passes_platform_and_partition() -> None:
+    result = invoke("--platform", "linux/amd64", "--partition", "gpu-x86", engine="slurm")
+    assert result.exit_code == 0, result.output
+    assert "#SBATCH --partition=gpu-x86\n" in result.output
+    doc = yaml.safe_load(invoke("--platform", "linux/amd64", "--kind", "jobset").output)
+    assert pod_spec(doc)["nodeSelector"] == {"kubernetes.io/arch": "amd64"}

@@ -6,12 +6,14 @@ get two .sif files; the names the shell or the scheduler own are refused at the 
 
 from __future__ import annotations
 
+import platform
 import subprocess
 from pathlib import Path
 
 import pytest
 
 from imagekit.launch import slurm
+from imagekit.platforms import AMD64, ARM64
 
 from .test_launch import render, run_main, spec_of
 
@@ -83,6 +85,15 @@ def stand_ins(tmp_path: Path) -> Path:
 
 def sbatch(tmp_path: Path, text: str, submit: Path, job: str = "4242") -> Path:
     """Run the script as sbatch would on the first node; the folder of records."""
+    result, record = run_sbatch(tmp_path, text, submit, job)
+    assert result.returncode == 0, result.stderr
+    return record
+
+
+def run_sbatch(
+    tmp_path: Path, text: str, submit: Path, job: str = "4242"
+) -> tuple[subprocess.CompletedProcess[str], Path]:
+    """Run the script as sbatch would on the first node, however it ends."""
     record = tmp_path / f"record-{job}"
     record.mkdir()
     script = tmp_path / f"job-{job}.sbatch"
@@ -101,8 +112,7 @@ def sbatch(tmp_path: Path, text: str, submit: Path, job: str = "4242") -> Path:
     result = subprocess.run(
         ["bash", str(script)], env=env, cwd=submit, capture_output=True, text=True, timeout=60
     )
-    assert result.returncode == 0, result.stderr
-    return record
+    return result, record
 
 
 def recorded(record: Path, tool: str, what: str = "argv") -> list[str]:
@@ -155,10 +165,11 @@ def test_values_reach_the_container_byte_for_byte(tmp_path: Path, kind: str) -> 
         "train.py", "--name", "it's $HOME", "a,b=c",
     ]  # fmt: skip
     sruns = [call.splitlines() for call in recorded(record, "srun")]
-    assert len(sruns) == 2  # the preflight, then training
+    assert len(sruns) == 3  # the machine check (on the host), the preflight, then training
+    assert not [a for a in sruns[0] if a.startswith("--container") or a == "apptainer"]
     if kind == "pyxis":
         # Pyxis takes names; the values come from the job's environment, exported as written
-        (names,) = [a.split("=", 1)[1] for a in sruns[1] if a.startswith("--container-env=")]
+        (names,) = [a.split("=", 1)[1] for a in sruns[2] if a.startswith("--container-env=")]
         assert set(names.split(",")) >= {"HOSTILE", "EMPTY", "NCCL_DEBUG", "NCCL_SOCKET_IFNAME"}
     else:
         execs = [c.splitlines() for c in recorded(record, "apptainer") if c.startswith("exec")]
@@ -282,3 +293,66 @@ def test_a_value_with_a_newline_is_refused_before_it_reaches_a_heredoc() -> None
 
     with pytest.raises(UsageError, match="control character"):
         spec_of(engine="slurm", kind="apptainer", env=("X=a\nIMAGEKIT_ENV\nrm -rf ~",))
+
+
+# -- each node's machine, checked on the host before any container -------------------------------
+
+THIS_MACHINE = {"x86_64": AMD64, "aarch64": ARM64}.get(platform.machine())
+OTHER_MACHINE = {AMD64: ARM64, ARM64: AMD64}.get(THIS_MACHINE or "")
+needs_a_known_machine = pytest.mark.skipif(
+    THIS_MACHINE is None, reason=f"this machine is {platform.machine()}, neither of the images'"
+)
+
+
+@pytest.mark.subprocess
+@needs_a_known_machine
+@pytest.mark.parametrize("kind", ["pyxis", "apptainer"])
+@pytest.mark.parametrize("drain", [False, True], ids=["", "drain"])
+def test_a_node_of_another_machine_ends_the_job_before_any_container(
+    tmp_path: Path, kind: str, drain: bool
+) -> None:
+    # On x86_64: an arm64-only image (a GH200 or GB200 build) sent to this node.
+    assert OTHER_MACHINE is not None
+    submit = tmp_path / "submit"
+    submit.mkdir()
+    text = job_text(kind, platforms=(OTHER_MACHINE,), drain_on_fail=drain)
+    result, record = run_sbatch(tmp_path, text, submit)
+    assert result.returncode != 0
+    arch = OTHER_MACHINE.partition("/")[2]
+    for words in (
+        f"node node-1 is {platform.machine()}",
+        f"the image's platforms: {OTHER_MACHINE};",
+        f"submit to a partition of {arch} nodes: --partition",
+    ):
+        assert words in result.stderr, (words, result.stderr)
+    # nothing pulled, no container, no preflight, no training, and no node drained: the
+    # node is fine, the job went to the wrong partition
+    for tool in ("python", "torchrun", "apptainer", "enroot", "scontrol"):
+        assert not recorded(record, tool), tool
+    (srun,) = argv_of(record, "srun")
+    assert srun[:2] == ["--ntasks-per-node=1", "--kill-on-bad-exit=1"]
+    assert srun[2:4] == ["bash", "-c"] and "uname -m" in srun[4]
+    assert not list(submit.iterdir())  # no reports folder, no env file, no .sif
+
+
+@pytest.mark.subprocess
+@needs_a_known_machine
+@pytest.mark.parametrize("kind", ["pyxis", "apptainer"])
+@pytest.mark.parametrize("platforms", ["this", "both"])
+def test_a_node_of_the_images_machine_passes_the_check(
+    tmp_path: Path, kind: str, platforms: str
+) -> None:
+    assert THIS_MACHINE is not None
+    submit = tmp_path / "submit"
+    submit.mkdir()
+    images = (THIS_MACHINE,) if platforms == "this" else (AMD64, ARM64)
+    text = job_text(kind, platforms=images, drain_on_fail=True)
+    result, record = run_sbatch(tmp_path, text, submit)
+    assert result.returncode == 0, result.stderr
+    assert "imagekit launch: checking the machine of 2 nodes" in result.stderr
+    assert "is not" not in result.stderr and "not starting" not in result.stderr
+    assert len(recorded(record, "python")) == 1 and len(recorded(record, "torchrun")) == 1
+    if kind == "apptainer":
+        (sif,) = submit.glob("*.sif")
+        # an image of several platforms keeps a file per machine (apptainer pulls the host's)
+        assert sif.name.endswith(f"-{platform.machine()}.sif") == (platforms == "both")

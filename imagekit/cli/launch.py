@@ -12,6 +12,7 @@ from imagekit.cli.params import ENV, IMAGE_REF, OUT_DIR
 from imagekit.errors import UsageError
 from imagekit.matrix.cells import Cell
 from imagekit.matrix.profiles import PROFILE_ENV
+from imagekit.platforms import PLATFORMS
 
 
 @click.command(
@@ -24,6 +25,7 @@ from imagekit.matrix.profiles import PROFILE_ENV
         "imagekit launch --engine slurm --nodes 64 --gpus-per-node 8 --cuda 12.8 --torch 2.10 \\",
         "    --python 3.12 --flavor nvidia --out jobs/ -- train.py",
         "imagekit launch --engine slurm --kind apptainer ... -- train.py",
+        "imagekit launch --engine slurm --platform linux/arm64 --partition gh200 ... -- train.py",
     ),
 )
 @filter_options
@@ -84,6 +86,21 @@ from imagekit.matrix.profiles import PROFILE_ENV
     is_flag=True,
     help="slurm: a node whose preflight fails drains itself (scontrol, with the failing checks "
     "as the reason; needs a Slurm operator account).",
+)
+@click.option(
+    "--platform",
+    default=None,
+    type=click.Choice(PLATFORMS),
+    help="The nodes' platform, one the cell's image has (default: the image's only one; an "
+    "image of several runs on any). kubernetes: a kubernetes.io/arch node selector; slurm: "
+    "each node checks its machine first.",
+)
+@click.option(
+    "--partition",
+    default=None,
+    metavar="NAME",
+    help="slurm: the partition to run in (#SBATCH --partition), e.g. one of arm64 nodes "
+    "for a linux/arm64 image (GH200, GB200).",
 )
 @click.option(
     "--out",
@@ -158,4 +175,6 @@ def options_from(kwargs: dict[str, Any]) -> Any:
         rdma_resource=kwargs["rdma_resource"],
         checks=kwargs["checks"],
         drain_on_fail=kwargs["drain_on_fail"],
+        platform=kwargs["platform"],
+        partition=kwargs["partition"],
     )

@@ -1,7 +1,9 @@
 """`imagekit launch`: files that run a command on N nodes with a cell's image.
 
-options.py checks the options and resolves the image (pinned by digest from images.lock);
-kubernetes.py writes a TrainJob or JobSet, slurm.py an sbatch script for Pyxis or Apptainer.
+options.py checks the options and resolves the image (pinned by digest from images.lock)
+and the nodes' platform (one of the image's); kubernetes.py writes a TrainJob or JobSet (a
+kubernetes.io/arch node selector), slurm.py an sbatch script for Pyxis or Apptainer (each
+node checks its machine first). docs/launch-platforms.md describes the platform handling.
 Pure functions from a LaunchSpec to text: nothing here contacts a cluster.
 """
 

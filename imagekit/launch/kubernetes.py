@@ -8,6 +8,10 @@ PET_NODE_RANK, PET_MASTER_ADDR and PET_MASTER_PORT. A JobSet (jobset.x-k8s.io/v1
 clusters without Kubeflow: the same pod, with those five variables set here the way the
 Trainer sets them, so one container script serves both.
 
+With a platform selected (the cell's only one, or --platform), every pod gets the node selector
+kubernetes.io/arch: amd64|arm64, the label kubelet sets on every node (GOARCH names); an
+image of several platforms with none selected runs on any node.
+
 Values reach the container as written. Kubernetes expands `$(NAME)` in a container's env
 values, command and args (and reads `$$` as `$`); imagekit writes no reference of its own
 there, so every `$` in those fields is written `$$`. Every string is plain only in a shape no
@@ -25,6 +29,7 @@ from imagekit.launch.options import LaunchSpec
 
 NODE = "node"  # the runtime's replicated job and container name
 SHM_VOLUME = "dshm"
+ARCH_LABEL = "kubernetes.io/arch"  # kubelet's own label on every node: its GOARCH
 MANAGER = "imagekit.io/launch"  # who owns the TrainJob's runtime patch
 COMPLETION_INDEX = "metadata.annotations['batch.kubernetes.io/job-completion-index']"
 
@@ -42,7 +47,24 @@ def header(spec: LaunchSpec) -> str:
         "# Each pod runs the self-check, then torchrun, whose rendezvous comes from PET_*\n"
         "# in the environment. Submit with `kubectl create -f FILE`.\n"
         "# In args and env values `$$` is `$`: Kubernetes would expand `$(NAME)` there.\n"
+        f"# {platform_line(spec)}\n"
     )
+
+
+def platform_line(spec: LaunchSpec) -> str:
+    if spec.platform:
+        return f"Platform: {spec.platform} (node selector {ARCH_LABEL}: {goarch(spec.platform)})."
+    return f"Platform: any of: {', '.join(spec.platforms)} (no node selector on the arch)."
+
+
+def goarch(platform: str) -> str:
+    """linux/arm64 -> arm64, the value of the kubernetes.io/arch label."""
+    return platform.partition("/")[2]
+
+
+def node_selector(spec: LaunchSpec) -> dict[str, Any]:
+    """The pod spec's nodeSelector field, or nothing for an image that runs on any arch."""
+    return {"nodeSelector": {ARCH_LABEL: goarch(spec.platform)}} if spec.platform else {}
 
 
 def trainjob(spec: LaunchSpec) -> dict[str, Any]:
@@ -56,7 +78,11 @@ def trainjob(spec: LaunchSpec) -> dict[str, Any]:
         trainer["env"] = env_list(spec)
     if limits := resource_limits(spec):
         trainer["resourcesPerNode"] = {"limits": limits, "requests": limits}
-    pod_spec = {"containers": [{"name": NODE, **container_patch(spec)}], "volumes": volumes(spec)}
+    pod_spec = {
+        **node_selector(spec),
+        "containers": [{"name": NODE, **container_patch(spec)}],
+        "volumes": volumes(spec),
+    }
     patch = {
         "manager": MANAGER,
         "trainingRuntimeSpec": {
@@ -93,6 +119,7 @@ def jobset(spec: LaunchSpec) -> dict[str, Any]:
     if limits := resource_limits(spec):
         container["resources"] = {"limits": limits, "requests": limits}
     pod = {
+        **node_selector(spec),
         "restartPolicy": "Never",
         "containers": [as_written(container)],
         "volumes": volumes(spec),

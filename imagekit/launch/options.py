@@ -15,6 +15,7 @@ from imagekit.errors import UsageError
 from imagekit.matrix.cells import Cell
 from imagekit.matrix.profiles import PROFILE_ENV, PROFILE_SHM, RDMA_PROFILES
 from imagekit.matrix.ref_checks import check_image_ref, pinned
+from imagekit.platforms import AMD64, PLATFORMS
 from imagekit.selfcheck.registry import ORDER
 from imagekit.sizes import QUANTITY, quantity_kib
 
@@ -79,6 +80,9 @@ RESERVED_FAMILIES: tuple[tuple[re.Pattern[str], str, str], ...] = tuple(
 _NATIVE_DOMAIN = re.compile(r"(.+\.)?kubernetes\.io|k8s\.io|requests|limits")
 _GPU_RESOURCE = re.compile(r"gpu|gpu[-.].*|.*[-.]gpu|mig-.*|i915|xe", re.I)
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+# A Slurm partition name as sbatch's --partition takes one: letters, digits, _ . - (a space,
+# a comma (sbatch's list of partitions) or a control character would change the directive).
+_PARTITION = re.compile(r"[A-Za-z0-9_.-]+")
 _DNS_LABEL = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _RESOURCE = re.compile(
@@ -104,6 +108,8 @@ class LaunchOptions:
     rdma_resource: str | None = None
     checks: str | None = None
     drain_on_fail: bool = False
+    platform: str | None = None
+    partition: str | None = None
 
 
 @dataclass(frozen=True)
@@ -126,6 +132,14 @@ class LaunchSpec:
     checks: tuple[str, ...]
     port: int = RDZV_PORT
     drain_on_fail: bool = False  # Slurm: a node whose preflight fails drains itself
+    platform: str | None = None  # the nodes' platform; None: any of the image's
+    platforms: tuple[str, ...] = (AMD64,)  # the image's, in PLATFORMS order
+    partition: str | None = None  # Slurm: #SBATCH --partition
+
+    @property
+    def node_platforms(self) -> tuple[str, ...]:
+        """The platforms the job's nodes may have: the one selected, else any of the image's."""
+        return (self.platform,) if self.platform else self.platforms
 
     @property
     def procs_per_node(self) -> int:
@@ -172,6 +186,9 @@ def build(cell: Cell, pins: Mapping[str, str], opts: LaunchOptions) -> LaunchSpe
         rdma=_rdma(profile, opts.rdma_resource),
         checks=_checks(opts.checks, opts.gpus_per_node),
         drain_on_fail=_drain(opts),
+        platform=_platform(cell, opts.platform),
+        platforms=cell.platforms,
+        partition=_partition(opts.engine, opts.partition),
     )
 
 
@@ -339,3 +356,37 @@ def _drain(opts: LaunchOptions) -> bool:
     if opts.checks == "none":
         raise UsageError("--drain-on-fail with --checks none: there is no preflight to fail")
     return True
+
+
+def _platform(cell: Cell, platform: str | None) -> str | None:
+    """The given platform, which the image must have; else the image's only one. An image of
+    several platforms runs on any of them, so nothing is pinned unless asked."""
+    if platform is None:
+        return cell.platforms[0] if len(cell.platforms) == 1 else None
+    if platform not in PLATFORMS:
+        raise UsageError(f"--platform {platform}: choose one of {', '.join(PLATFORMS)}")
+    if platform not in cell.platforms:
+        raise UsageError(
+            f"--platform {platform}: cell {cell.id}'s image is built for "
+            f"{', '.join(cell.platforms)} only; add {platform} to the cell's `platform:` in "
+            "envs/*.yaml and rebuild, or pick another cell"
+        )
+    return platform
+
+
+def _partition(engine: str, partition: str | None) -> str | None:
+    if partition is None:
+        return None
+    if engine != "slurm":
+        raise UsageError(
+            f"--partition {partition}: only for --engine slurm; on Kubernetes pick the nodes' "
+            "architecture with --platform (a kubernetes.io/arch node selector), other node "
+            "pools with the cluster's node selectors"
+        )
+    if not _PARTITION.fullmatch(partition):
+        shown = partition if partition.isprintable() else repr(partition)
+        raise UsageError(
+            f"--partition {shown}: not a Slurm partition name; write one name of letters, "
+            "digits, '_', '.' and '-' (no spaces, commas or control characters), e.g. gpu-arm64"
+        )
+    return partition

@@ -1,11 +1,15 @@
 """Slurm launch files: an sbatch script for Pyxis/enroot (`srun --container-image`), or for
 Apptainer (`srun apptainer exec`).
 
-One task per node. Step 1 runs on every node, inside the container: /dev/shm and locked memory
-as the task sees them, then the self-check; any failure ends the job before training. With
---drain-on-fail each failing node then drains itself, outside the container (a step of its
-own: Pyxis puts a whole srun step in the container). Step 2
-runs torchrun per node; the allocation's first node hosts the c10d rendezvous.
+One task per node. First every node checks, on the host, that its machine (`uname -m`) is one
+the job's platform has: Slurm has no standard label for a node's architecture, so nothing
+else keeps an arm64 image off x86_64 nodes (--partition names the nodes' partition). A
+mismatch ends the job before any image is pulled, and drains no node. Step 1 runs on every
+node, inside the container: /dev/shm and locked memory as the task sees them, then the
+self-check; any failure ends the job before training. With --drain-on-fail each failing node
+then drains itself, outside the container (a step of its own: Pyxis puts a whole srun step in
+the container). Step 2 runs torchrun per node; the allocation's first node hosts the c10d
+rendezvous.
 IMAGEKIT_LAUNCHER, when set, replaces the container with a command prefix (a site's wrapper,
 or `docker run ...` in imagekit's own tests).
 
@@ -23,13 +27,16 @@ import shlex
 
 from imagekit.contract.refs import Reference, parse
 from imagekit.launch.options import LaunchSpec
+from imagekit.platforms import AMD64, ARM64
 
 SHEBANG = "#!/bin/bash"
+MACHINES = {AMD64: "x86_64", ARM64: "aarch64"}  # `uname -m` on a node of each platform
 
 
 def render(spec: LaunchSpec) -> str:
     parts = [
         directives(spec),
+        arch_check(spec),
         environment(spec),
         *([env_file(spec)] if spec.kind == "apptainer" and spec.env else []),
         container(spec),
@@ -47,7 +54,9 @@ def directives(spec: LaunchSpec) -> str:
         f"# (profile {spec.profile}): {spec.nodes} nodes x {spec.gpus_per_node} GPUs, {spec.kind}.",
         "# Submit with `sbatch FILE`; its options (-p PARTITION, -t TIME, -A ACCOUNT) override",
         "# the lines below.",
+        f"# {platform_line(spec)}",
         f"#SBATCH --job-name={spec.name}",
+        *([f"#SBATCH --partition={spec.partition}"] if spec.partition else []),
         f"#SBATCH --nodes={spec.nodes}",
         "#SBATCH --ntasks-per-node=1",
     ]
@@ -55,6 +64,48 @@ def directives(spec: LaunchSpec) -> str:
         lines.append(f"#SBATCH --gpus-per-node={spec.gpus_per_node}")
     lines += ["#SBATCH --exclusive", "#SBATCH --output=%x-%j.out", "set -euo pipefail", ""]
     return "\n".join(lines)
+
+
+def platform_line(spec: LaunchSpec) -> str:
+    machines = " or ".join(MACHINES[p] for p in spec.node_platforms)
+    if spec.platform:
+        return f"Platform: {spec.platform}; every node must be {machines} (checked first)."
+    return f"Platform: any of: {', '.join(spec.platforms)}; nodes {machines} (checked first)."
+
+
+def arch_check(spec: LaunchSpec) -> str:
+    """Every node, on the host, before any image is pulled or container started: its machine
+    must be one the job's platform has, or the job ends with how to send it elsewhere. Its
+    own step, before step 1, so --drain-on-fail never drains a node for it: the node is fine,
+    the job went to the wrong partition."""
+    machines = "|".join(MACHINES[p] for p in spec.node_platforms)
+    wanted = ", ".join(f"{p} ({MACHINES[p]})" for p in spec.node_platforms)
+    arches = " or ".join(p.partition("/")[2] for p in spec.node_platforms)
+    return "\n".join(
+        [
+            "# Each node's machine must be one the image runs on: Slurm has no arch label.",
+            "read -r -d '' imagekit_arch_check <<'EOF' || true",
+            'imagekit_node="${SLURMD_NODENAME:-$(hostname)}"',
+            "imagekit_machine=$(uname -m)",
+            'case "$imagekit_machine" in',
+            f"  {machines}) ;;",
+            "  *)",
+            '    echo "imagekit launch: node $imagekit_node is $imagekit_machine, but the job'
+            f" runs on {wanted} nodes; the image's platforms: {', '.join(spec.platforms)};"
+            f' submit to a partition of {arches} nodes: --partition NAME (or sbatch -p NAME)" >&2',
+            "    exit 1 ;;",
+            "esac",
+            "EOF",
+            'echo "imagekit launch: checking the machine of $SLURM_NNODES nodes" >&2',
+            "if ! srun --ntasks-per-node=1 --kill-on-bad-exit=1"
+            ' bash -c "$imagekit_arch_check" imagekit-arch-check; then',
+            f'  echo "imagekit launch: not every node is {machines.replace("|", " or ")};'
+            ' not starting the job" >&2',
+            "  exit 1",
+            "fi",
+            "",
+        ]
+    )
 
 
 def environment(spec: LaunchSpec) -> str:
@@ -115,9 +166,12 @@ def apptainer(spec: LaunchSpec) -> list[str]:
     opts = ["exec", *(["--nv"] if spec.gpus_per_node else [])]
     opts += ['--env-file "$imagekit_env_file"'] if spec.env else []
     opts += ['--bind "$SLURM_SUBMIT_DIR"', '--pwd "$SLURM_SUBMIT_DIR"', '"$imagekit_sif"']
+    sif = sif_name(spec.image)
+    if len(spec.platforms) > 1:  # apptainer pulls the host's platform: a file for each
+        sif = sif.removesuffix(".sif") + "-$(uname -m).sif"
     return [
         "# Converted once into the submit folder (shared), not by every node.",
-        f'imagekit_sif="$SLURM_SUBMIT_DIR/{sif_name(spec.image)}"',
+        f'imagekit_sif="$SLURM_SUBMIT_DIR/{sif}"',
         'if [[ ! -f "$imagekit_sif" ]]; then',
         f'  apptainer pull "$imagekit_sif" {shlex.quote(docker_uri(spec.image))}',
         "fi",
