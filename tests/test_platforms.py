@@ -242,3 +242,80 @@ def test_binfmt_is_read_from_a_folder(tmp_path: Path) -> None:
     (tmp_path / "qemu-aarch64").write_text(QEMU_PF)
     assert read_binfmt(tmp_path) == {"qemu-aarch64": QEMU_PF}
     assert read_binfmt(tmp_path / "absent") == {}
+
+
+# -- the self-check under emulation ---------------------------------------------------------
+X86_FLAGS = ["fpu", "sse2", "avx2", "avx512_vnni"]
+ARM_FLAGS = ["fp", "asimd", "asimddp", "sve2", "i8mm", "bf16"]
+
+
+@pytest.mark.parametrize(
+    ("machine", "flags", "env", "found"),
+    [
+        ("x86_64", X86_FLAGS, {}, ""),
+        ("aarch64", ARM_FLAGS, {}, ""),  # a Grace node
+        ("aarch64", X86_FLAGS, {}, "aarch64 process on a CPU whose /proc/cpuinfo is x86-64's"),
+        ("x86_64", ARM_FLAGS, {}, "x86_64 process on a CPU whose /proc/cpuinfo is Arm's"),
+        ("aarch64", ARM_FLAGS, {"IMAGEKIT_EMULATED": "qemu"}, "the host said so"),  # QEMU 8.1+
+        ("aarch64", [], {}, ""),  # flags not read: not guessed
+    ],
+)
+def test_emulation_is_known_from_the_host_or_the_cpu(
+    machine: str, flags: list[str], env: dict[str, str], found: str
+) -> None:
+    from imagekit.selfcheck.emulated import emulation
+
+    said = emulation(machine, flags, env)
+    assert (found in said) if found else said == ""
+
+
+def test_an_aarch64_process_runs_arms_int8_rule_whatever_cpuinfo_says() -> None:
+    from imagekit.selfcheck.int8 import int8_scheme
+
+    assert int8_scheme(["avx2"]).name == "U8U8"  # x86 without VNNI: U8S8 saturates
+    emulated = int8_scheme(["avx2"], "aarch64")  # the same host's cpuinfo, under QEMU
+    assert emulated.name == "U8S8" and "Arm (emulated" in emulated.why
+    assert int8_scheme(ARM_FLAGS, "aarch64").name == "U8S8"
+    assert "Arm (i8mm)" in int8_scheme(ARM_FLAGS, "aarch64").why  # the best one it has
+
+
+def test_imagekit_test_tells_an_image_of_another_platform_it_is_emulated() -> None:
+    from imagekit.imagetest.image import selfcheck_env, slowdown_for
+
+    native = selfcheck_env({}, False, {}, None, "amd64")
+    foreign = selfcheck_env({}, False, {}, None, "arm64")
+    assert "IMAGEKIT_EMULATED" not in native
+    assert foreign["IMAGEKIT_EMULATED"].startswith("qemu, a linux/arm64 image on a x86_64")
+    assert (slowdown_for("amd64"), slowdown_for("arm64"), slowdown_for("")) == (1, 10, 1)
+
+
+def test_time_limits_grow_under_emulation_but_never_a_given_timeout(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from imagekit.selfcheck import processes
+    from imagekit.selfcheck.registry import BY_NAME
+
+    seen: dict[str, float] = {}
+    monkeypatch.setattr(processes, "run_check", lambda name, limit: seen.setdefault(name, limit))
+    processes.run_all(["stack"], None, 1, lambda *a: None, False, slowdown=10)
+    assert seen["stack"] == BY_NAME["stack"].limit_s * 10
+    seen.clear()
+    processes.run_all(["stack"], 30, 1, lambda *a: None, False, slowdown=10)
+    assert seen["stack"] == 30
+
+
+@pytest.mark.parametrize(
+    ("cell", "needed"),
+    [
+        ({}, True),  # CPU, uv, Python 3.11: nothing else brings setuptools
+        ({"compile": False}, False),
+        ({"installer": "pip"}, False),  # pip's venv brings its own on 3.11
+        ({"python": "3.12", "os": "ubuntu24.04"}, False),  # torch declares it from 3.12 on
+        ({"cuda": "12.6"}, False),  # triton brings it
+    ],
+)
+def test_torch_compile_gets_setuptools_where_nothing_else_brings_it(
+    write_env: WriteEnv, cell: dict[str, object], needed: bool
+) -> None:
+    (loaded,) = load_cells([write_env(cell_block(**{"installer": "uv", **cell}))])
+    assert ("setuptools" in loaded.torch_requirements) is needed

@@ -251,6 +251,7 @@ class DockerEngine:
             user=str(config.get("User") or ""),
             repo_digests=tuple(image.attrs.get("RepoDigests") or ()),
             tags=tuple(image.tags),
+            architecture=str(image.attrs.get("Architecture") or ""),
         )
 
     def read_file(self, image: str, path: str) -> bytes | None:
@@ -289,8 +290,12 @@ class DockerEngine:
 
     def _history(self, ref: str, arch: str) -> list[dict[str, Any]]:
         """An image of another platform's history: the containerd store counts its layers'
-        sizes only when asked for that platform (the API's `platform`, 1.48 on); the SDK's
-        history() cannot ask."""
+        sizes only when asked for that platform (the API's `platform`, 1.48 on; the SDK's
+        history() cannot ask), and only once they are unpacked, which BuildKit's export does
+        for the engine's own platform alone: a container created (never started) unpacks
+        them, as the first `docker run` would."""
+        container = self.client.containers.create(ref, platform=f"linux/{arch}")
+        container.remove(force=True)
         api = self.client.api
         platform = json.dumps({"os": "linux", "architecture": arch})
         url = api._url("/images/{0}/history", ref)

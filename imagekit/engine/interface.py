@@ -185,6 +185,7 @@ class ImageInfo:
     user: str
     repo_digests: tuple[str, ...]
     tags: tuple[str, ...]
+    architecture: str = ""  # amd64, arm64 (GOARCH); "" where the engine did not say
 
 
 @dataclass(frozen=True)

@@ -5,13 +5,16 @@ container is told (the labels it promises, the GPUs it was given).
 from __future__ import annotations
 
 import json
+import os
 
 from imagekit import terminal
 from imagekit.contract import labels as label
 from imagekit.contract import refs
 from imagekit.contract.checks import ENV_GPUS, ENV_LABELS, gpus_value
+from imagekit.engine.emulation import DEBIAN_ARCH, host_platform
 from imagekit.engine.interface import Engine, ImageInfo
 from imagekit.errors import UsageError
+from imagekit.selfcheck import emulated
 
 
 def checkable_image(engine: Engine, image: str) -> ImageInfo:
@@ -46,13 +49,31 @@ def has_selfcheck(labels: dict[str, str]) -> bool:
 
 
 def selfcheck_env(
-    labels: dict[str, str], gpus: bool, extra: dict[str, str], count: int | None = None
+    labels: dict[str, str],
+    gpus: bool,
+    extra: dict[str, str],
+    count: int | None = None,
+    architecture: str = "",
 ) -> dict[str, str]:
     """The self-check's container environment (contract/checks.py): what the image promises
     (its labels), and the GPUs given: none, all (a torch that sees none must fail) or N
-    (torch, NVML and the device nodes must all see N); then yours."""
+    (torch, NVML and the device nodes must all see N); an image of another platform than
+    this host's runs under emulation, which the self-check is told; then yours."""
     env = {ENV_LABELS: json.dumps(labels), ENV_GPUS: gpus_value(gpus, count)}
+    if foreign(architecture):
+        env[emulated.ENV] = f"qemu, a linux/{architecture} image on a {os.uname().machine} host"
     return {**env, **extra}
+
+
+def foreign(architecture: str) -> bool:
+    """An image whose architecture is not this host's (its programs run under QEMU)."""
+    own = DEBIAN_ARCH.get(host_platform() or "", "")
+    return bool(architecture) and architecture != own
+
+
+def slowdown_for(architecture: str) -> int:
+    """How much longer the self-check of this image may take here."""
+    return emulated.SLOWDOWN if foreign(architecture) else 1
 
 
 def gpu_count(choice: str) -> int | None:

@@ -20,7 +20,13 @@ from imagekit.contract.checks import CheckResult, RecordError, results_from_repo
 from imagekit.engine.interface import Engine, RunOptions, RunResult
 from imagekit.errors import SelfCheckFailed
 from imagekit.imagetest import attest
-from imagekit.imagetest.image import checkable_image, gpu_count, selfcheck_env, wants_gpus
+from imagekit.imagetest.image import (
+    checkable_image,
+    gpu_count,
+    selfcheck_env,
+    slowdown_for,
+    wants_gpus,
+)
 from imagekit.imagetest.stamp import stamp_labels, validated_ref
 from imagekit.selfcheck import registry
 
@@ -82,9 +88,10 @@ def run_selfcheck(
             ipc_host=options.ipc_host,
             gpus=gpus,
             gpu_ids=tuple(str(i) for i in range(count or 0)),
-            env=selfcheck_env(info.labels, gpus, options.env, count),
+            env=selfcheck_env(info.labels, gpus, options.env, count, info.architecture),
             volumes={tmp: "/imagekit-reports"},
-            timeout=registry.total_limit(_names(options.checks), options.timeout),
+            timeout=registry.total_limit(_names(options.checks), options.timeout)
+            * slowdown_for(info.architecture),
         )
         result = engine.run(image, selfcheck_command(options), run_options)
         _copy(Path(tmp) / "selfcheck.json", options.json_path)

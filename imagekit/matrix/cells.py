@@ -205,7 +205,8 @@ def complete(raw: RawCell, compat: Compat, pins: dict[str, str] | None = None) -
         torch_index=compat.torch_index(raw.cuda, torch.version, platforms[0]),
         torch_requirements=_torch_requirements(
             torch.version, torch.torchvision, opts.torchvision, cuda=raw.cuda != CPU
-        ),
+        )
+        + _compile_needs(raw, installer, bool(opts.compile)),
         feature_steps=_feature_steps(compat, features, raw.cuda, archs),
         needs_devel=needs_devel,
         apt=tuple(sorted(set(opts.apt or ()))),
@@ -342,6 +343,17 @@ def _torch_requirements(
     if cuda:
         reqs.append(NVML_REQUIREMENT)
     return tuple(reqs)
+
+
+def _compile_needs(raw: RawCell, installer: str, compile: bool) -> tuple[str, ...]:
+    """setuptools, where torch.compile needs it and nothing else brings it: torch's C++
+    extension loader imports it (torch 2.7's cpp_extension, at import), torch declares it
+    only for Python 3.12 on, CUDA cells get it through triton, and pip's venv brings its own
+    on Python 3.11 and older; uv's does not (found by the arm64 CPU cell's self-check)."""
+    old_python = Version(raw.python) < Version("3.12")
+    return (
+        ("setuptools",) if compile and raw.cuda == CPU and installer == "uv" and old_python else ()
+    )
 
 
 def _feature_steps(

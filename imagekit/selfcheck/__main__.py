@@ -19,7 +19,7 @@ from typing import Any
 from imagekit.contract import exits
 from imagekit.contract.checks import ENV_TIMEOUT, CheckResult
 from imagekit.contract.text import escape
-from imagekit.selfcheck import judge, processes, report, snapshot
+from imagekit.selfcheck import emulated, judge, processes, report, snapshot
 from imagekit.selfcheck.registry import ORDER, probes_for
 
 
@@ -93,7 +93,15 @@ def live(args: argparse.Namespace) -> dict[str, Any]:
     if why:
         print(f"  running the checks one at a time: {escape(why)}", file=sys.stderr, flush=True)
     gpu = processes.gpu_possible(host)
-    results = processes.run_all(probes_for(names), args.timeout, jobs, _progress, gpu)
+    slowdown = emulated.SLOWDOWN if host["cpu"].get("emulated") else 1
+    if slowdown > 1:
+        print(
+            f"  under emulation ({escape(host['cpu']['emulated'])}): time limits x{slowdown}, "
+            "and no timing here says anything of the hardware",
+            file=sys.stderr,
+            flush=True,
+        )
+    results = processes.run_all(probes_for(names), args.timeout, jobs, _progress, gpu, slowdown)
     snap = snapshot.assemble(snapshot.nvml_again(host), results)
     if args.snapshot:
         snapshot.write(snap, args.snapshot)
@@ -113,6 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     results = judge.judge(snap)
     print(report.checks_table(results))
     context = {key: snap.get(key) for key in ("imagekit", "taken_at", "host", "python", "labels")}
+    context["emulated"] = (snap.get("cpu") or {}).get("emulated", "")
     context["required"] = sorted(judge.requirements(snap))
     if args.json:
         args.json.write_text(report.to_json(results, context) + "\n")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
+import platform
 import tempfile
 import time
 from collections.abc import Iterator
@@ -128,7 +129,7 @@ def check_int8(workdir: str) -> CheckResult:
     except ImportError as exc:
         return skipped(f"onnxruntime's quantization tools are not importable: {exc}")
     flags = read_cpu().get("flags", [])
-    scheme = int8_scheme(flags)
+    scheme = int8_scheme(flags, platform.machine())
     model, x = _mlp(torch, (256, 1024, 1024, 64), 64)
     paths = {name: Path(workdir, name, "m.onnx") for name in ("export", "fp32", "int8")}
     for path in paths.values():

@@ -52,7 +52,7 @@ GPU_MEASURED = (
 def read_host(expect_gpus: int | None, require: str = "") -> Snapshot:
     """What the parent process reads before any check runs: no torch, no CUDA context (a
     context here would block the checks under the EXCLUSIVE_PROCESS compute mode)."""
-    from imagekit.selfcheck import int8, nvml
+    from imagekit.selfcheck import nvml
 
     host = gpu_host.read_host()
     promised = labels()
@@ -71,7 +71,7 @@ def read_host(expect_gpus: int | None, require: str = "") -> Snapshot:
             "cuda_visible_devices": host.cuda_visible_devices,
             "cuda_device_order": host.cuda_device_order,
         },
-        "cpu": int8.read_cpu(),
+        "cpu": _cpu(),
         "driver": host.driver,
         "nvml": nvml_status,
         "gpus": gpus,
@@ -79,6 +79,17 @@ def read_host(expect_gpus: int | None, require: str = "") -> Snapshot:
         "labels": promised,
         "require": sorted(filter(None, require.split(","))),
     }
+
+
+def _cpu() -> dict[str, Any]:
+    """/proc/cpuinfo's model and flags, the machine this process runs as, and whether it is
+    emulated (emulated.emulation: "" natively)."""
+    from imagekit.selfcheck import emulated, int8
+
+    cpu = int8.read_cpu()
+    machine = platform.machine()
+    found = emulated.emulation(machine, cpu.get("flags") or (), os.environ)
+    return {**cpu, "machine": machine, "emulated": found}
 
 
 def nvml_again(host: Snapshot) -> Snapshot:

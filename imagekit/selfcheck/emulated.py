@@ -1,0 +1,29 @@
+"""Whether the self-check runs under QEMU user emulation (an arm64 image on an x86-64 host):
+then every check takes many times longer, so its time limit is raised and no timing is a
+verdict on the hardware. Standard library only; a pure function over what the container
+reads, table-tested for each kind of host."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+# How much longer a check may take under emulation: QEMU ran this project's arm64 steps
+# 2-8x slower than native on two x86-64 cores (docs/benchmarks.md, arm64), torch's first
+# compile slower still; the limits are for hangs, not for speed.
+SLOWDOWN = 10
+ENV = "IMAGEKIT_EMULATED"  # set by `imagekit test` where the image's platform is not the host's
+
+
+def emulation(machine: str, flags: Iterable[str], env: Mapping[str, str]) -> str:
+    """ "" where the checks run natively; else how emulation is known: the host said so, or
+    the CPU in /proc/cpuinfo is not the machine the process runs as (QEMU before 8.1 passes
+    the host's /proc/cpuinfo through)."""
+    if said := env.get(ENV, ""):
+        return f"the host said so ({ENV}={said})"
+    have = set(flags)
+    arm_cpu = "asimd" in have  # aarch64's Features line; x86 flags never list it
+    if machine == "aarch64" and have and not arm_cpu:
+        return "an aarch64 process on a CPU whose /proc/cpuinfo is x86-64's (QEMU)"
+    if machine == "x86_64" and arm_cpu:
+        return "an x86_64 process on a CPU whose /proc/cpuinfo is Arm's (QEMU)"
+    return ""
