@@ -154,7 +154,7 @@ def test_the_images_workflow_commands_run_as_written(project: Path, tmp_path: Pa
     build = run_step(
         steps["Build (and push a candidate on main)"],
         root,
-        {**common, "CELL": cell["id"], "CACHE": cell["cache"]},
+        {**common, "CELL": cell["id"], "CACHE": cell["cache"], "PLATFORMS": cell["platforms"]},
     )
     assert build.returncode == 0, build.stdout[-3000:] + build.stderr[-2000:]
     candidate = cell["tag"] + "-candidate-1"
