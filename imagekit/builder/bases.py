@@ -12,7 +12,7 @@ import re
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -84,11 +84,17 @@ def bootstrap(
         return tag
 
 
-def check_platforms(engine: Engine, platforms: Sequence[str]) -> None:
-    """What this engine cannot do for these platforms, said before anything is made."""
+def check_emulation(engine: Engine, platforms: Iterable[str]) -> None:
+    """A platform this engine's containers cannot run (no QEMU for it), refused with the fix
+    before anything is made or built."""
     for platform in platforms:
         if problem := engine.emulation_problem(platform):
             raise UsageError(f"--platform {platform}: {problem}")
+
+
+def check_platforms(engine: Engine, platforms: Sequence[str]) -> None:
+    """What this engine cannot do for these platforms, said before anything is made."""
+    check_emulation(engine, platforms)
     if len(platforms) > 1 and not engine.holds_multi_platform():
         raise UsageError(
             f"--platform {','.join(platforms)}: {engine.describe()} cannot hold an image of "

@@ -64,9 +64,7 @@ def check_tools(engine: Engine, options: BuildOptions) -> None:
 def check_platforms(engine: Engine, builds: Sequence[PlannedBuild], options: BuildOptions) -> None:
     """What this engine cannot build of the planned platforms, refused before anything runs:
     a foreign platform without QEMU, or an index of several that it cannot push."""
-    for platform in dict.fromkeys(p for b in builds for p in b.request.platforms):
-        if problem := engine.emulation_problem(platform):
-            raise UsageError(f"--platform {platform}: {problem}")
+    base.check_emulation(engine, dict.fromkeys(p for b in builds for p in b.request.platforms))
     several = next((b for b in builds if len(b.platforms) > 1), None)
     if several is None:
         return

@@ -27,7 +27,6 @@ from imagekit.builder import context as context_mod
 from imagekit.builder.display import Display
 from imagekit.builder.inputs import Inputs
 from imagekit.builder.log import StepLog
-from imagekit.contract.refs import parse as parse_ref
 from imagekit.engine.emulation import host_platform
 from imagekit.engine.interface import (
     BuildRequest,
@@ -38,6 +37,7 @@ from imagekit.engine.interface import (
     build_push_flags,
     push_flags,
 )
+from imagekit.engine.pushed import by_digest
 from imagekit.errors import BuildError, ImagekitError, Interrupted, PushError, UsageError
 from imagekit.matrix.cells import Cell
 from imagekit.paths import write_atomic
@@ -437,7 +437,7 @@ class Runner:
         try:
             data = self._pushed_sbom(report.pushed[0], layers, report)
             several = len(build.platforms) > 1
-            targets = [_by_digest(report.pushed[0], image_id)] if several else report.pushed
+            targets = [by_digest(report.pushed[0], image_id)] if several else report.pushed
             attached = [sbom.attach(ref, data) for ref in dict.fromkeys(targets)]
         except ImagekitError:
             report.status = "push-failed"
@@ -541,10 +541,6 @@ def layer_summary(in_order: Sequence[Layer]) -> dict[str, object]:
             {"size_bytes": x.size, "created_by": x.created_by[:160]} for x in largest
         ],
     }
-
-
-def _by_digest(reference: str, digest: str) -> str:
-    return str(parse_ref(reference).by_digest(digest))
 
 
 def provenance_state(asked: bool, attached: bool) -> str:

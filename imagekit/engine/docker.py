@@ -33,7 +33,6 @@ from imagekit.engine.discover import (
     find_builder,
     unsupported,
 )
-from imagekit.engine.emulation import DEBIAN_ARCH
 from imagekit.engine.interface import (
     BuildRequest,
     BuildResult,
@@ -280,11 +279,7 @@ class DockerEngine:
         image = self.client.images.get(ref)
         diff_ids = list((image.attrs.get("RootFS") or {}).get("Layers") or [])
         arch = str(image.attrs.get("Architecture") or "")
-        if (
-            self.containerd_store
-            and arch
-            and arch != DEBIAN_ARCH.get(emulation.host_platform() or "")
-        ):
+        if self.containerd_store and emulation.is_foreign(arch):
             return align_layers(diff_ids, self._history(ref, arch))
         return align_layers(diff_ids, image.history())
 

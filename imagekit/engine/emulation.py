@@ -39,6 +39,13 @@ def host_platform(machine: str | None = None) -> str | None:
     return next((p for p, m in MACHINE.items() if m == machine), None)
 
 
+def is_foreign(architecture: str) -> bool:
+    """An image architecture (GOARCH: amd64, arm64) that is not this host's: its programs
+    run under QEMU here; "" (not said) is not foreign."""
+    own = DEBIAN_ARCH.get(host_platform() or "", "")
+    return bool(architecture) and architecture != own
+
+
 def read_binfmt(root: Path = BINFMT) -> dict[str, str]:
     """Each registration's text by name; empty where binfmt_misc is not mounted."""
     entries: dict[str, str] = {}

@@ -98,16 +98,17 @@ def pushed_image(reference: str, arch: str = "amd64") -> PushedImage:
         digest = platform_manifest(top, arch)
         if not digest:
             raise ImagekitError(f"{reference}: its index has no linux/{arch} image manifest")
-        top = _json(_oras(["manifest", "fetch"], _by_digest(reference, digest), what), what)
+        top = _json(_oras(["manifest", "fetch"], by_digest(reference, digest), what), what)
     config_digest = str((top.get("config") or {}).get("digest", ""))
-    blob = _oras(["blob", "fetch", "--output", "-"], _by_digest(reference, config_digest), what)
+    blob = _oras(["blob", "fetch", "--output", "-"], by_digest(reference, config_digest), what)
     if not digest:
         descriptor = _oras(["manifest", "fetch", "--descriptor"], reference, what)
         digest = str(_json(descriptor, what).get("digest", ""))
     return PushedImage(digest=digest, layers=layers_of(top, _json(blob, what)))
 
 
-def _by_digest(reference: str, digest: str) -> str:
+def by_digest(reference: str, digest: str) -> str:
+    """name@digest of the repository `reference` names."""
     return str(refs.parse(reference).by_digest(digest))
 
 
@@ -119,7 +120,7 @@ def layer_file(reference: str, layer: Layer, path: str) -> bytes | None:
     with tempfile.TemporaryDirectory(prefix="imagekit-layer-") as tmp:
         # to a file: the blob is binary, and tools.run reads a tool's output as text
         blob = Path(tmp) / "blob"
-        _oras(["blob", "fetch", "--output", str(blob)], _by_digest(reference, layer.digest), what)
+        _oras(["blob", "fetch", "--output", str(blob)], by_digest(reference, layer.digest), what)
         data = blob.read_bytes()
     return file_in_tar(decompress(data, layer.media_type), path)
 

@@ -11,7 +11,7 @@ from imagekit import terminal
 from imagekit.contract import labels as label
 from imagekit.contract import refs
 from imagekit.contract.checks import ENV_GPUS, ENV_LABELS, gpus_value
-from imagekit.engine.emulation import DEBIAN_ARCH, host_platform
+from imagekit.engine.emulation import is_foreign
 from imagekit.engine.interface import Engine, ImageInfo
 from imagekit.errors import UsageError
 from imagekit.selfcheck import emulated
@@ -60,20 +60,14 @@ def selfcheck_env(
     (torch, NVML and the device nodes must all see N); an image of another platform than
     this host's runs under emulation, which the self-check is told; then yours."""
     env = {ENV_LABELS: json.dumps(labels), ENV_GPUS: gpus_value(gpus, count)}
-    if foreign(architecture):
+    if is_foreign(architecture):
         env[emulated.ENV] = f"qemu, a linux/{architecture} image on a {os.uname().machine} host"
     return {**env, **extra}
 
 
-def foreign(architecture: str) -> bool:
-    """An image whose architecture is not this host's (its programs run under QEMU)."""
-    own = DEBIAN_ARCH.get(host_platform() or "", "")
-    return bool(architecture) and architecture != own
-
-
 def slowdown_for(architecture: str) -> int:
     """How much longer the self-check of this image may take here."""
-    return emulated.SLOWDOWN if foreign(architecture) else 1
+    return emulated.SLOWDOWN if is_foreign(architecture) else 1
 
 
 def gpu_count(choice: str) -> int | None:

@@ -296,7 +296,7 @@ def _check_platform(raw: RawCell, compat: Compat, features: tuple[str, ...], pla
         compat.check_combination(raw.cuda, raw.torch, raw.python, raw.os, platform)
     except CompatError as exc:
         raise CompatError(f"platform {platform}: {exc}; {fix}") from None
-    key = CPU if raw.cuda == CPU else raw.cuda.split(".")[0]
+    key = _pip_key(raw.cuda)
     for name in features:
         feature = compat.features[name]
         if feature.pip_for(key, platform) is None:
@@ -356,14 +356,19 @@ def _compile_needs(raw: RawCell, installer: str, compile: bool) -> tuple[str, ..
     )
 
 
+def _pip_key(cuda: str) -> str:
+    """A feature's package list for a cell: "cpu", or the CUDA major ("12")."""
+    return CPU if cuda == CPU else cuda.split(".")[0]
+
+
 def _feature_steps(
     compat: Compat, features: tuple[str, ...], cuda: str, archs: tuple[str, ...]
 ) -> tuple[FeatureStep, ...]:
-    key = CPU if cuda == CPU else cuda.split(".")[0]
+    key = _pip_key(cuda)
     steps = []
     for name in features:
         feature = compat.features[name]
-        reqs = tuple(feature.pip.get(key) or feature.pip.get("*") or ())
+        reqs = feature.pip_for(key) or ()
         if not feature.needs_devel:
             steps.append(FeatureStep(name, reqs, build_isolation=True))
             continue

@@ -14,6 +14,7 @@ from imagekit.contract.driver import version_tuple
 from imagekit.errors import UsageError
 from imagekit.matrix import compat as compat_mod
 from imagekit.matrix.compat import Compat, CudaRelease, TorchRelease
+from imagekit.platforms import AMD64
 from imagekit.runtime import fwdcompat, gpu_models
 from imagekit.selfcheck.archs import arch_verdict
 from imagekit.selfcheck.gpu_host import driver_problem as gpu_driver_problem
@@ -113,15 +114,13 @@ def row_verdict(data: Compat, torch: TorchRelease, cuda: CudaRelease, host: Host
     return Verdict(True, archs.why)
 
 
-def show(
-    driver: str | None = None, gpu: str | None = None, platform: str = compat_mod.AMD64
-) -> list[str]:
+def show(driver: str | None = None, gpu: str | None = None, platform: str = AMD64) -> list[str]:
     data = compat_mod.load()
     host = parse_host(driver, gpu)
     if host.driver is None and host.capability is None:
         return compat_tables(data, platform)
     asked = " and ".join(x for x in (driver and f"driver {driver}", gpu and f"GPU {gpu}") if x)
-    if platform != compat_mod.AMD64:
+    if platform != AMD64:
         asked += f" ({platform})"
     rows: list[tuple[str, str, str]] = []
     rules: list[str] = []
@@ -142,8 +141,8 @@ def show(
     return lines
 
 
-def compat_tables(data: Compat, platform: str = compat_mod.AMD64) -> list[str]:
-    if platform != compat_mod.AMD64:
+def compat_tables(data: Compat, platform: str = AMD64) -> list[str]:
+    if platform != AMD64:
         return platform_tables(data, platform)
     torch = render_table(
         ("torch", "PyPI CUDA", "variants", "Python", "torchvision"),
