@@ -27,6 +27,8 @@ EXPECTED: dict[str, set[tuple[str, int | None]]] = {
     "l4": set(),
     "h200": set(),
     "b200": set(),
+    "gh200": set(),  # the host link is NVLink-C2C: no PCIe rule
+    "gb200-nvl72": set(),
     "h100-8x": set(),
     "h100-mig-slice": set(),  # whole-GPU readings are skipped, never failed, on a slice
     "h100-8x-missing-gpu": {("gpu-count", None)},
@@ -378,7 +380,7 @@ class FakeNvml:
 
     def __init__(self, devices: list[dict[str, Any]], init_error: Exception | None = None):
         for name in dir(pynvml):
-            if name.startswith(("NVML", "nvmlClocks")):
+            if name.startswith(("NVML", "nvmlClocks", "c_nvml")):
                 setattr(self, name, getattr(pynvml, name))
         self.devices = devices
         self.init_error = init_error
@@ -453,6 +455,8 @@ def h100_device(**overrides: Any) -> dict[str, Any]:
             SimpleNamespace(pid=1000, usedGpuMemory=512 << 20),
             SimpleNamespace(pid=4242, usedGpuMemory=None),
         ],
+        # socket 0 of a 2 x 56-core host: its cores 0-55 and their hyperthreads 112-167
+        "nvmlDeviceGetCpuAffinity": lambda size: [(1 << 56) - 1, 0xFFFF << 48, (1 << 40) - 1, 0],
     }
     device.update(overrides)
     return device
@@ -483,8 +487,11 @@ def test_reader_reads_every_field_of_an_h100() -> None:
             "nvlinks_active": 17,
             "nvlinks_total": 18,
             "nvlink_version": 4,
+            "host_link": "pcie",  # NVML: C2C NotSupported
+            "cpu_affinity": "0-55,112-167",
+            "fabric": {"state": "not_supported"},
             "processes": [{"pid": 4242, "used_mib": None, "name": ""}],
-            "unread": {"retired_pages_pending": "Not Supported"},
+            "unread": {"retired_pages_pending": "Not Supported", "numa_node": "Not Supported"},
         }
     ]
     assert fake.shutdowns == 1
@@ -508,6 +515,7 @@ def test_reader_leaves_out_what_nvml_refuses_with_its_reason() -> None:
         "nvlinks_active": "Insufficient Permissions",
         "nvlinks_total": "Insufficient Permissions",
         "nvlink_version": "Insufficient Permissions",
+        "numa_node": "Not Supported",
         "processes": "GPU is lost",
     }
     for key in gpu["unread"]:

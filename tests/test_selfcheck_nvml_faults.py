@@ -10,8 +10,10 @@ or 1), no rule whose reading failed is reported as passed, and a lost GPU fails.
 from __future__ import annotations
 
 import ast
+import ctypes
 import functools
 import json
+import os
 import random
 import re
 import subprocess
@@ -27,7 +29,7 @@ import pynvml
 import pytest
 
 from imagekit.contract.checks import Status
-from imagekit.selfcheck import gpu_host, health, nvml, snapshot
+from imagekit.selfcheck import gpu_host, health, numa, nvml, snapshot
 from imagekit.selfcheck.__main__ import main
 
 H100 = "NVIDIA H100 80GB HBM3"
@@ -51,6 +53,9 @@ ERRORS: dict[str, Callable[[], BaseException]] = {
     "RuntimeError": lambda: RuntimeError("the driver went away"),
 }
 LOST = {"NVML_ERROR_GPU_IS_LOST": "gpu_lost", "NVML_ERROR_RESET_REQUIRED": "gpu_reset_required"}
+CLUSTER = "5e3a9c1d-8b2f-4d7e-a6c0-1f9b2d4e8a70"
+# The fabric every GPU of the default host registered with (an HGX board's NVSwitches).
+FABRIC = {"state": "completed", "status": "success", "clique_id": 32766, "cluster_uuid": CLUSTER}
 
 
 @functools.cache
@@ -91,23 +96,37 @@ SYSTEM = {
 class Host:
     """The answers of a healthy 2 x H100 host behind pynvml's API; `fail(call, gpu)` returns
     the exception a call should raise instead (gpu: the GPU it concerns, None for a system
-    call), or None. `raised` records (call, gpu, error class) of every fault injected."""
+    call), or None. `raised` records (call, gpu, error class) of every fault injected.
+
+    By default an x86 HGX board (two sockets of 56 cores with hyperthreads, PCIe to the
+    host, NVSwitches: a completed fabric, no NUMA node of GPU memory); `grace=True` makes
+    it two Grace superchips instead (NVLink-C2C, 72 CPUs per Grace, each GPU's memory a NUMA
+    node of its own)."""
 
     def __init__(
         self,
         fail: Callable[[str, int | None], BaseException | None] | None = None,
         mig_gpu: int | None = MIG_GPU,
         idle: tuple[int, ...] = (),
+        grace: bool = False,
     ):
         self.fail = fail or (lambda call, gpu: None)
         self.mig_gpu = mig_gpu  # the GPU with MIG on (its devices: MIG_UUIDS), if any
         self.idle = idle  # GPUs that nothing runs on: their PCIe link is down to Gen1
         self.old_clock_api = False  # a driver before 535: no ClocksEventReasons symbol
+        self.old_fabric_api = False  # a driver before 550: no GpuFabricInfoV symbol
         self.raised: list[tuple[str, int | None, str]] = []
+        self.c2c = 1 if grace else 0  # isC2cEnabled
+        self.numa_nodes: tuple[int, ...] | None = (2, 10) if grace else None  # None: NotSupported
+        self.cpus = 144 if grace else 224  # os.cpu_count()
+        self.affinity = ("0-71", "72-143") if grace else ("0-55,112-167", "56-111,168-223")
+        self.fabric = {"state": pynvml.NVML_GPU_FABRIC_STATE_COMPLETED, "status": 0}
+        self.cpu_set_sizes: list[int] = []  # the cpuSetSize of each CPU affinity asked
 
     def install(self, monkeypatch: pytest.MonkeyPatch, keep: tuple[str, ...] = ()) -> None:
         for call in sorted(nvml_calls() - set(keep)):
             monkeypatch.setattr(pynvml, call, self._wrapped(call, getattr(self, call)))
+        monkeypatch.setattr(os, "cpu_count", lambda: self.cpus)
 
     def _wrapped(self, call: str, answer: Callable[..., Any]) -> Callable[..., Any]:
         def fn(*args: Any) -> Any:
@@ -237,6 +256,51 @@ class Host:
     def nvmlDeviceGetCurrentClocksThrottleReasons(self, h: Handle) -> int:
         return pynvml.nvmlClocksEventReasonSwPowerCap
 
+    def nvmlDeviceGetC2cModeInfoV(self, h: Handle) -> Any:
+        info = pynvml.c_nvmlC2cModeInfo_v1_t()
+        info.isC2cEnabled = self.c2c
+        return info
+
+    def nvmlDeviceGetNumaNodeId(self, h: Handle) -> int:
+        if self.numa_nodes is None:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        return self.numa_nodes[h.gpu]
+
+    def nvmlDeviceGetCpuAffinity(self, h: Handle, size: int) -> Any:
+        """cpuSetSize words, as NVML fills them (CPUs past them are cut off)."""
+        self.cpu_set_sizes.append(size)
+        words = masks_of(self.affinity[h.gpu], size)
+        return (ctypes.c_ulonglong * size)(*words)
+
+    def nvmlDeviceGetGpuFabricInfoV(self, h: Handle, info: Any) -> int:
+        if self.old_fabric_api:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
+        return self._fabric_into(info._obj)
+
+    def nvmlDeviceGetGpuFabricInfo(self, h: Handle, info: Any) -> int:
+        return self._fabric_into(info._obj)
+
+    def _fabric_into(self, info: Any) -> int:
+        info.state = self.fabric["state"]
+        info.status = self.fabric["status"]
+        info.cliqueId = FABRIC["clique_id"]
+        field = type(info).clusterUuid
+        ctypes.memmove(
+            ctypes.addressof(info) + field.offset, bytes.fromhex(CLUSTER.replace("-", "")), 16
+        )
+        return pynvml.NVML_SUCCESS
+
+
+def masks_of(cpus: str, words: int, bits: int = numa.WORD_BITS) -> list[int]:
+    """A cpulist as `words` bitmask words (the inverse of numa.cpulist, cut at `words`)."""
+    out = [0] * words
+    for part in filter(None, cpus.split(",")):
+        first, _, last = part.partition("-")
+        for cpu in range(int(first), int(last or first) + 1):
+            if cpu < words * bits:
+                out[cpu // bits] |= 1 << cpu % bits
+    return out
+
 
 def host_snapshot(samples: int = 2) -> dict[str, Any]:
     """What a live run writes for this host: the parent's NVML reading (the real reader over
@@ -335,7 +399,11 @@ def test_the_healthy_host_is_read_whole_and_passes(
     assert gpu0["processes"] == [{"pid": OTHER_PID, "used_mib": 512, "name": "python3"}]
     assert gpu0["clock_event_reasons"] == ["sw_power_cap"] and gpu0["pcie_gen_under_load"] == 5
     assert gpu1["mig_mode"] is True and gpu1["mig_uuids"] == MIG_UUIDS
-    assert "unread" not in gpu0 and "unread" not in gpu1
+    assert (gpu0["host_link"], gpu0["cpu_affinity"]) == ("pcie", "0-55,112-167")
+    assert (gpu1["host_link"], gpu1["cpu_affinity"]) == ("pcie", "56-111,168-223")
+    assert gpu0["fabric"] == gpu1["fabric"] == FABRIC
+    # an x86 host's GPU memory is no NUMA node: NVML answers NotSupported, the only gap
+    assert gpu0["unread"] == gpu1["unread"] == {"numa_node": "Not Supported"}
     assert assert_judged(baseline, tmp_path) == 0
     assert re.search(r"health +PASSED", capsys.readouterr().out)
 
@@ -343,7 +411,7 @@ def test_the_healthy_host_is_read_whole_and_passes(
 def test_every_nvml_call_is_faked_here() -> None:
     """A new NVML call in nvml.py needs its healthy answer here, so its faults are tested."""
     assert nvml_calls() <= {name for name in dir(Host) if name.startswith("nvml")}
-    assert len(nvml_calls()) >= 28
+    assert len(nvml_calls()) >= 33
 
 
 def test_pynvml_errors_are_what_the_reader_expects() -> None:
@@ -393,6 +461,11 @@ KEYS: dict[str, tuple[str, ...]] = {
     "nvmlDeviceGetComputeRunningProcesses": ("processes",),
     "nvmlDeviceGetCurrentClocksEventReasons": ("clock_event_reasons",),
     "nvmlDeviceGetCurrentClocksThrottleReasons": ("clock_event_reasons",),
+    "nvmlDeviceGetC2cModeInfoV": ("host_link",),
+    "nvmlDeviceGetNumaNodeId": ("numa_node",),
+    "nvmlDeviceGetCpuAffinity": ("cpu_affinity",),
+    "nvmlDeviceGetGpuFabricInfoV": ("fabric",),
+    "nvmlDeviceGetGpuFabricInfo": ("fabric",),
 }
 # Answers that are no failure of the reading, by design (documented in nvml.py).
 MEANS_NONE = {
@@ -404,6 +477,10 @@ MEANS_NONE = {
     ("nvmlDeviceGetMigDeviceHandleByIndex", "NVML_ERROR_INVALID_ARGUMENT"),
     ("nvmlDeviceGetMigDeviceHandleByIndex", "NVML_ERROR_NO_PERMISSION"),  # not this container's
     ("nvmlDeviceGetCurrentClocksEventReasons", "NVML_ERROR_FUNCTION_NOT_FOUND"),  # < 535
+    ("nvmlDeviceGetC2cModeInfoV", "NVML_ERROR_NOT_SUPPORTED"),  # no C2C link: "pcie"
+    ("nvmlDeviceGetGpuFabricInfoV", "NVML_ERROR_NOT_SUPPORTED"),  # no fabric: "not_supported"
+    ("nvmlDeviceGetGpuFabricInfoV", "NVML_ERROR_FUNCTION_NOT_FOUND"),  # < 550: the older call
+    ("nvmlDeviceGetGpuFabricInfo", "NVML_ERROR_NOT_SUPPORTED"),
 }
 MIG_CALLS = {"nvmlDeviceGetMaxMigDeviceCount", "nvmlDeviceGetMigDeviceHandleByIndex"}
 CALLS = sorted(nvml_calls())
@@ -439,6 +516,7 @@ def one_call_fails(
     target = MIG_GPU if call in MIG_CALLS else 0
     host = Host(lambda c, gpu: ERRORS[error]() if c == call and gpu in (target, None) else None)
     host.old_clock_api = call == "nvmlDeviceGetCurrentClocksThrottleReasons"
+    host.old_fabric_api = call == "nvmlDeviceGetGpuFabricInfo"
     host.install(monkeypatch)
     snap = host_snapshot()
     assert host.raised, f"{call} was never called"
@@ -541,6 +619,7 @@ def test_random_faults_never_escape_and_nothing_unread_passes(
     for _trial in range(500):
         host = Host(random_faults(rng, p))
         host.old_clock_api = rng.random() < 0.3
+        host.old_fabric_api = host.old_clock_api  # a driver before 535 lacks both
         host.install(monkeypatch)
         snap = host_snapshot()
         assert_judged(snap, tmp_path)
@@ -724,3 +803,323 @@ def test_a_gpu_whose_handle_the_sampler_cannot_get_is_the_only_one_unsampled(
         "clock_samples": 0,
         "unread": dict.fromkeys(nvml.SAMPLED, f"NVML found no handle for {UUIDS[1]}: Not Found"),
     }
+
+
+# -- Grace hosts: the host link, the GPU's NUMA node, its CPUs, the NVLink fabric ------------
+
+MISMATCH_WORDS = f"NVMLLibraryMismatchError: {MISMATCH}"[: nvml.REASON_CHARS]
+NEW_READINGS = ("host_link", "numa_node", "cpu_affinity", "fabric")
+
+
+def grace_gpus(
+    monkeypatch: pytest.MonkeyPatch,
+    fail: Callable[[str, int | None], BaseException | None] | None = None,
+    **answers: Any,
+) -> tuple[Host, list[dict[str, Any]]]:
+    """The GPUs NVML reads on two Grace superchips, `answers` replacing the host's."""
+    host = Host(fail, mig_gpu=None, grace=True)
+    for name, value in answers.items():
+        setattr(host, name, value)
+    host.install(monkeypatch)
+    status, gpus = nvml.read_nvml()
+    assert status["available"], status
+    return host, gpus
+
+
+def test_a_grace_host_reads_c2c_the_numa_nodes_and_the_cpus_near_each_gpu(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    host, (gpu0, gpu1) = grace_gpus(monkeypatch)
+    assert {k: gpu0[k] for k in NEW_READINGS} == {
+        "host_link": "c2c",
+        "numa_node": 2,
+        "cpu_affinity": "0-71",
+        "fabric": FABRIC,
+    }
+    assert (gpu1["host_link"], gpu1["numa_node"], gpu1["cpu_affinity"]) == ("c2c", 10, "72-143")
+    assert "unread" not in gpu0 and "unread" not in gpu1
+    assert host.cpu_set_sizes == [3, 3]  # 144 CPUs in 64-bit words
+
+
+# What each call reads on the GPU it answers for: (key, the healthy reading, the reading a
+# NotSupported answer gives, or None where it leaves the key unread).
+GRACE_READS: dict[str, tuple[str, Any, Any]] = {
+    "nvmlDeviceGetC2cModeInfoV": ("host_link", "c2c", "pcie"),
+    "nvmlDeviceGetNumaNodeId": ("numa_node", 2, None),
+    "nvmlDeviceGetCpuAffinity": ("cpu_affinity", "0-71", None),
+    "nvmlDeviceGetGpuFabricInfoV": ("fabric", FABRIC, {"state": "not_supported"}),
+}
+REFUSALS = {
+    "NVML_ERROR_NO_PERMISSION": "Insufficient Permissions",
+    "NVML_ERROR_FUNCTION_NOT_FOUND": "Function Not Found",
+    "NVMLLibraryMismatchError": MISMATCH_WORDS,
+    "RuntimeError": "RuntimeError: the driver went away",
+}
+
+
+def grace_answers() -> list[tuple[str, str | None, str, Any, str]]:
+    """(call, error from ERRORS or None for the healthy answer, key, the value read or None,
+    the reason it is unread)."""
+    out: list[tuple[str, str | None, str, Any, str]] = []
+    for call, (key, healthy, unsupported) in GRACE_READS.items():
+        out.append((call, None, key, healthy, ""))
+        why = "" if unsupported is not None else "Not Supported"
+        out.append((call, "NVML_ERROR_NOT_SUPPORTED", key, unsupported, why))
+        for error, reason in REFUSALS.items():
+            if call == "nvmlDeviceGetGpuFabricInfoV" and error == "NVML_ERROR_FUNCTION_NOT_FOUND":
+                out.append((call, error, key, FABRIC, ""))  # before R550: the older call
+            else:
+                out.append((call, error, key, None, reason))
+    return out
+
+
+@pytest.mark.parametrize(("call", "error", "key", "value", "reason"), grace_answers())
+def test_each_grace_reading_under_each_answer(
+    call: str,
+    error: str | None,
+    key: str,
+    value: Any,
+    reason: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def fail(c: str, gpu: int | None) -> BaseException | None:
+        return ERRORS[error]() if error and c == call and gpu == 0 else None
+
+    _, (gpu, other) = grace_gpus(monkeypatch, fail)
+    if value is None:
+        assert key not in gpu and gpu["unread"] == {key: reason}
+    else:
+        assert gpu[key] == value and "unread" not in gpu
+    # the rest of the GPU, and the other GPU, read as ever
+    assert all(k in gpu for k in NEW_READINGS if k != key)
+    assert other["host_link"] == "c2c" and other["fabric"] == FABRIC and "unread" not in other
+
+
+def test_the_older_fabric_call_fails_soft_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A driver before R550 (no GpuFabricInfoV) whose older call refuses: unread, or no
+    fabric where it answers NotSupported."""
+    for error, want in (
+        ("NVML_ERROR_NO_PERMISSION", None),
+        ("NVML_ERROR_FUNCTION_NOT_FOUND", None),
+        ("NVML_ERROR_NOT_SUPPORTED", {"state": "not_supported"}),
+    ):
+        with pytest.MonkeyPatch.context() as patch:
+            refuse = lambda c, gpu, e=error: (  # noqa: E731
+                ERRORS[e]() if c == "nvmlDeviceGetGpuFabricInfo" else None
+            )
+            _, (gpu, _other) = grace_gpus(patch, refuse, old_fabric_api=True)
+            assert gpu.get("fabric") == want, error
+            if want is None:
+                assert gpu["unread"] == {"fabric": nvml.reason_of(ERRORS[error]())}
+
+
+def test_a_negative_numa_node_is_no_numa_node(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A GB200 under CDMM, or a GH200 whose GPU memory is not onlined: NVML says -1."""
+    _, gpus = grace_gpus(monkeypatch, numa_nodes=(-1, 0))
+    assert "numa_node" not in gpus[0] and gpus[0]["unread"] == {"numa_node": "no NUMA node"}
+    assert gpus[1]["numa_node"] == 0
+
+
+def test_c2c_off_is_pcie(monkeypatch: pytest.MonkeyPatch) -> None:
+    _, gpus = grace_gpus(monkeypatch, c2c=0)
+    assert [g["host_link"] for g in gpus] == ["pcie", "pcie"]
+
+
+@pytest.mark.parametrize(
+    ("state", "status", "want"),
+    [
+        (0, 0, {"state": "not_supported"}),
+        (1, 0, {**FABRIC, "state": "not_started"}),
+        (2, 0, {**FABRIC, "state": "in_progress"}),
+        (3, 0, FABRIC),
+        (3, pynvml.NVML_ERROR_TIMEOUT, {**FABRIC, "status": "Timeout"}),
+        (3, pynvml.NVML_ERROR_NOT_SUPPORTED, {**FABRIC, "status": "Not Supported"}),
+    ],
+)
+def test_fabric_states_and_statuses(
+    state: int, status: int, want: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _, gpus = grace_gpus(monkeypatch, fabric={"state": state, "status": status})
+    assert gpus[0]["fabric"] == want
+    # a status NVML reports of the fabric is no answer about the GPU: never lost for it
+    assert "gpu_lost" not in gpus[0]
+
+
+def test_a_fabric_state_nvml_does_not_document_is_unread(monkeypatch: pytest.MonkeyPatch) -> None:
+    _, gpus = grace_gpus(monkeypatch, fabric={"state": 7, "status": 0})
+    assert "fabric" not in gpus[0]
+    assert gpus[0]["unread"] == {"fabric": "fabric state 7 is none NVML documents"}
+
+
+def test_an_empty_cpu_affinity_is_no_reading(monkeypatch: pytest.MonkeyPatch) -> None:
+    _, gpus = grace_gpus(monkeypatch, affinity=("", "72-143"))
+    assert gpus[0]["unread"] == {"cpu_affinity": "no CPU in NVML's affinity mask"}
+    assert gpus[1]["cpu_affinity"] == "72-143"
+
+
+@pytest.mark.parametrize(("cpus", "words"), [(1, 1), (64, 1), (65, 2), (144, 3), (None, 16)])
+def test_the_cpu_set_covers_every_cpu(cpus: int | None, words: int) -> None:
+    assert nvml.cpu_set_size(cpus) == words
+
+
+def test_a_lost_gpu_answering_a_grace_reading_is_lost(monkeypatch: pytest.MonkeyPatch) -> None:
+    lost = lambda c, gpu: (  # noqa: E731
+        pynvml.NVMLError_GpuIsLost() if c == "nvmlDeviceGetCpuAffinity" and gpu == 1 else None
+    )
+    _, gpus = grace_gpus(monkeypatch, lost)
+    assert gpus[1]["gpu_lost"] == "cpu_affinity: GPU is lost"
+
+
+# The same readings through the real pynvml wrappers, over a C library of Python functions
+# (c_library): what the wrappers pass (ctypes references, cpuSetSize) and read back.
+GRACE_CALLS = (
+    "nvmlDeviceGetC2cModeInfoV",
+    "nvmlDeviceGetNumaNodeId",
+    "nvmlDeviceGetCpuAffinity",
+    "nvmlDeviceGetGpuFabricInfoV",
+    "nvmlDeviceGetGpuFabricInfo",
+)
+SUCCESS = pynvml.NVML_SUCCESS
+
+
+def c2c_symbol(enabled: int) -> Callable[..., int]:
+    def answer(handle: Any, info: Any) -> int:
+        info._obj.isC2cEnabled = enabled
+        return SUCCESS
+
+    return answer
+
+
+def numa_symbol(node: int) -> Callable[..., int]:
+    def answer(handle: Any, out: Any) -> int:
+        out._obj.value = node
+        return SUCCESS
+
+    return answer
+
+
+def affinity_symbol(cpus: str, sizes: list[int]) -> Callable[..., int]:
+    def answer(handle: Any, size: int, out: Any) -> int:
+        sizes.append(size)
+        for word, mask in enumerate(masks_of(cpus, size)):
+            out._obj[word] = mask
+        return SUCCESS
+
+    return answer
+
+
+def fabric_symbol(state: int) -> Callable[..., int]:
+    def answer(handle: Any, out: Any) -> int:
+        host = Host()
+        host.fabric = {"state": state, "status": SUCCESS}
+        return host._fabric_into(out._obj)
+
+    return answer
+
+
+def refuse(code: int) -> Callable[..., int]:
+    return lambda *args: code
+
+
+def test_the_real_wrappers_read_a_gb200_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    """GPU 2 of a GB200 compute tray (144 CPUs, its Grace's 72-143), in a completed fabric,
+    under CDMM (no NUMA node of GPU memory)."""
+    Host().install(monkeypatch, keep=GRACE_CALLS)
+    monkeypatch.setattr(os, "cpu_count", lambda: 144)
+    sizes: list[int] = []
+    c_library(
+        monkeypatch,
+        {
+            "nvmlDeviceGetC2cModeInfoV": c2c_symbol(1),
+            "nvmlDeviceGetNumaNodeId": numa_symbol(-1),
+            "nvmlDeviceGetCpuAffinity": affinity_symbol("72-143", sizes),
+            "nvmlDeviceGetGpuFabricInfoV": fabric_symbol(pynvml.NVML_GPU_FABRIC_STATE_COMPLETED),
+        },
+    )
+    _, (gpu, _other) = nvml.read_nvml()
+    assert (gpu["host_link"], gpu["cpu_affinity"], gpu["fabric"]) == ("c2c", "72-143", FABRIC)
+    assert gpu["unread"] == {"numa_node": "no NUMA node"}
+    assert sizes == [3, 3]
+
+
+def test_the_real_wrappers_on_an_x86_host_without_c2c_or_fabric(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    Host().install(monkeypatch, keep=GRACE_CALLS)
+    not_supported = refuse(pynvml.NVML_ERROR_NOT_SUPPORTED)
+    c_library(
+        monkeypatch,
+        {
+            "nvmlDeviceGetC2cModeInfoV": not_supported,
+            "nvmlDeviceGetNumaNodeId": not_supported,
+            "nvmlDeviceGetCpuAffinity": refuse(pynvml.NVML_ERROR_NO_PERMISSION),
+            "nvmlDeviceGetGpuFabricInfoV": fabric_symbol(
+                pynvml.NVML_GPU_FABRIC_STATE_NOT_SUPPORTED
+            ),
+        },
+    )
+    _, (gpu, _other) = nvml.read_nvml()
+    assert (gpu["host_link"], gpu["fabric"]) == ("pcie", {"state": "not_supported"})
+    assert gpu["unread"] == {
+        "numa_node": "Not Supported",
+        "cpu_affinity": "Insufficient Permissions",
+    }
+
+
+def test_the_real_wrappers_over_a_driver_before_r550(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No C2C or GpuFabricInfoV symbol (FunctionNotFound): the host link is unread, the
+    fabric is read through the older call."""
+    Host().install(monkeypatch, keep=GRACE_CALLS)
+    c_library(
+        monkeypatch,
+        {
+            "nvmlDeviceGetNumaNodeId": numa_symbol(1),
+            "nvmlDeviceGetCpuAffinity": affinity_symbol("0-71", []),
+            "nvmlDeviceGetGpuFabricInfo": fabric_symbol(pynvml.NVML_GPU_FABRIC_STATE_IN_PROGRESS),
+        },
+    )
+    _, (gpu, _other) = nvml.read_nvml()
+    assert gpu["unread"] == {"host_link": "Function Not Found"}
+    assert (gpu["numa_node"], gpu["cpu_affinity"]) == (1, "0-71")
+    assert gpu["fabric"] == {**FABRIC, "state": "in_progress"}
+
+
+class OldFabricInfo(ctypes.Structure):
+    """nvmlGpuFabricInfo_t as nvidia-ml-py 12.535 declares it: a c_char UUID, partitionId."""
+
+    _fields_ = [
+        ("clusterUuid", ctypes.c_char * 16),
+        ("status", ctypes.c_uint),
+        ("partitionId", ctypes.c_uint32),
+        ("state", ctypes.c_uint),
+    ]
+
+
+def test_an_nvidia_ml_py_12_535_binding(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The oldest binding imagekit installs has no C2C or GpuFabricInfoV wrapper, names the
+    clique partitionId and reads the UUID as text cut at its first NUL byte."""
+    Host().install(monkeypatch, keep=GRACE_CALLS)
+    for name in (
+        "nvmlDeviceGetC2cModeInfoV",
+        "nvmlDeviceGetGpuFabricInfoV",
+        "c_nvmlGpuFabricInfoV_t",
+    ):
+        monkeypatch.delattr(pynvml, name)
+    monkeypatch.setattr(pynvml, "c_nvmlGpuFabricInfo_t", OldFabricInfo)
+    raw = bytes(range(16))  # a NUL byte first
+
+    def fabric(handle: Any, out: Any) -> int:
+        info = out._obj
+        ctypes.memmove(ctypes.addressof(info), raw, 16)
+        info.status, info.partitionId, info.state = SUCCESS, 7, 3
+        return SUCCESS
+
+    c_library(monkeypatch, {"nvmlDeviceGetGpuFabricInfo": fabric})
+    _, (gpu, _other) = nvml.read_nvml()
+    assert gpu["fabric"] == {
+        "state": "completed",
+        "status": "success",
+        "clique_id": 7,
+        "cluster_uuid": "00010203-0405-0607-0809-0a0b0c0d0e0f",
+    }
+    assert gpu["unread"]["host_link"].startswith("AttributeError: ")

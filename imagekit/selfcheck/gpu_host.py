@@ -1,7 +1,7 @@
 """Is a GPU expected here, and if torch sees none, why? Pure functions over plain data.
 
 The thin readers at the bottom collect that data from the container (device nodes, the
-driver's /proc file, the environment); the decisions never touch the system.
+driver's /proc file, the IMEX channels, the environment); the decisions never touch the system.
 """
 
 from __future__ import annotations
@@ -34,6 +34,9 @@ class Host:
     gpus_requested: bool  # `imagekit test` passed GPUs ($IMAGEKIT_GPUS is all or N)
     cuda_visible_devices: str | None = None  # $CUDA_VISIBLE_DEVICES: what torch may use
     cuda_device_order: str | None = None  # $CUDA_DEVICE_ORDER: how CUDA numbers them
+    # /dev/nvidia-caps-imex-channels/*: what multi-node NVLink shares memory through; None
+    # where the folder is there but cannot be listed
+    imex_channels: tuple[str, ...] | None = ()
 
 
 def is_cuda_image(labels: Mapping[str, str], torch_cuda: str | None) -> bool:
@@ -321,6 +324,20 @@ def _by_position(
 # -- thin readers -------------------------------------------------------------------------
 
 
+IMEX_CHANNELS = "nvidia-caps-imex-channels"
+
+
+def read_imex_channels(folder: Path) -> tuple[str, ...] | None:
+    """The IMEX channels the container was given ("channel0", ...), sorted; () where the
+    folder is absent (no channel passed in: the usual case off an NVL72 rack)."""
+    try:
+        return tuple(sorted(os.listdir(folder)))
+    except (FileNotFoundError, NotADirectoryError):
+        return ()
+    except OSError:
+        return None
+
+
 def read_host(env: Mapping[str, str] = os.environ, dev: str = "/dev") -> Host:
     try:
         nodes = sorted(f"{dev}/{n}" for n in os.listdir(dev) if re.fullmatch(r"nvidia\d+", n))
@@ -334,4 +351,5 @@ def read_host(env: Mapping[str, str] = os.environ, dev: str = "/dev") -> Host:
         gpus_requested=gpus_given(env)[0],
         cuda_visible_devices=env.get("CUDA_VISIBLE_DEVICES"),
         cuda_device_order=env.get("CUDA_DEVICE_ORDER"),
+        imex_channels=read_imex_channels(Path(dev) / IMEX_CHANNELS),
     )

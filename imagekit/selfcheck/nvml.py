@@ -12,6 +12,9 @@ fail soft the same way. A GPU that NVML answers "GPU is lost" (fell off the bus)
 requires reset" for, on any reading, is marked so (`gpu_lost`, `gpu_reset_required`): the
 health verdict fails it.
 
+Some answers are readings, not failures: NotSupported from the C2C mode (no C2C link:
+`host_link` "pcie") and from the fabric info (no NVLink fabric: state "not_supported").
+
 GPU indices are NVML's (PCI bus order); torch's differ (CUDA_VISIBLE_DEVICES,
 CUDA_DEVICE_ORDER): the perf probe matches the two on the UUID (gpu_host.match_devices) and
 samples the GPUs it measures by their UUID. In a container with its own PID namespace NVML
@@ -22,12 +25,17 @@ processes before any check starts CUDA.
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import math
 import os
 import threading
+import uuid
 from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Any
+
+from imagekit.selfcheck import numa
 
 # nvmlClocksEventReason* bits (nvml.h; the same values as the older ClocksThrottleReason*).
 REASON_BITS: tuple[tuple[int, str], ...] = (
@@ -62,6 +70,19 @@ FAULT_CLASSES = {"NVMLError_GpuIsLost": GPU_LOST, "NVMLError_ResetRequired": RES
 # What the clock sampler records per GPU (the keys a failed handle leaves unread).
 SAMPLED = ("clock_event_reasons", "pcie_gen_under_load", "pcie_width_under_load")
 REASON_CHARS = 300
+NOT_SUPPORTED = "NVMLError_NotSupported"
+# Where a driver or an older nvidia-ml-py lacks a newer symbol (pynvml raises
+# FunctionNotFound for the driver, AttributeError is the binding's), the older one is asked.
+NO_SYMBOL = "NVMLError_FunctionNotFound"
+# nvmlGpuFabricState_t (nvml.h): NVML_GPU_FABRIC_STATE_NOT_SUPPORTED ... _COMPLETED.
+FABRIC_STATES = {0: "not_supported", 1: "not_started", 2: "in_progress", 3: "completed"}
+# nvmlDeviceGetCpuAffinity's mask where os.cpu_count() does not say how many CPUs there are.
+CPUS_UNKNOWN = 1024
+
+
+class NotRead(Exception):
+    """An answer NVML gave that is no reading (a negative NUMA node: the GPU has none); its
+    text alone is the reason recorded in `unread`."""
 
 
 def reason_of(exc: BaseException) -> str:
@@ -71,7 +92,7 @@ def reason_of(exc: BaseException) -> str:
         text = str(exc)
     except Exception:  # NVMLError.__str__ asks the library for the words of newer codes
         text = f"code {getattr(exc, 'value', '?')}"
-    if not type(exc).__name__.startswith("NVMLError"):
+    if not type(exc).__name__.startswith("NVMLError") and not isinstance(exc, NotRead):
         text = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
     return text[:REASON_CHARS]
 
@@ -274,6 +295,10 @@ def read_gpu(nvml: Any, index: int, own_pids: Collection[int] = ()) -> dict[str,
     read(("nvlinks_active", "nvlinks_total", "nvlink_version"), lambda: _nvlinks(nvml, handle))
     if gpu.get("nvlink_version") is None:
         gpu.pop("nvlink_version", None)
+    read("host_link", lambda: _host_link(nvml, handle))
+    read("numa_node", lambda: _numa_node(nvml, handle))
+    read("cpu_affinity", lambda: _cpu_affinity(nvml, handle))
+    read("fabric", lambda: _fabric(nvml, handle))
     read("processes", lambda: _processes(nvml, handle, own_pids))
     if unread:
         gpu["unread"] = unread
@@ -346,6 +371,100 @@ def _nvlink_generation(nvml: Any, handle: Any, link: int) -> int | None:
         if fault_of(exc):
             raise
         return None
+
+
+def _host_link(nvml: Any, handle: Any) -> str:
+    """How the GPU reaches its CPU: "c2c" over NVLink-C2C (GH200, GB200), else "pcie"; a
+    GPU without a C2C link answers NotSupported, which says just that."""
+    try:
+        enabled = nvml.nvmlDeviceGetC2cModeInfoV(handle).isC2cEnabled
+    except Exception as exc:
+        if type(exc).__name__ == NOT_SUPPORTED:
+            return "pcie"
+        raise
+    return "c2c" if enabled else "pcie"
+
+
+def _numa_node(nvml: Any, handle: Any) -> int:
+    """The NUMA node of the GPU's own memory, where the OS has onlined it as one (a Grace
+    host without CDMM); NVML answers a negative node where there is none."""
+    node = int(nvml.nvmlDeviceGetNumaNodeId(handle))
+    if node < 0:
+        raise NotRead("no NUMA node")
+    return node
+
+
+def _cpu_affinity(nvml: Any, handle: Any) -> str:
+    """The CPUs nearest the GPU, as a cpulist in the host's CPU numbers (NVML's, whatever
+    cpuset the container has). An empty mask says nothing of the GPU: not a reading."""
+    masks = nvml.nvmlDeviceGetCpuAffinity(handle, cpu_set_size(os.cpu_count()))
+    cpus = numa.cpulist([int(mask) for mask in masks])
+    if not cpus:
+        raise NotRead("no CPU in NVML's affinity mask")
+    return cpus
+
+
+def cpu_set_size(cpus: int | None) -> int:
+    """nvmlDeviceGetCpuAffinity's cpuSetSize: enough words for every CPU. os.cpu_count()
+    counts the host's CPUs, which is what NVML numbers, not the container's cpuset."""
+    return max(1, math.ceil((cpus or CPUS_UNKNOWN) / numa.WORD_BITS))
+
+
+def _fabric(nvml: Any, handle: Any) -> dict[str, Any]:
+    """The GPU's registration with an NVLink fabric (the NVLink switches of a GB200 NVL72
+    rack, through which multi-node NVLink runs): {"state"}, and where there is a fabric,
+    its "status", "clique_id" and "cluster_uuid". A GPU outside any fabric answers
+    NotSupported, or the state NOT_SUPPORTED."""
+    try:
+        info = _fabric_info(nvml, handle)
+    except Exception as exc:
+        if type(exc).__name__ == NOT_SUPPORTED:
+            return {"state": "not_supported"}
+        raise
+    state = FABRIC_STATES.get(int(info.state))
+    if state is None:
+        raise NotRead(f"fabric state {int(info.state)} is none NVML documents")
+    if state == "not_supported":
+        return {"state": state}
+    return {
+        "state": state,
+        "status": _return_text(nvml, int(info.status)),
+        "clique_id": _clique_id(info),
+        "cluster_uuid": _cluster_uuid(info),
+    }
+
+
+def _fabric_info(nvml: Any, handle: Any) -> Any:
+    """nvmlDeviceGetGpuFabricInfoV (R550 and later); on a driver or an nvidia-ml-py without
+    it, the older (deprecated) nvmlDeviceGetGpuFabricInfo."""
+    try:
+        info = nvml.c_nvmlGpuFabricInfoV_t()  # sets its own version
+        nvml.nvmlDeviceGetGpuFabricInfoV(handle, ctypes.byref(info))
+        return info
+    except Exception as exc:
+        if not isinstance(exc, AttributeError) and type(exc).__name__ != NO_SYMBOL:
+            raise
+    info = nvml.c_nvmlGpuFabricInfo_t()
+    nvml.nvmlDeviceGetGpuFabricInfo(handle, ctypes.byref(info))
+    return info
+
+
+def _return_text(nvml: Any, code: int) -> str:
+    """An nvmlReturn_t the structure holds, in NVML's words ("success" for NVML_SUCCESS)."""
+    return "success" if code == nvml.NVML_SUCCESS else reason_of(nvml.NVMLError(code))
+
+
+def _clique_id(info: Any) -> int:
+    # Older nvidia-ml-py (12.535, which imagekit still allows) names the field partitionId.
+    return int(info.cliqueId if hasattr(info, "cliqueId") else info.partitionId)
+
+
+def _cluster_uuid(info: Any) -> str:
+    """8-4-4-4-12 hex. Older bindings declare the 16 bytes as c_char, which read back as
+    text cut at the first NUL: they are taken from the structure itself."""
+    field = type(info).clusterUuid
+    raw = ctypes.string_at(ctypes.addressof(info) + field.offset, field.size)
+    return str(uuid.UUID(bytes=raw))
 
 
 def _processes(nvml: Any, handle: Any, own_pids: Collection[int]) -> list[dict[str, Any]]:

@@ -2,9 +2,9 @@
 JSON (docs/host-snapshot.md). A live run reads the host, runs the probes, assembles the
 snapshot and judges it (judge.py); `--judge FILE` judges a recorded one the same way.
 
-Standard library only. The readers here are thin; NVML is read through nvml.py and the CPU
-through int8.py, each of which fails soft (a reading that cannot be taken is left out, with
-the reason, and its rule is then skipped, never passed).
+Standard library only. The readers here are thin; NVML is read through nvml.py, the CPU
+through int8.py, the NUMA layout through numa.py, each of which fails soft (a reading that
+cannot be taken is left out, with the reason, and its rule is then skipped, never passed).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Any
 from imagekit import __version__
 from imagekit.contract import labels as label
 from imagekit.contract.checks import ENV_PROFILE, CheckResult, RecordError, gpus_given
-from imagekit.selfcheck import gpu_host
+from imagekit.selfcheck import gpu_host, numa
 from imagekit.selfcheck.results import labels
 
 FORMAT = 1
@@ -70,8 +70,10 @@ def read_host(expect_gpus: int | None, require: str = "") -> Snapshot:
             "gpus_requested": host.gpus_requested,
             "cuda_visible_devices": host.cuda_visible_devices,
             "cuda_device_order": host.cuda_device_order,
+            "imex_channels": _listed(host.imex_channels),
         },
         "cpu": _cpu(),
+        "numa": numa.read_numa(),
         "driver": host.driver,
         "nvml": nvml_status,
         "gpus": gpus,
@@ -79,6 +81,10 @@ def read_host(expect_gpus: int | None, require: str = "") -> Snapshot:
         "labels": promised,
         "require": sorted(filter(None, require.split(","))),
     }
+
+
+def _listed(names: tuple[str, ...] | None) -> list[str] | None:
+    return None if names is None else list(names)
 
 
 def _cpu() -> dict[str, Any]:
