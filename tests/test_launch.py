@@ -496,6 +496,17 @@ def test_single_node_profile_on_many_nodes_gets_a_note() -> None:
     assert "profile single-node sets no NCCL transport" in result.output
 
 
+@pytest.mark.parametrize("engine", ["kubernetes", "slurm"])
+def test_nvl72_profile_says_what_the_cluster_must_give(engine: str) -> None:
+    argv = [*LAUNCH, "--engine", engine, "--cell", CELL, "--profile", "multi-node-nvlink", "t.py"]
+    result = CliRunner().invoke(cli, argv)
+    assert result.exit_code == 0, result.output
+    assert "needs an IMEX channel in every container" in result.output
+    # the job carries the profile's settings (a pod's env list, or the script's exports)
+    said = "export NCCL_MNNVL_ENABLE=1" if engine == "slurm" else "name: NCCL_MNNVL_ENABLE"
+    assert said in result.output and "NVIDIA_IMEX_CHANNELS" in result.output
+
+
 # -- the fleet gate: hardware checks on every node, and Slurm's drain ----------------------------
 
 

@@ -184,13 +184,29 @@ def test_p2p_not_measured_or_not_possible_is_a_skip_never_a_pass() -> None:
         ({"h2d_gbps": 24.6, "pcie_max_gen": 4, "pcie_gen": 4}, None),  # Gen4 x16
         ({"h2d_gbps": 12.0, "pcie_max_width": 8, "pcie_max_gen": 4}, None),  # wired x8
         ({"h2d_gbps": 12.0, "pcie_max_gen": None, "pcie_gen": None}, Status.SKIPPED),
-        ({"name": "NVIDIA GH200 480GB", "h2d_gbps": 12.0}, Status.SKIPPED),  # NVLink-C2C, not PCIe
+        # NVLink-C2C, judged against it (450 GB/s each way), never PCIe's floor
+        ({"name": "NVIDIA GH200 480GB", "h2d_gbps": 346.0}, None),  # nvbandwidth#23's GH200
+        ({"name": "NVIDIA GH200 480GB", "h2d_gbps": 52.3}, Status.FAILED),  # a PCIe-like rate
+        ({"name": "NVIDIA GH200 480GB", "h2d_gbps": 226.0, "pcie_max_gen": None}, None),
+        ({"name": "NVIDIA GB200", "h2d_gbps": 120.0}, None),  # half a Grace's C2C per GPU
+        ({"name": "NVIDIA GB200", "h2d_gbps": 100.0}, Status.FAILED),
+        ({"name": "NVIDIA H100", "host_link": "c2c", "h2d_gbps": 100.0}, Status.FAILED),  # NVML
+        ({"name": "NVIDIA GH200 480GB", "host_link": "pcie", "h2d_gbps": 52.3}, None),  # NVML
         ({}, Status.SKIPPED),  # not measured
     ],
 )
 def test_h2d_against_the_pcie_link(fields: dict[str, Any], level: str | None) -> None:
     found = links.h2d_findings({"gpus": [gpu(3, **fields)]})
     assert [f.level for f in found] == ([level] if level else [])
+
+
+def test_c2c_failure_names_the_share_of_the_link() -> None:
+    (finding,) = links.h2d_findings({"gpus": [gpu(0, name="NVIDIA GB200", h2d_gbps=60.0)]})
+    assert finding.rule == "h2d-bandwidth"
+    assert (
+        "below 112.5 GB/s, 50% of its half of a Grace's NVLink-C2C, 225 GB/s each way"
+        in finding.text()
+    )
 
 
 def test_h2d_failure_names_the_gpu_the_reading_and_the_link() -> None:

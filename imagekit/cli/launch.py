@@ -124,7 +124,17 @@ def launch(**kwargs: Any) -> None:
     if spec.nodes > 1 and spec.profile == "single-node":
         terminal.echo(
             "imagekit: note: profile single-node sets no NCCL transport for a multi-node job; "
-            "pass --profile multi-node-ib or multi-node-ethernet",
+            "pass --profile multi-node-ib, multi-node-ethernet or (GB200 NVL72) "
+            "multi-node-nvlink",
+            err=True,
+        )
+    if spec.profile == "multi-node-nvlink":
+        terminal.echo(
+            "imagekit: note: profile multi-node-nvlink needs an IMEX channel in every container "
+            "and the nodes in one NVLink domain (rack): on Kubernetes add a ComputeDomain's "
+            "resource claim (NVIDIA DRA driver) and pod affinity on nvidia.com/gpu.clique; on "
+            "Slurm the hosts' nvidia-imex channel0 (NVIDIA_IMEX_CHANNELS=0 is baked). The "
+            "self-check's links verdict fails without them",
             err=True,
         )
     text = launch_mod.render(spec)

@@ -192,7 +192,9 @@ class Options(_Strict):
     build_apt: list[AptPackage] | None = None
     pip: list[PipRequirement] | None = None
     features: list[Literal["flash-attn", "onnx", "onnx-tensorrt"]] | None = None
-    profile: Literal["single-node", "multi-node-ib", "multi-node-ethernet"] | None = None
+    profile: (
+        Literal["single-node", "multi-node-ib", "multi-node-ethernet", "multi-node-nvlink"] | None
+    ) = None
     env: dict[EnvKey, EnvValue] | None = None
     size_budget: Size | None = None
     installer: Literal["uv", "pip"] | None = None

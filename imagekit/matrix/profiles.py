@@ -21,6 +21,17 @@ PROFILE_ENV: dict[str, dict[str, str]] = {
         "NCCL_IB_DISABLE": "1",
         "NCCL_SOCKET_IFNAME": "^docker,lo",
     },
+    # GB200/GB300 NVL72: NVLink between the nodes of a rack, InfiniBand between racks. Set as
+    # CoreWeave's GB200 NVL72 nccl-tests job does, "to fail clearly if GB200 is not correctly
+    # functioning" rather than fall back to the network (selfcheck/grace.py has the sources).
+    "multi-node-nvlink": {
+        "NCCL_IB_DISABLE": "0",
+        "NCCL_SOCKET_IFNAME": "^docker,lo",
+        "NCCL_MNNVL_ENABLE": "1",  # 2 (auto) falls back to IB in silence
+        "NCCL_CUMEM_ENABLE": "1",  # fabric memory is shared through cuMem buffers
+        "NCCL_NET_GDR_C2C": "1",  # GPUDirect RDMA through the NIC on the Grace, over C2C
+        "NVIDIA_IMEX_CHANNELS": "0",  # the container toolkit (1.17+) passes channel 0 in
+    },
 }
 
 # /dev/shm for launched jobs (`imagekit launch`), as a Kubernetes quantity. DataLoader workers
@@ -32,11 +43,12 @@ PROFILE_SHM: dict[str, str] = {
     "single-node": "16Gi",
     "multi-node-ib": "64Gi",
     "multi-node-ethernet": "64Gi",
+    "multi-node-nvlink": "64Gi",
 }
 
 # Profiles whose NCCL data path is RDMA: they need locked memory (IPC_LOCK, memlock unlimited)
 # to register buffers with the HCA, and an RDMA device in the container.
-RDMA_PROFILES = frozenset({"multi-node-ib"})
+RDMA_PROFILES = frozenset({"multi-node-ib", "multi-node-nvlink"})
 
 CUDA_ENV = {
     # Fewer fragmentation OOMs on long training runs.

@@ -257,6 +257,8 @@ def _pcie(gpu: Gpu) -> Judged:
     if gpu.get("mig_mode"):
         return [_mig_skip(gpu, "pcie-link", "the PCIe link")], 0
     top_gen, top_width = gpu.get("pcie_max_gen"), gpu.get("pcie_max_width")
+    if (top_gen is None or top_width is None) and gpu.get("host_link") == "c2c":
+        return [], 0  # NVML read the host link as NVLink-C2C: no PCIe link to judge
     if top_gen is None or top_width is None:
         key = "pcie_max_gen" if top_gen is None else "pcie_max_width"
         return [_not_read(gpu, key, "pcie-link", "the PCIe link's maximum")], 0

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from imagekit.contract.checks import CheckResult, Status
+from imagekit.selfcheck import grace
 from imagekit.selfcheck.findings import Finding, fail, result_of, skip, warn
 from imagekit.selfcheck.transports import (
     TCP_PROFILES,
@@ -83,6 +84,14 @@ FLOORS = {
     # (docs/selfcheck-gpu.md, 2026-11-26). A downtrained link is the PCIe health rule's.
     "h2d-gen5": Floor(
         0.4, "pinned host-to-device copy on PCIe Gen5+", "imagekit: docs/selfcheck-gpu.md"
+    ),
+    # GH200: 346 GB/s host to device over NVLink-C2C, 0.77 of 450 (nvbandwidth's copy engine,
+    # https://github.com/NVIDIA/nvbandwidth/issues/23). Half catches a copy that took PCIe's
+    # speed or memory pinned on the wrong Grace, never a healthy superchip.
+    "h2d-c2c": Floor(
+        0.5,
+        "pinned host-to-device copy over NVLink-C2C",
+        "https://github.com/NVIDIA/nvbandwidth/issues/23",
     ),
     # NVLS all-reduce on 8 x H100 peaks at ~480 GB/s busbw (107% of the 450 GB/s line
     # rate); rings reach ~370 (82%) (NCCL's maintainer, nccl-tests#212). H800 (8 links,
@@ -241,8 +250,8 @@ def _h2d_finding(gpu: dict[str, Any]) -> Finding | None:
     index, gbps = gpu["index"], gpu.get("h2d_gbps")
     if not isinstance(gbps, (int, float)):
         return skip("h2d", "host-to-device bandwidth not measured", index)
-    if "GH200" in str(gpu.get("name", "")) or "GB200" in str(gpu.get("name", "")):
-        return skip("h2d-link", "the host link is NVLink-C2C, not PCIe: not judged", index)
+    if grace.is_c2c(gpu):
+        return _c2c_h2d(gpu, gbps)
     link = pcie_link(gpu)
     if link is None:
         return skip("h2d-link", f"{gbps:g} GB/s; PCIe generation and width not read", index)
@@ -257,6 +266,22 @@ def _h2d_finding(gpu: dict[str, Any]) -> Finding | None:
         f"({floor.fraction:.0%} of {link.what} = {num(link.gbps)} GB/s per direction): a "
         "downtrained link, a slot wired narrower, or memory pinned on the far socket",
         index,
+    )
+
+
+def _c2c_h2d(gpu: dict[str, Any], gbps: float) -> Finding | None:
+    """A Grace superchip's GPU against its share of NVLink-C2C, never PCIe's floor."""
+    share, what = grace.c2c_gbps(gpu)
+    floor = FLOORS["h2d-c2c"]
+    need = floor.fraction * share
+    if gbps >= need:
+        return None
+    return fail(
+        "h2d-bandwidth",
+        f"host-to-device copy at {gbps:g} GB/s, below {num(need)} GB/s, {floor.fraction:.0%} "
+        f"of {what} each way (a healthy GH200 copies 346 GB/s): memory pinned on another "
+        "Grace, a process bound to the wrong NUMA node, or the C2C link degraded",
+        gpu["index"],
     )
 
 
@@ -384,20 +409,28 @@ def _slowest(links: list[Link | None]) -> Link | None:
 
 
 def check_links(snapshot: dict[str, Any]) -> CheckResult:
+    gpus = list(by_index(snapshot).values())
     findings = p2p_findings(snapshot) + h2d_findings(snapshot) + nccl_findings(snapshot)
+    findings += grace.omp_findings(snapshot, gpus) + grace.mnnvl_findings(snapshot, gpus)
     nccl = snapshot.get("nccl") if isinstance(snapshot.get("nccl"), dict) else {}
+    figures = [h2d_figure(g) for g in gpus if "h2d_gbps" in g]
+    layout = [f for f in map(grace.layout_figure, gpus) if f]
     return result_of(
         findings,
-        judged_readings(snapshot, findings),
+        judged_readings(snapshot, findings) + grace.judged_mnnvl(snapshot, gpus),
         p2p_pairs=len(snapshot.get("p2p") or []),
         nccl_transport=nccl.get("transport"),  # type: ignore[union-attr]
         nccl_busbw_GBps=nccl.get("busbw_gbps"),  # type: ignore[union-attr]
-        figures="; ".join(h2d_figure(g) for g in by_index(snapshot).values() if "h2d_gbps" in g),
+        figures="; ".join(figures),
+        **({"grace": "; ".join(layout)} if layout else {}),
     )
 
 
 def h2d_figure(gpu: dict[str, Any]) -> str:
     """e.g. "GPU 0: host-to-device 28.3 GB/s over PCIe Gen5 x16 (63 GB/s)"."""
+    if grace.is_c2c(gpu):
+        _, what = grace.c2c_gbps(gpu)
+        return f"GPU {gpu.get('index')}: host-to-device {gpu['h2d_gbps']} GB/s over {what}"
     link = pcie_link(gpu)
     over = f" over {link.what} ({num(link.gbps)} GB/s)" if link else ""
     return f"GPU {gpu.get('index')}: host-to-device {gpu['h2d_gbps']} GB/s{over}"

@@ -21,7 +21,13 @@ NVLINK_BETWEEN_NODES = frozenset({"MNNVL"})
 # In-network reduction (SHARP): rides the network; NCCL's rings still show the network.
 OFFLOAD = frozenset({"CollNet"})
 RDMA = frozenset({"IB"})  # NCCL's IB verbs transport: InfiniBand or RoCE
-RDMA_PROFILES = frozenset({"multi-node-ib"})
+# multi-node-nvlink: NVLink between the nodes of one rack (MNNVL), InfiniBand between racks.
+RDMA_PROFILES = frozenset({"multi-node-ib", "multi-node-nvlink"})
+NVLINK_PROFILES = frozenset({"multi-node-nvlink"})
+FIX_MNNVL = (
+    "NCCL 2.25.2+, an IMEX channel in the container, NCCL_MNNVL_ENABLE and NCCL_CUMEM_ENABLE "
+    "not 0, the nodes in one NVLink domain (the links check says which is missing)"
+)
 TCP_PROFILES = frozenset({"multi-node-ethernet", "multi-node-tcp"})
 # What the multi-node check records for gloo, which has no log to read: PyTorch's gloo
 # backend moves tensors over TCP sockets (its only transport in PyTorch's Linux builds).
@@ -58,15 +64,23 @@ def transport_problem(
 ) -> str:
     """What breaks the profile's promise, "" when nothing does. A multi-node-ib image must
     move data between nodes over InfiniBand/RDMA, judged by its weakest hop: any other
-    network NCCL used (Socket: TCP) fails. Where the run spanned nodes (`multi_node`), the
-    log must also show the link between them: no transport read, or only transports within
-    a node, is no proof of RDMA and fails too. Within one node nothing is promised."""
+    network NCCL used (Socket: TCP) fails. A multi-node-nvlink image likewise, and a run over
+    several nodes must show MNNVL (a job across racks adds IB between them). Where the run
+    spanned nodes (`multi_node`), the log must also show the link between them: no transport
+    read, or only transports within a node, is no proof of RDMA and fails too. Within one node
+    nothing is promised."""
     if profile not in RDMA_PROFILES:
         return ""
     seen = split(reading)
     slow = [n for n in networks(seen) if n not in RDMA]
     if slow:
         return f"NCCL used {'+'.join(slow)}, profile {profile} needs InfiniBand/RDMA ({FIX_RDMA})"
+    if profile in NVLINK_PROFILES and multi_node and not set(seen) & NVLINK_BETWEEN_NODES:
+        shown = "+".join(seen) or "no transport"
+        return (
+            f"NCCL's log shows {shown}, not MNNVL: profile {profile} moves data between the "
+            f"rack's nodes over multi-node NVLink ({FIX_MNNVL})"
+        )
     if not multi_node or set(seen) & (RDMA | NVLINK_BETWEEN_NODES | OFFLOAD):
         return ""
     shown = f"only {'+'.join(seen)}, no network between the nodes" if seen else "no connection"
