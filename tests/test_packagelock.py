@@ -49,6 +49,7 @@ def fake_resolver(
     index: str,
     wheelhouse: Path | None,
     python: str,
+    platform: str,
 ) -> list[Pin]:
     pins = FEATURE_PINS if constraints else TORCH_PINS
     if constraints:

@@ -22,8 +22,9 @@ from imagekit.contract.refs import parse
 from imagekit.engine.emulation import DEBIAN_ARCH, host_platform
 from imagekit.engine.interface import Engine
 from imagekit.errors import EngineError, ImagekitError, UsageError
-from imagekit.locks.images import Lock
+from imagekit.locks.images import Lock, lacking
 from imagekit.matrix.cells import Cell
+from imagekit.platforms import AMD64
 
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
 # Trimmed like the official -slim images: no docs, man pages or apt lists.
@@ -169,9 +170,13 @@ def fixes_for(ref: str, suites: dict[str, str]) -> str:
 
 
 def lock(engine: Engine, cells: Sequence[Cell], current: Lock) -> tuple[Lock, list[str]]:
-    """Resolve each base tag to its registry digest. Unreachable ones keep their old pin."""
-    pins = dict(current.pins)
+    """Resolve each base tag to its registry digest, and for the bases of cells built for
+    another platform than amd64 alone, each platform's manifest in that index. Unreachable
+    ones keep their old pin. A base whose index lacks a platform its cells are built for is
+    refused (exit 2): nothing is written."""
+    pins, platforms = dict(current.pins), dict(current.platforms)
     notes: list[str] = []
+    needs = platforms_needed(cells)
     for ref in bases_of(cells):
         try:
             digest = engine.registry_digest(ref)
@@ -183,5 +188,43 @@ def lock(engine: Engine, cells: Sequence[Cell], current: Lock) -> tuple[Lock, li
             continue
         if pins.get(ref) != digest:
             notes.append(f"{ref}: {pins.get(ref, 'unpinned')} -> {digest}")
+            platforms.pop(ref, None)  # the old index's manifests are not the new one's
         pins[ref] = digest
-    return Lock(pins=pins), notes
+        if ref in needs:
+            found, note = _platforms_of(engine, ref, digest)
+            if found:
+                platforms[ref] = found
+            if note:
+                notes.append(note)
+    new = Lock(pins=pins, platforms=platforms)
+    problems = lacking(new, cells)
+    if problems:
+        raise UsageError(
+            "a base's index in its registry lacks a platform its cells are built for; "
+            "images.lock was not written:",
+            *problems,
+        )
+    return new, notes
+
+
+def platforms_needed(cells: Sequence[Cell]) -> set[str]:
+    """The bases (unpinned) of the cells built for another platform than amd64 alone: those
+    whose index's platforms images.lock records."""
+    return {
+        unpinned(ref)
+        for cell in cells
+        if cell.platforms != (AMD64,)
+        for ref in (cell.runtime_image, cell.builder_image)
+        if ref
+    }
+
+
+def _platforms_of(engine: Engine, ref: str, digest: str) -> tuple[dict[str, str], str]:
+    """The manifests of the index `ref` is pinned to, by platform; else {} and a note. Read
+    by digest, so they are that index's even if the tag moved since. A failed read keeps
+    the pin: the build still starts from the pinned index, only unchecked."""
+    try:
+        return engine.registry_platforms(ref, digest), ""
+    except Exception as exc:  # oras missing, or a registry that refuses this read
+        why = " ".join(str(exc).split())[:200]
+        return {}, f"{ref}: its platforms not read ({why}); run `imagekit lock` again to check"

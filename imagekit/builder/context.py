@@ -9,7 +9,8 @@ imagekit/lib/imagekit-threads.pth  sets OMP_NUM_THREADS when the venv's Python s
 imagekit/labels.json       the io.imagekit.* labels of the cell, read by the self-check
 imagekit/groups.py         resolves the venv's package groups in the builder (bind-mounted)
 imagekit/sbom_writer.py    writes the image's SBOM in the runtime stage (bind-mounted)
-imagekit/locked/           the cell's package lock as group files, or empty (bind-mounted)
+imagekit/locked/           the cell's package lock as group files (arm64's in linux-arm64/), or
+                           empty (bind-mounted)
 wheelhouse/                hard links to --wheelhouse wheels (bind-mounted, never a layer)
 source/                    the cell's `source` folder, copied last into /workspace
 
@@ -73,15 +74,19 @@ def stage(
 
 
 def _stage_lock(cell: Cell, locks: Path | None, dest: Path) -> None:
-    """Always the folder (the Dockerfile mounts it); the group files only for a locked cell.
-    One fixed date, so the context's bytes alone decide the builder's cache."""
+    """Always the folder (the Dockerfile mounts it); the group files only for a locked cell:
+    amd64's at the top, arm64's in linux-arm64/ (groups.py, running as the build's target
+    machine, picks its own). One fixed date, so the context's bytes alone decide the
+    builder's cache."""
     dest.mkdir()
-    lock = packages.read(locks, cell.id, cell) if locks and packages.lockable(cell) else None
-    if lock is None:
-        return
-    for group, text in packages.group_files(lock).items():
-        (dest / f"{group}.txt").write_text(text)
-        os.utime(dest / f"{group}.txt", (LAYER_EPOCH, LAYER_EPOCH))
+    staged = packages.staged_files(packages.read_all(locks, cell)) if locks else {}
+    for name, text in staged.items():
+        path = dest / name
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(text)
+        os.utime(path, (LAYER_EPOCH, LAYER_EPOCH))
+    for folder in {(dest / name).parent for name in staged} - {dest}:
+        os.utime(folder, (LAYER_EPOCH, LAYER_EPOCH))  # after its files: writing them dated it
 
 
 def _link_wheels(wheelhouse: Path | None, dest: Path) -> None:

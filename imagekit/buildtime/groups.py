@@ -9,7 +9,10 @@ torch's requirements, then the features' against those pins, with the cell's ins
 requirements file per group: cuda.txt, torch.txt, features.txt.
 
 With `--locked DIR` holding a package lock's group files (`imagekit lock --packages`,
-staged into the build context), it resolves nothing: it copies them, hashes and all.
+staged into the build context), it resolves nothing: it copies them, hashes and all. A lock
+is per platform: amd64's group files are DIR's own, arm64's are in DIR/linux-arm64; this
+script takes those of the machine it runs on (the build's target: under QEMU too, since
+uname answers for the emulated machine) and refuses to build a lock of another machine only.
 
 Usage: python groups.py --installer uv|pip --out DIR [--index URL] [--locked DIR]
                         --torch REQ... [--feature REQ...]
@@ -21,6 +24,7 @@ from __future__ import annotations
 import argparse
 import importlib.metadata
 import json
+import platform
 import re
 import subprocess
 import sys
@@ -31,6 +35,9 @@ UV = "/opt/uv/bin/uv"
 PYTHON = "/opt/venv/bin/python"
 WHEELHOUSE = "/wheelhouse"
 GROUPS = ("cuda", "torch", "features")
+# Where a staged lock keeps each machine's group files, under --locked (imagekit/locks/
+# packages.py STAGED says the same by platform): amd64's at the top, as before arm64 had one.
+LOCKED_FOLDERS = {"x86_64": "", "aarch64": "linux-arm64"}
 
 
 def normalize(name: str) -> str:
@@ -151,8 +158,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--locked", type=Path, default=None)
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
-    if args.locked and (args.locked / "torch.txt").is_file():
-        return copy_locked(args.installer, args.locked, args.out)
+    mine = locked_for(args.locked, platform.machine()) if args.locked else None
+    if mine is not None:
+        return copy_locked(args.installer, mine, args.out)
     torch_pins = resolve(args.installer, args.torch, args.index, None)
     (args.out / "torch-resolved.txt").write_text("\n".join(torch_pins) + "\n")
     feature_pins = []
@@ -165,6 +173,25 @@ def main(argv: list[str] | None = None) -> int:
     (args.out / "torch-resolved.txt").unlink()
     make_room(args.installer, [p for pins in groups.values() for p in pins])
     return 0
+
+
+def locked_for(locked: Path, machine: str) -> Path | None:
+    """The staged lock's folder of group files for `machine`; None where nothing is staged
+    (an unlocked cell: resolve). A lock staged for other machines only stops the build: the
+    host checks that a cell's every platform is locked, so this is a context made by hand,
+    and resolving here would install what no lock pins."""
+    staged = {
+        m: locked / f for m, f in LOCKED_FOLDERS.items() if (locked / f / "torch.txt").is_file()
+    }
+    if machine in staged:
+        return staged[machine]
+    if staged:
+        sys.exit(
+            f"imagekit: the package lock staged in {locked} is for {', '.join(staged)}, not this "
+            f"build's machine {machine}: run `imagekit lock --packages` for every platform of "
+            "the cell and build again"
+        )
+    return None
 
 
 def copy_locked(installer: str, locked: Path, out: Path) -> int:

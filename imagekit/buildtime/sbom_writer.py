@@ -7,11 +7,12 @@ Runs inside the build with the image's Python, the writer library mounted for th
         --name CELL_ID --epoch SECONDS --out FILE
 
 Python packages are the distributions in SITE (never sys.path: the writer's own packages are
-not the image's), each with every sha256 the package lock (DIR/{cuda,torch,features}.txt)
-allows for its pin; OS packages are dpkg's installed ones. The same packages give the same
-bytes: no clock, no random serial number or bom-ref; the timestamp and the file's mtime are
---epoch. See docs/sbom.md. The one buildtime script beyond the standard library: it needs
-cyclonedx-python-lib and packageurl-python, which the build mounts and no layer keeps.
+not the image's), each with every sha256 the package lock (DIR/{cuda,torch,features}.txt; an
+aarch64 build's in DIR/linux-arm64/) allows for its pin; OS packages are dpkg's installed
+ones. The same packages give the same bytes: no clock, no random serial number or bom-ref;
+the timestamp and the file's mtime are --epoch. See docs/sbom.md. The one buildtime script
+beyond the standard library: it needs cyclonedx-python-lib and packageurl-python, which the
+build mounts and no layer keeps.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from __future__ import annotations
 import argparse
 import importlib.metadata
 import os
+import platform
 import re
 import sys
 import uuid
@@ -36,10 +38,21 @@ from packageurl import PackageURL
 GROUPS = ("cuda", "torch", "features")
 _PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==(\S+)")
 _HASH = re.compile(r"--hash=sha256:([0-9a-f]{64})")
+# Where a staged lock keeps each machine's group files (groups.py's LOCKED_FOLDERS, which
+# this script cannot import: each is mounted alone): an arm64 image's SBOM gets arm64's
+# hashes, never amd64's wheels' of the same version.
+LOCKED_FOLDERS = {"x86_64": "", "aarch64": "linux-arm64"}
 
 
 def normalize(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def machine_locked(locked: Path | None, machine: str) -> Path | None:
+    """The folder of `machine`'s lock under --locked; None: no lock can be this machine's."""
+    if locked is None or machine not in LOCKED_FOLDERS:
+        return None
+    return locked / LOCKED_FOLDERS[machine]
 
 
 def locked_hashes(locked: Path | None) -> dict[tuple[str, str], list[str]]:
@@ -178,7 +191,8 @@ def main(argv: list[str] | None = None) -> int:
     if not args.site.is_dir():
         print(f"sbom: no site-packages directory at {args.site}", file=sys.stderr)
         return 1
-    components = python_components(args.site, args.locked)
+    locked = machine_locked(args.locked, platform.machine())
+    components = python_components(args.site, locked)
     components += os_components(args.dpkg_status, os_release(args.os_release))
     text = JsonV1Dot6(build_bom(args.name, args.epoch, components)).output_as_string(indent=2)
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -197,16 +197,18 @@ def build(**kwargs: Any) -> None:
     from imagekit.builder.orchestrate import run_build
     from imagekit.cli.build_options import build_run_from, options_from
     from imagekit.engine.docker import DockerEngine
-    from imagekit.locks import packages
+    from imagekit.locks import images, packages
 
     selection = Selection.of(kwargs)
     cells = selection.cells()
     locks = selection.package_locks()
     options = replace(options_from(kwargs), package_locks=locks)
     # Every path is checked before anything is built or contacted; a stale package lock
-    # would install what the matrix no longer asks for.
+    # would install what the matrix no longer asks for, and a base's locked index without
+    # a cell's platform would fail in BuildKit's pull, not here with the fix.
     resolved = inputs.resolve(kwargs["ca_bundle"], kwargs["index_url"], kwargs["wheelhouse"])
     packages.raise_if_stale(cells, locks, whole_matrix=False)
+    images.refuse_lacking(images.read(selection.images_lock()), cells)
     # The run's one engine: it contacts the daemon only when first used, so a dry run
     # still needs no Docker.
     engine = DockerEngine(kwargs["docker_cli"])
@@ -228,7 +230,8 @@ def build(**kwargs: Any) -> None:
     "--packages",
     is_flag=True,
     help="Also resolve each cell's Python packages with uv (hashes included) into "
-    "packages.lock/<cell>.txt beside images.lock; builds then install exactly those.",
+    "packages.lock/<cell>.txt beside images.lock (linux/arm64's: <cell>.linux-arm64.txt); "
+    "builds then install exactly those.",
 )
 @click.option("--no-bases", is_flag=True, help="Leave images.lock alone (no Docker needed).")
 @click.option(
@@ -256,7 +259,9 @@ def lock(**kwargs: Any) -> None:
     if kwargs["check"]:
         cells = selection.cells()
         packages.raise_if_stale(cells, folder, whole_matrix=selection.filters.empty)
-        count = sum(packages.lock_path(folder, c.id).is_file() for c in cells)
+        count = sum(
+            packages.lock_path(folder, c.id, p).is_file() for c in cells for p in c.platforms
+        )
         terminal.echo(f"{folder}: {count} package locks of {len(cells)} cells, all current")
         return
     if not kwargs["no_bases"]:
@@ -535,13 +540,14 @@ def stage(**kwargs: Any) -> None:
     """Write the build contexts (.imagekit/context/<cell>) that a bake file points at."""
     from imagekit import paths
     from imagekit.builder import context, inputs
-    from imagekit.locks import packages
+    from imagekit.locks import images, packages
 
     wheelhouse = inputs.check_wheelhouse(kwargs["wheelhouse"])
     selection = Selection.of(kwargs)
     cells = selection.cells()
     locks = selection.package_locks()
     packages.raise_if_stale(cells, locks, whole_matrix=False)
+    images.refuse_lacking(images.read(selection.images_lock()), cells)
     for cell in cells:
         context.stage(cell, paths.context_dir(paths.WORK, cell.id), wheelhouse, locks)
     terminal.echo(f"staged {len(cells)} contexts under {paths.contexts(paths.WORK)}/")

@@ -411,6 +411,11 @@ class DockerEngine:
     def registry_digest(self, ref: str) -> str:
         return str(self.client.images.get_registry_data(ref).id)
 
+    def registry_platforms(self, ref: str, digest: str) -> dict[str, str]:
+        """Read with oras, as pushed images are: the daemon's registry API says which
+        platforms an index has, not their manifests' digests."""
+        return pushed.platform_digests(str(parse(ref).normalized().by_digest(digest)))
+
     def import_rootfs(self, rootfs: Path, tag: str, platform: str = "") -> str:
         """`tar | docker import`: a root filesystem folder becomes a one-layer image `tag`
         (for `platform`, where that is not the engine's own)."""

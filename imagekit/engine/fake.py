@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -22,7 +23,7 @@ from imagekit.engine.interface import (
     Started,
 )
 from imagekit.errors import BuildError, PushError, UsageError
-from imagekit.platforms import AMD64
+from imagekit.platforms import AMD64, PLATFORMS
 
 ZSTD_LAYER = "application/vnd.oci.image.layer.v1.tar+zstd"
 
@@ -48,6 +49,8 @@ class FakeEngine:
     builder_pushes: bool = False
     multi_platform: bool = False  # holds an image of several platforms under one name
     emulates: tuple[str, ...] = (AMD64,)  # platforms its containers run
+    # base ref -> the platforms its registry's index has (registry_platforms); absent: both
+    base_platforms: dict[str, tuple[str, ...]] = field(default_factory=dict)
     files: dict[str, bytes] = field(default_factory=dict)  # path -> bytes, in every image
     # Detached containers and networks, by name: what a leak test looks at.
     containers: dict[str, RunOptions] = field(default_factory=dict)
@@ -167,6 +170,15 @@ class FakeEngine:
 
     def registry_digest(self, ref: str) -> str:
         return "sha256:" + "1" * 64
+
+    def registry_platforms(self, ref: str, digest: str) -> dict[str, str]:
+        """Each platform of `base_platforms[ref]` (both where it is not there), with a
+        manifest digest of its own."""
+        self.calls.append(("registry_platforms", f"{ref}@{digest}"))
+        return {
+            p: "sha256:" + hashlib.sha256(f"{digest} {p}".encode()).hexdigest()
+            for p in self.base_platforms.get(ref, PLATFORMS)
+        }
 
     def has_gpu_runtime(self) -> bool:
         return False

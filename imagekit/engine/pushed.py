@@ -16,8 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from imagekit.contract import refs
+from imagekit.contract.refs import DIGEST
 from imagekit.engine.interface import Layer
 from imagekit.errors import ImagekitError
+from imagekit.platforms import PLATFORMS
 from imagekit.supply import tools
 
 INDEX_TYPES = (
@@ -105,6 +107,37 @@ def pushed_image(reference: str, arch: str = "amd64") -> PushedImage:
         descriptor = _oras(["manifest", "fetch", "--descriptor"], reference, what)
         digest = str(_json(descriptor, what).get("digest", ""))
     return PushedImage(digest=digest, layers=layers_of(top, _json(blob, what)))
+
+
+def platform_digests(reference: str) -> dict[str, str]:
+    """The image manifest of each platform imagekit builds (PLATFORMS) in the image under
+    `reference` (name@digest): an index's entries, attestations (unknown/unknown) and other
+    platforms left out; a single image manifest is its config's platform."""
+    what = "reading a base image's platforms"
+    top = _json(_oras(["manifest", "fetch"], reference, what), what)
+    if top.get("mediaType") in INDEX_TYPES or "manifests" in top:
+        found = index_platforms(top)
+    else:
+        config_digest = str((top.get("config") or {}).get("digest", ""))
+        blob = _oras(["blob", "fetch", "--output", "-"], by_digest(reference, config_digest), what)
+        config = _json(blob, what)
+        found = {f"{config.get('os')}/{config.get('architecture')}": refs.parse(reference).digest}
+    mine = {p: str(found[p]) for p in PLATFORMS if p in found}
+    bad = [p for p, digest in mine.items() if not DIGEST.fullmatch(digest)]
+    if bad:
+        raise ImagekitError(f"{reference}: the registry gives {bad[0]} no sha256 digest")
+    return mine
+
+
+def index_platforms(index: dict[str, Any]) -> dict[str, str]:
+    """An index's first image manifest of each platform, as os/architecture (a variant,
+    arm64's v8, is not part of imagekit's platform names)."""
+    found: dict[str, str] = {}
+    for entry in index.get("manifests") or []:
+        platform = entry.get("platform") or {}
+        name = f"{platform.get('os')}/{platform.get('architecture')}"
+        found.setdefault(name, str(entry.get("digest", "")))
+    return found
 
 
 def by_digest(reference: str, digest: str) -> str:

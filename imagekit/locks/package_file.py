@@ -18,6 +18,7 @@ from imagekit.buildtime import groups
 from imagekit.contract.text import escape
 from imagekit.errors import UsageError
 from imagekit.matrix.cells import Cell
+from imagekit.platforms import AMD64
 from imagekit.urls import mask
 
 FORMAT = 1
@@ -84,6 +85,9 @@ class PackageLock:
     inputs: dict[str, object]
     resolved_with: dict[str, str] = field(default_factory=dict)
     groups: dict[str, tuple[Pin, ...]] = field(default_factory=dict)
+    # The platform the lock is for (linux/amd64, linux/arm64): it names the file, and its
+    # inputs' "platform" must be that platform's wheel tag (packages.py checks on reading)
+    platform: str = AMD64
 
     @property
     def fingerprint(self) -> str:
@@ -109,8 +113,9 @@ def render_text(lock: PackageLock) -> str:
     return "\n".join(lines) + "\n"
 
 
-def parse(text: str, cell_id: str, where: str = "") -> PackageLock:
-    """The inverse of render_text; a file it cannot read is a UsageError naming the fix.
+def parse(text: str, cell_id: str, where: str = "", platform: str = AMD64) -> PackageLock:
+    """The inverse of render_text (`platform`: the one the file's name says); a file it
+    cannot read is a UsageError naming the fix.
     Strict: after the header only group lines, `name==version` pins with their
     `--hash=sha256:` entries (continued as the writer continues them) and blank lines; an
     option line (`--index-url`, `-r`, ...) or a comment inside a group is refused."""
@@ -179,7 +184,7 @@ def parse(text: str, cell_id: str, where: str = "") -> PackageLock:
     if not isinstance(inputs, dict):
         raise unreadable(where, "its inputs are not a JSON object")
     pins = {g: tuple(sections.get(g, ())) for g in GROUPS}
-    lock = PackageLock(cell_id, inputs, header, pins)
+    lock = PackageLock(cell_id, inputs, header, pins, platform)
     if lock.fingerprint != stated:
         raise unreadable(where, "its fingerprint does not match its inputs (edited by hand?)")
     return lock

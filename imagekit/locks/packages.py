@@ -2,12 +2,16 @@
 
 `imagekit lock --packages` resolves, on this machine and with uv, what groups.py resolves
 inside the build (torch's requirements, then the features' against those pins) and writes
-`packages.lock/<cell>.txt` beside images.lock: the inputs it was resolved from, their
+one lock per platform of the cell beside images.lock: `packages.lock/<cell>.txt` for
+linux/amd64, `packages.lock/<cell>.linux-arm64.txt` for linux/arm64 (each resolved for its
+platform's wheels, with its platform's torch index): the inputs it was resolved from, their
 fingerprint, and the pins with every file's sha256, in the venv's layer groups
-(groups.split). A build of a cell with a lock stages it into the context
-(imagekit/locked/<group>.txt); groups.py then copies those files instead of resolving, and
-the runtime's installs check every wheel against its hashes (pip turns hash checking on for
-a file with hashes, and then requires one for every requirement; uv checks them).
+(groups.split). A build of a cell with a lock stages it into the context (amd64's as
+imagekit/locked/<group>.txt, arm64's as imagekit/locked/linux-arm64/<group>.txt); groups.py,
+running under the build's target architecture, copies its machine's files instead of
+resolving, and the runtime's installs check every wheel against its hashes (pip turns hash
+checking on for a file with hashes, and then requires one for every requirement; uv checks
+them). A cell's locks go together: one of some of its platforms only is stale.
 
 The fingerprint covers only the inputs; the pins are checked against the cell wherever a lock
 is read for use (`lock --check`, `render --check`, `stage`, `build`; see `verify`): hashes
@@ -23,7 +27,7 @@ import json
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 from imagekit import terminal
@@ -42,11 +46,22 @@ from imagekit.locks.package_file import (
 )
 from imagekit.matrix.cells import Cell
 from imagekit.paths import UnsafeFile, read_checked, write_atomic
+from imagekit.platforms import AMD64, ARM64, PLATFORMS
 
 DIRNAME = "packages.lock"
-# The platform the lock resolves for: glibc 2.28 covers every OS imagekit builds on
-# (Debian 12: 2.36, Ubuntu 20.04: 2.31) and is what torch's wheels are tagged with.
-PLATFORM = "x86_64-manylinux_2_28"
+# What each platform's lock resolves for (uv's --python-platform): glibc 2.28 covers every
+# OS imagekit builds on (Debian 12: 2.36, Ubuntu 20.04: 2.31) and is what torch's wheels
+# are tagged with, x86_64 and aarch64 alike.
+PYTHON_PLATFORMS = {AMD64: "x86_64-manylinux_2_28", ARM64: "aarch64-manylinux_2_28"}
+PLATFORM = PYTHON_PLATFORMS[AMD64]  # what every lock resolved for before arm64 had its own
+# Each platform's lock file, after the cell's id: amd64's keeps the name it had before locks
+# were per platform, so those locks stay valid.
+SUFFIXES = {AMD64: ".txt", ARM64: ".linux-arm64.txt"}
+# Where each platform's group files go in the build context's imagekit/locked/: amd64's at
+# the top (a cell built for amd64 alone stages what it always did), arm64's in a folder of
+# its own. groups.py and sbom_writer.py pick theirs by the machine they run on (their
+# LOCKED_FOLDERS say the same).
+STAGED = {AMD64: "", ARM64: "linux-arm64"}
 
 
 class ResolveError(ImagekitError):
@@ -55,39 +70,60 @@ class ResolveError(ImagekitError):
     exit_code = exits.RESOLVE
 
 
-# requirements, constraints (pins), index ("" none), wheelhouse, Python -> pins with hashes
-Resolver = Callable[[Sequence[str], Sequence[str], str, "Path | None", str], list[Pin]]
+# requirements, constraints (pins), index ("" none), wheelhouse, Python, platform (uv's
+# --python-platform, a PYTHON_PLATFORMS value) -> pins with hashes
+Resolver = Callable[[Sequence[str], Sequence[str], str, "Path | None", str, str], list[Pin]]
 
 
 def default_dir(images_lock: Path) -> Path:
     return images_lock.parent / DIRNAME
 
 
-def lock_path(folder: Path, cell_id: str) -> Path:
-    return folder / f"{cell_id}.txt"
+def lock_path(folder: Path, cell_id: str, platform: str = AMD64) -> Path:
+    return folder / f"{cell_id}{SUFFIXES[platform]}"
+
+
+def file_of(name: str) -> tuple[str, str]:
+    """A lock file's name -> (cell id, platform); the longest suffix first (every name
+    ends in .txt, amd64's)."""
+    for platform, suffix in sorted(SUFFIXES.items(), key=lambda item: -len(item[1])):
+        if name.endswith(suffix):
+            return name[: -len(suffix)], platform
+    raise ValueError(f"{name}: not a package lock's name")
 
 
 def lockable(cell: Cell) -> bool:
     return cell.venv_layers == "split"
 
 
-def inputs_of(cell: Cell) -> dict[str, object]:
-    """What the matrix says the cell's packages are resolved from: a change to any of these
-    makes its lock stale."""
+def cell_torch_index(cell: Cell, platform: str = AMD64) -> str:
+    """Where the cell's torch comes from on `platform` ("" for PyPI): arm64's where it is
+    not amd64's (Cell.arm64_torch_index), else the cell's one index."""
+    if platform == ARM64 and cell.arm64_torch_index is not None:
+        return cell.arm64_torch_index
+    return cell.torch_index or ""
+
+
+def inputs_of(cell: Cell, platform: str = AMD64) -> dict[str, object]:
+    """What the matrix says the cell's packages are resolved from on `platform`: a change to
+    any of these makes its lock stale. amd64's are what they were before arm64 had a lock."""
     return {
         "format": FORMAT,
         "python": cell.python,
         "os": cell.os,
-        "platform": PLATFORM,
-        "torch-index": cell.torch_index or "",
+        "platform": PYTHON_PLATFORMS[platform],
+        "torch-index": cell_torch_index(cell, platform),
         "torch": list(cell.torch_requirements),
         "features": [list(step.requirements) for step in cell.feature_steps],
     }
 
 
-def read(folder: Path, cell_id: str, cell: Cell | None = None) -> PackageLock | None:
-    """The cell's lock, parsed; with `cell`, its pins verified against the cell."""
-    path = lock_path(folder, cell_id)
+def read(
+    folder: Path, cell_id: str, cell: Cell | None = None, platform: str = AMD64
+) -> PackageLock | None:
+    """The cell's lock of `platform`, parsed, its inputs' platform checked against the
+    file's name; with `cell`, its pins verified against the cell."""
+    path = lock_path(folder, cell_id, platform)
     data = read_checked(path, "package lock")
     if data is None:
         return None
@@ -95,14 +131,49 @@ def read(folder: Path, cell_id: str, cell: Cell | None = None) -> PackageLock | 
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise unreadable(str(path), f"not UTF-8 text at byte {exc.start}") from None
-    lock = parse(text, cell_id, str(path))
+    lock = parse(text, cell_id, str(path), platform)
+    _check_platform(lock, path)
     if cell is not None:
         verify(lock, cell, str(path))
     return lock
 
 
+def _check_platform(lock: PackageLock, path: Path) -> None:
+    """The fingerprint covers the inputs, not the file's name: another platform's lock
+    copied under this name keeps a valid fingerprint and would install the wrong wheels."""
+    wanted = PYTHON_PLATFORMS[lock.platform]
+    found = lock.inputs.get("platform")
+    if found != wanted:
+        raise UsageError(
+            f"{path}: platform: {json.dumps(found)[:100]}, but this file is the "
+            f"{lock.platform} lock (its name says so), resolved for {json.dumps(wanted)} "
+            "(another platform's lock copied or edited?); not a valid package lock: "
+            "regenerate it with `imagekit lock --packages`"
+        )
+
+
+def read_all(folder: Path, cell: Cell) -> dict[str, PackageLock]:
+    """The cell's lock of each of its platforms, verified; {} for an unlocked cell. Locks of
+    some of its platforms only are refused: the build of the others would resolve."""
+    if not lockable(cell):
+        return {}
+    locks = {p: lock for p in cell.platforms if (lock := read(folder, cell.id, cell, p))}
+    missing = [p for p in cell.platforms if p not in locks]
+    if locks and missing:
+        raise StaleError(*stale_message([_missing(folder, cell, p, locks) for p in missing]))
+    return locks
+
+
+def _missing(folder: Path, cell: Cell, platform: str, locked: Iterable[str]) -> str:
+    return (
+        f"{lock_path(folder, cell.id, platform)}: missing: {cell.id} is built for "
+        f"{', '.join(cell.platforms)}, and only {', '.join(locked)} is locked; run "
+        "`imagekit lock --packages` (it locks every platform of the cell)"
+    )
+
+
 def write(folder: Path, lock: PackageLock) -> bool:
-    return write_atomic(lock_path(folder, lock.cell), render_text(lock))
+    return write_atomic(lock_path(folder, lock.cell, lock.platform), render_text(lock))
 
 
 def group_files(lock: PackageLock) -> dict[str, str]:
@@ -110,35 +181,55 @@ def group_files(lock: PackageLock) -> dict[str, str]:
     return {g: "".join(p.text() + "\n" for p in lock.groups.get(g, ())) for g in GROUPS}
 
 
+def staged_files(locks: dict[str, PackageLock]) -> dict[str, str]:
+    """Each platform's group files by their path under the context's imagekit/locked/:
+    amd64's at the top, arm64's under linux-arm64/ (STAGED)."""
+    files = {}
+    for platform in PLATFORMS:
+        if platform in locks:
+            folder = STAGED[platform]
+            for group, text in group_files(locks[platform]).items():
+                files[f"{folder}/{group}.txt" if folder else f"{group}.txt"] = text
+    return files
+
+
 # --- resolving ------------------------------------------------------------------------------
 
 
-def torch_source(cell: Cell, index: str | None) -> str:
-    """The torch index a lock resolves from: `index`, None for the cell's own, "" for none."""
-    return (cell.torch_index or "") if index is None else index
+def torch_source(cell: Cell, index: str | None, platform: str = AMD64) -> str:
+    """The torch index a lock resolves from: `index`, None for the cell's own on `platform`
+    (as the build's TORCH_INDEX_URL and TORCH_INDEX_URL_ARM64), "" for none. --torch-index
+    stands for both platforms' index, as `build --torch-index` does."""
+    return cell_torch_index(cell, platform) if index is None else index
 
 
 def resolve(
-    cell: Cell, resolver: Resolver, index: str | None, wheelhouse: Path | None
+    cell: Cell,
+    resolver: Resolver,
+    index: str | None,
+    wheelhouse: Path | None,
+    platform: str = AMD64,
 ) -> PackageLock:
-    """The cell's pins, resolved as groups.py does: torch first, then the features against
-    torch's pins. `index`: None for the cell's own torch index, "" for none."""
-    used = torch_source(cell, index)
-    torch = resolver(cell.torch_requirements, [], used, wheelhouse, cell.python)
+    """The cell's pins on `platform`, resolved as groups.py does there: torch first, then the
+    features against torch's pins. `index`: None for the cell's own torch index, "" for none."""
+    used = torch_source(cell, index, platform)
+    tag = PYTHON_PLATFORMS[platform]
+    torch = resolver(cell.torch_requirements, [], used, wheelhouse, cell.python, tag)
     feature_reqs = [r for step in cell.feature_steps for r in step.requirements]
     features = []
     if feature_reqs:
         constraints = [p.requirement for p in torch]
-        features = resolver(feature_reqs, constraints, used, wheelhouse, cell.python)
+        features = resolver(feature_reqs, constraints, used, wheelhouse, cell.python, tag)
     by_requirement = {p.requirement: p for p in [*features, *torch]}
     split = groups.split([p.requirement for p in torch], [p.requirement for p in features])
     return PackageLock(
         cell=cell.id,
-        inputs=inputs_of(cell),
+        inputs=inputs_of(cell, platform),
         resolved_with={
             "resolved-from": (used or "PyPI") + (" + --wheelhouse" if wheelhouse else ""),
         },
         groups={g: tuple(by_requirement[r] for r in split[g]) for g in GROUPS},
+        platform=platform,
     )
 
 
@@ -165,15 +256,17 @@ def uv_resolver(
     index: str,
     wheelhouse: Path | None,
     python: str,
+    platform: str = PLATFORM,
     extra: Sequence[str] = (),
 ) -> list[Pin]:
-    """`uv pip compile --generate-hashes` for the cell's Python on Linux x86_64."""
+    """`uv pip compile --generate-hashes` for the cell's Python on `platform` (a
+    PYTHON_PLATFORMS value: Linux x86_64 or aarch64)."""
     with tempfile.TemporaryDirectory(prefix="imagekit-lock-") as tmp:
         wanted = Path(tmp) / "requirements.in"
         wanted.write_text("".join(f"{r}\n" for r in requirements))
         command = [
             uv_binary(), "pip", "compile", "--generate-hashes", "--no-header", "--no-annotate",
-            "--quiet", "--python-version", python, "--python-platform", PLATFORM,
+            "--quiet", "--python-version", python, "--python-platform", platform,
             "--no-config", *extra,
         ]  # fmt: skip
         if index:
@@ -217,8 +310,9 @@ def _verify_resolved(lock: PackageLock, cell: Cell) -> None:
     `lock --packages` wrote: a torch that comes to depend on a package imagekit does not know
     fails here, naming it."""
     text = render_text(lock)
+    where = f"the lock resolved for {cell.id}{_on(cell, lock.platform)}"
     try:
-        verify(parse(text, cell.id), cell, f"the lock resolved for {cell.id}")
+        verify(parse(text, cell.id, platform=lock.platform), cell, where)
     except UsageError as exc:
         raise ResolveError(
             *exc.lines,
@@ -235,75 +329,110 @@ def lock_cells(
     index: str | None,
     wheelhouse: Path | None,
 ) -> list[str]:
-    """Resolve every lockable cell, then write them all; one failure writes nothing."""
+    """Resolve every lockable cell for each of its platforms, then write them all; one
+    failure writes nothing."""
     locks, notes = [], []
     for cell in cells:
         if not lockable(cell):
             notes.append(f"{cell.id}: packages not locked (its venv is one layer: it compiles)")
             continue
-        try:
-            lock = resolve(cell, resolver, index, wheelhouse)
-        except ResolveError as exc:
-            raise ResolveError(
-                f"{cell.id}: its packages could not be resolved from "
-                f"{torch_source(cell, index) or 'PyPI'}; nothing was "
-                f"written. Fix: lock where the index is reachable, or resolve torch from a "
-                f"wheelhouse (`imagekit lock --packages --torch-index none --wheelhouse DIR`).",
-                *exc.lines,
-            ) from None
-        _verify_resolved(lock, cell)
-        locks.append(lock)
+        for platform in cell.platforms:
+            lock = _resolved(cell, resolver, index, wheelhouse, platform)
+            _verify_resolved(lock, cell)
+            locks.append(lock)
     for lock in locks:
         changed = write(folder, lock)
-        notes.append(f"{lock_path(folder, lock.cell)}: {'written' if changed else 'unchanged'}")
+        path = lock_path(folder, lock.cell, lock.platform)
+        notes.append(f"{path}: {'written' if changed else 'unchanged'}")
     return notes
+
+
+def _resolved(
+    cell: Cell, resolver: Resolver, index: str | None, wheelhouse: Path | None, platform: str
+) -> PackageLock:
+    try:
+        return resolve(cell, resolver, index, wheelhouse, platform)
+    except ResolveError as exc:
+        raise ResolveError(
+            f"{cell.id}{_on(cell, platform)}: its packages could not be resolved from "
+            f"{torch_source(cell, index, platform) or 'PyPI'}; nothing was "
+            f"written. Fix: lock where the index is reachable, or resolve torch from a "
+            f"wheelhouse (`imagekit lock --packages --torch-index none --wheelhouse DIR`).",
+            *exc.lines,
+        ) from None
+
+
+def _on(cell: Cell, platform: str) -> str:
+    """' (linux/arm64)' in messages about a cell of several platforms (or another than
+    amd64); '' for a cell built for amd64 alone, whose messages read as they always did."""
+    return "" if cell.platforms == (AMD64,) else f" ({platform})"
 
 
 # --- checking -------------------------------------------------------------------------------
 
 
 def stale(cells: Sequence[Cell], folder: Path, whole_matrix: bool) -> list[str]:
-    """Each lock that no longer matches its cell: field, locked value, current value."""
+    """Each lock that no longer matches its cell: field, locked value, current value; a
+    platform of a locked cell without its lock; a lock of a platform the cell is not built
+    for."""
     problems = []
-    ids = {c.id for c in cells}
     for cell in cells:
-        path = lock_path(folder, cell.id)
+        problems += _cell_problems(cell, folder)
+    if whole_matrix and folder.is_dir():
+        ids = {c.id for c in cells}
+        for path in sorted(folder.glob("*.txt")):
+            cell_id = file_of(path.name)[0]
+            if cell_id not in ids:
+                problems.append(f"{path}: no cell {cell_id} in the matrix any more; delete it")
+    return problems
+
+
+def _cell_problems(cell: Cell, folder: Path) -> list[str]:
+    problems: list[str] = []
+    present = set()  # the platforms with a lock file, valid or not
+    for platform in PLATFORMS:
         try:
-            lock = read(folder, cell.id)
+            lock = read(folder, cell.id, platform=platform)
         except UnsafeFile:
             raise  # refused unread (exit 2), not a lock that fell behind
         except UsageError as exc:
             problems.append(str(exc))
+            present.add(platform)
             continue
-        if lock is None:
-            continue
-        if not lockable(cell):
-            problems.append(
-                f"{path}: {cell.id} installs its venv in one layer, which a lock cannot pin; "
-                "delete the lock"
-            )
-            continue
-        current = inputs_of(cell)
-        moved = [
-            k
-            for k in sorted(set(current) | set(lock.inputs))
-            if current.get(k) != lock.inputs.get(k)
+        if lock is not None:
+            present.add(platform)
+            problems += _lock_problems(lock, cell, lock_path(folder, cell.id, platform))
+    locked = [p for p in cell.platforms if p in present]
+    if locked and lockable(cell):
+        problems += [_missing(folder, cell, p, locked) for p in cell.platforms if p not in locked]
+    return problems
+
+
+def _lock_problems(lock: PackageLock, cell: Cell, path: Path) -> list[str]:
+    if lock.platform not in cell.platforms:
+        return [
+            f"{path}: {cell.id} is not built for {lock.platform} (its `platform`: "
+            f"{', '.join(cell.platforms)}); delete the lock"
         ]
-        for key in moved:
-            locked = json.dumps(lock.inputs.get(key))[:200]
-            problems.append(
-                f"{path}: {key}: locked {locked}, the matrix now "
-                f"says {json.dumps(current.get(key))}; run `imagekit lock --packages`"
-            )
-        if not moved:  # pins are checked against the matrix the lock was made from
-            try:
-                verify(lock, cell, str(path))
-            except UsageError as exc:
-                problems.append(str(exc))
-    if whole_matrix and folder.is_dir():
-        for path in sorted(folder.glob("*.txt")):
-            if path.stem not in ids:
-                problems.append(f"{path}: no cell {path.stem} in the matrix any more; delete it")
+    if not lockable(cell):
+        return [
+            f"{path}: {cell.id} installs its venv in one layer, which a lock cannot pin; "
+            "delete the lock"
+        ]
+    current = inputs_of(cell, lock.platform)
+    moved = [
+        k for k in sorted(set(current) | set(lock.inputs)) if current.get(k) != lock.inputs.get(k)
+    ]
+    problems = [
+        f"{path}: {key}: locked {json.dumps(lock.inputs.get(key))[:200]}, the matrix now "
+        f"says {json.dumps(current.get(key))}; run `imagekit lock --packages`"
+        for key in moved
+    ]
+    if not moved:  # pins are checked against the matrix the lock was made from
+        try:
+            verify(lock, cell, str(path))
+        except UsageError as exc:
+            problems.append(str(exc))
     return problems
 
 

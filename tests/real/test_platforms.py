@@ -1,6 +1,7 @@
 """linux/arm64 beside linux/amd64, for real (issue 39): a base of both platforms made with
 debootstrap (arm64 under QEMU) and loaded as one index; a cell's OS stage built for both and
-pushed as one image index, each platform's report read back from the registry; one arm64
+pushed as one image index, each platform's report read back from the registry; the base
+pushed and locked, images.lock holding each platform's manifest digest; one arm64
 image built locally and run under QEMU; and the engines that cannot hold an index refuse one
 before building anything."""
 
@@ -95,6 +96,7 @@ def test_a_cell_of_both_platforms_is_one_pushed_index_reported_per_platform(
             )
             assert config["architecture"] == arch
             assert entry["size_bytes"] == sum(layer["size"] for layer in image["layers"])
+        locks_each_platform_of_a_pushed_base(tmp_path, base, run)
         # one platform, not pushed: a local arm64 image, run under QEMU
         local = build(root, "--platform", "linux/arm64")
         assert local["status"] == "built" and local["platforms"] == ["linux/arm64"]
@@ -105,6 +107,31 @@ def test_a_cell_of_both_platforms_is_one_pushed_index_reported_per_platform(
         docker("rmi", "-f", *local["tags"], check=False)
     finally:
         docker("rmi", "-f", base, check=False)
+
+
+def locks_each_platform_of_a_pushed_base(tmp_path: Path, base: str, run: str) -> None:
+    """`imagekit lock` pins the base's index and records each platform's manifest in it,
+    read back from the registry by digest."""
+    pushed = f"{REGISTRY}/imagekit-base-both-{run}:bookworm"
+    docker("tag", base, pushed)
+    try:
+        docker("push", "-q", pushed)
+        root = project(tmp_path / "locked", f"imagekit-grace-lock-{run}", pushed)
+        result = imagekit("lock", cwd=root, timeout=300)
+        assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+        lock = json.loads((root / "envs" / "images.lock").read_text())
+        digest = lock["images"][pushed]
+        name = pushed.split("/", 1)[1].split(":")[0]
+        index = json.loads(registry_get(f"{name}/manifests/{digest}", accept=OCI_INDEX))
+        want = {
+            f"linux/{m['platform']['architecture']}": m["digest"]
+            for m in index["manifests"]
+            if m["platform"].get("os") == "linux"
+        }
+        assert lock["platforms"][pushed] == want
+        assert set(want) == {"linux/amd64", "linux/arm64"}
+    finally:
+        docker("rmi", pushed, check=False)
 
 
 @pytest.mark.compat
