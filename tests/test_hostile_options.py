@@ -48,6 +48,10 @@ def test_the_issues_tag_suffix_is_refused(
         (["lock", "--envs", "envs", "--torch-index", "x\ny"], "--torch-index"),
         (["render", "--envs", "envs", "--syntax", f"docker/dockerfile:1\n{EVIL}"], "--syntax"),
         (["matrix", "--envs", "envs", "--format", "github", "--gpu-runner", EVIL], "--gpu-runner"),
+        (
+            ["matrix", "--envs", "envs", "--format", "github", "--arm64-runner", EVIL],
+            "--arm64-runner",
+        ),
         (["compat", "refresh", "--torch", "2.7\n"], "--torch"),
         (["compat", "refresh", "--index", "https://h/\nx"], "--index"),
         (["base", "bootstrap", "--suite", "bookworm\nevil"], "--suite"),
@@ -105,6 +109,7 @@ CHECKED = [
     params.IMAGE_REF,
     params.CACHE_SPEC,
     params.RUNNER_LABEL,
+    params.ARM64_RUNNER_LABEL,
     params.DEBIAN_SUITE,
     params.TORCH_VERSION,
     params.ENV,
@@ -126,3 +131,38 @@ def test_no_checked_option_accepts_a_line_break_or_a_control_character(
         return
     assert accepted == value
     assert not params.CONTROL.search(value) and "\n" not in value and "\r" not in value
+
+
+@pytest.mark.parametrize(
+    ("label", "why"),
+    [
+        ("ubuntu-latest", "does not build linux/arm64 natively"),  # x86-64: QEMU again
+        ("ubuntu-24.04", "does not build linux/arm64 natively"),
+        ("Ubuntu-22.04", "does not build linux/arm64 natively"),  # labels ignore case
+        ("ubuntu-slim", "does not build linux/arm64 natively"),
+        ("windows-11-arm", "does not build linux/arm64 natively"),  # no Linux containers
+        ("macos-15", "does not build linux/arm64 natively"),
+        ("", "a runs-on label is"),
+        ("arm runner", "e.g. ubuntu-24.04-arm"),
+        ("-arm", "a runs-on label is"),
+        ("${{ secrets.TOKEN }}", "a runs-on label is"),
+        ("arm64\nruns-on: evil", "a runs-on label is"),
+        ("a" * 101, "characters"),
+    ],
+)
+def test_an_arm64_runner_that_cannot_build_arm64_natively_is_exit_2(
+    project: Path, capsys: pytest.CaptureFixture[str], label: str, why: str
+) -> None:
+    ran = run(
+        capsys, "matrix", "--envs", "envs", "--format", "github-build", "--arm64-runner", label
+    )
+    user_error(ran, "--arm64-runner", "Invalid value", why)
+    assert "evil" not in ran.out  # nothing printed: the option is checked first
+
+
+@pytest.mark.parametrize("label", ["ubuntu-24.04-arm", "ubuntu-22.04-arm", "gh200", "linux.arm64"])
+def test_an_arm64_runner_label_is_taken_as_it_is(
+    project: Path, capsys: pytest.CaptureFixture[str], label: str
+) -> None:
+    ran = run(capsys, "matrix", "--envs", "envs", "--format", "github", "--arm64-runner", label)
+    assert ran.code == 0, ran

@@ -159,9 +159,28 @@ def cache_spec(value: str) -> str:
 _LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
 
 
-def runner_label(value: str) -> str:
+def runner_label(value: str, examples: str = "gpu or linux-a100") -> str:
     if not _LABEL.fullmatch(value):
-        raise ValueError("a runs-on label is letters, digits, _ . and -, e.g. gpu or linux-a100")
+        raise ValueError(f"a runs-on label is letters, digits, _ . and -, e.g. {examples}")
+    return value
+
+
+# GitHub's hosted runners that cannot build arm64 natively: x86-64 Linux, and Windows and
+# macOS (no Linux containers). Labels are matched without regard to case.
+_NOT_ARM64_LINUX = re.compile(
+    r"ubuntu-(latest|\d+\.\d+)|ubuntu-slim|(windows|macos)-.*", re.IGNORECASE
+)
+
+
+def arm64_runner_label(value: str) -> str:
+    """The runs-on label of a native Linux arm64 runner (hosted or self-hosted)."""
+    runner_label(value, "ubuntu-24.04-arm or linux-arm64")
+    if _NOT_ARM64_LINUX.fullmatch(value):
+        raise ValueError(
+            f"GitHub's hosted {value} runner does not build linux/arm64 natively; name a "
+            "Linux arm64 runner (GitHub's hosted ubuntu-24.04-arm, or your self-hosted "
+            "runners' label), or leave the option out to build arm64 under QEMU"
+        )
     return value
 
 
@@ -198,6 +217,7 @@ URL_OR_NONE = Checked("url|none", url_or_none)
 IMAGE_REF = Checked("image", image_ref)
 CACHE_SPEC = Checked("ref|spec", cache_spec)
 RUNNER_LABEL = Checked("label", runner_label)
+ARM64_RUNNER_LABEL = Checked("label", arm64_runner_label)
 DEBIAN_SUITE = Checked("suite", debian_suite)
 TORCH_VERSION = Checked("version", torch_version)
 ENV = Checked("name=value", env_assignment)
