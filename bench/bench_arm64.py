@@ -10,8 +10,12 @@
    machine can build (torch 2.13.0+cpu from the local wheelhouse: the CPU index that serves
    amd64's torch 2.7.1 is not reachable here), for scale, not as a ratio.
 
-Usage: python bench/bench_arm64.py [--cell-only]   (the containerd engine running, QEMU
-registered for arm64: `bash .ci/setup-host.sh`; --cell-only: step 3's arm64 build again).
+4. with --onnx: the same arm64 cell with `features: [onnx]` (onnxruntime's aarch64 wheel)
+   built cold and self-checked under QEMU, so the onnx and int8 checks run on Arm's kernels.
+
+Usage: python bench/bench_arm64.py [--cell-only | --onnx]   (the containerd engine running,
+QEMU registered for arm64: `bash .ci/setup-host.sh`; --cell-only: step 3's arm64 build again;
+--onnx: step 4 alone, merged into the results).
 Writes bench/results/arm64.json; removes what it built and prunes BuildKit's cache before
 each cold build.
 """
@@ -45,7 +49,7 @@ CELL = """registry: 127.0.0.1:5000
 repository: bench-arm64
 matrix:
   - {{cuda: cpu, torch: "{torch}", python: "3.11", os: debian12, flavor: slim,
-     base: "{base}", platform: [{platform}]}}
+     base: "{base}", platform: [{platform}], features: [{features}]}}
 """
 
 
@@ -62,11 +66,11 @@ def checked(result: subprocess.CompletedProcess[str], what: str) -> None:
         sys.exit(f"{what} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
 
 
-def project(root: Path, torch: str, arch: str) -> Path:
+def project(root: Path, torch: str, arch: str, features: str = "") -> Path:
     (root / "envs").mkdir(parents=True)
     base = BASE.format(arch=arch)
     (root / "envs" / "cell.yaml").write_text(
-        CELL.format(torch=torch, base=base, platform=f"linux/{arch}")
+        CELL.format(torch=torch, base=base, platform=f"linux/{arch}", features=features)
     )
     return root
 
@@ -94,15 +98,20 @@ def steps(report: dict) -> dict[str, float]:  # type: ignore[type-arg]
     }
 
 
+def arm64_base(work: Path) -> None:
+    """The arm64 base the cell builds on, made untimed (steps 3 and 4 run alone)."""
+    made = imagekit("base", "bootstrap", "--platform", "linux/arm64", "--tag",
+                    BASE.format(arch="arm64"), cwd=work, timeout=1800)  # fmt: skip
+    checked(made, "bootstrap arm64")
+
+
 def cell_only() -> None:
     """Step 3's build alone, cold, again (its base made first, untimed); merged into the
     results file: for a figure taken when nothing else ran."""
     out = ROOT / "bench" / "results" / "arm64.json"
     results = json.loads(out.read_text())
     with tempfile.TemporaryDirectory() as tmp:
-        made = imagekit("base", "bootstrap", "--platform", "linux/arm64", "--tag",
-                        BASE.format(arch="arm64"), cwd=Path(tmp), timeout=1800)  # fmt: skip
-        checked(made, "bootstrap arm64")
+        arm64_base(Path(tmp))
         arm = project(Path(tmp) / "cell-arm64", "2.7.1", "arm64")
         seconds, report = build(arm, "arm64")
         results["arm64_cell"] = {"seconds": seconds, "size_bytes": report["size_bytes"],
@@ -113,10 +122,31 @@ def cell_only() -> None:
     print_table(results)
 
 
+def onnx_only() -> None:
+    """Step 4: the arm64 cell with the onnx feature, cold, then its self-check under QEMU
+    (base made first, untimed); merged into the results file."""
+    out = ROOT / "bench" / "results" / "arm64.json"
+    results = json.loads(out.read_text())
+    with tempfile.TemporaryDirectory() as tmp:
+        arm64_base(Path(tmp))
+        arm = project(Path(tmp) / "cell-arm64-onnx", "2.7.1", "arm64", "onnx")
+        seconds, report = build(arm, "arm64")
+        results["arm64_onnx_cell"] = {"seconds": seconds, "size_bytes": report["size_bytes"],
+                                      "steps": steps(report)}  # fmt: skip
+        results["arm64_onnx_selfcheck"] = selfcheck(arm, Path(tmp))
+        docker("rmi", "-f", BASE.format(arch="arm64"), check=False)
+    prune_build_cache()
+    out.write_text(json.dumps(results, indent=1) + "\n")
+    print_table(results)
+
+
 def main() -> None:
     require_engine()
     if sys.argv[1:] == ["--cell-only"]:
         cell_only()
+        return
+    if sys.argv[1:] == ["--onnx"]:
+        onnx_only()
         return
     results: dict[str, object] = {
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -174,7 +204,10 @@ def selfcheck(root: Path, work: Path) -> dict[str, object]:
     return {
         "seconds": seconds,
         "exit": test.returncode,
-        "checks": {c["name"]: [c["status"], c.get("seconds")] for c in checks},
+        "checks": {
+            c["name"]: [c["status"], c.get("seconds"), (c.get("reason") or "")[:160]]
+            for c in checks
+        },
     }
 
 
@@ -200,8 +233,16 @@ def print_table(results: dict) -> None:  # type: ignore[type-arg]
     print(f"amd64 nearest cell ({near['torch']}), cold: {near['seconds']} s")
     check = results["arm64_selfcheck"]
     print(f"arm64 self-check under QEMU: {check['seconds']} s, exit {check['exit']}")
-    for name, (status, seconds) in check["checks"].items():
-        print(f"  {name:12} {status:8} {seconds}")
+    for name, (status, seconds, *why) in check["checks"].items():
+        print(f"  {name:12} {status:8} {seconds:<8} {''.join(why)[:60]}")
+    if "arm64_onnx_cell" in results:
+        onnx = results["arm64_onnx_cell"]
+        print(f"arm64 CPU cell with onnx, cold: {onnx['seconds']} s, "
+              f"{onnx['size_bytes'] / 1e9:.2f} GB")  # fmt: skip
+        check = results["arm64_onnx_selfcheck"]
+        print(f"its self-check under QEMU: {check['seconds']} s, exit {check['exit']}")
+        for name, (status, seconds, *why) in check["checks"].items():
+            print(f"  {name:12} {status:8} {seconds:<8} {''.join(why)[:60]}")
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ import yaml
 from click.testing import CliRunner
 
 from imagekit.cli import cli
+from imagekit.contract.checks import CheckResult, failed, passed
 from imagekit.errors import SpecError
 from imagekit.matrix import compat, compat_refresh
 from imagekit.matrix.catalog import load_cells
@@ -319,3 +320,61 @@ def test_torch_compile_gets_setuptools_where_nothing_else_brings_it(
 ) -> None:
     (loaded,) = load_cells([write_env(cell_block(**{"installer": "uv", **cell}))])
     assert ("setuptools" in loaded.torch_requirements) is needed
+
+
+# -- a probe that crashes under emulation -----------------------------------------------------
+
+
+def crashed_result() -> CheckResult:
+    from imagekit.selfcheck.processes import _result
+
+    return _result(-11, Path("/nonexistent"), "")  # what the runner makes of a SIGSEGV
+
+
+@pytest.mark.parametrize(
+    ("result", "under", "status"),
+    [
+        (crashed_result(), "the host said so (IMAGEKIT_EMULATED=linux/arm64)", "skipped"),
+        (crashed_result(), "", "failed"),  # natively a crash is the image's
+        (failed("onnxruntime differs from torch by 0.5"), "QEMU", "failed"),  # not a crash
+        (failed("crashed: the word alone"), "QEMU", "failed"),  # no signal recorded
+        (passed(), "QEMU", "passed"),
+    ],
+)
+def test_a_crash_under_emulation_is_not_judged(
+    result: CheckResult, under: str, status: str
+) -> None:
+    from imagekit.selfcheck.emulated import unjudged_crash
+
+    out = unjudged_crash(result, under)
+    assert out.status.value == status
+    if status == "skipped":
+        assert out.reason.startswith("crashed: killed by signal SIGSEGV (11) under emulation")
+        assert out.measurements["signal"] == "SIGSEGV" and out.measurements["emulated_crash"]
+
+
+@pytest.mark.parametrize(
+    ("require", "crash_under", "onnx"),
+    [
+        ([], "the host said so (IMAGEKIT_EMULATED=linux/arm64)", "skipped"),  # promise unprovable
+        (["onnx"], "the host said so (IMAGEKIT_EMULATED=linux/arm64)", "failed"),  # asked for
+        ([], "", "failed"),  # natively: the crash stands, and the promise is required
+    ],
+)
+def test_an_images_promise_is_not_required_where_emulation_cannot_prove_it(
+    require: list[str], crash_under: str, onnx: str
+) -> None:
+    from imagekit.selfcheck import judge
+    from imagekit.selfcheck.emulated import unjudged_crash
+
+    crash = unjudged_crash(crashed_result(), crash_under)
+    snap = {
+        "format": 1,
+        "selected": ["onnx"],
+        "require": require,
+        "labels": {"io.imagekit.features": "onnx"},
+        "checks": {"onnx": {**crash.to_json(), "name": "onnx"}},
+    }
+    results = judge.judge(snap)
+    assert results["onnx"].status.value == onnx
+    assert judge.exit_code(results) == (0 if onnx == "skipped" else 1)  # imagekit test: 8

@@ -102,6 +102,7 @@ def live(args: argparse.Namespace) -> dict[str, Any]:
             flush=True,
         )
     results = processes.run_all(probes_for(names), args.timeout, jobs, _progress, gpu, slowdown)
+    results = {n: emulated.unjudged_crash(r, host["cpu"]["emulated"]) for n, r in results.items()}
     snap = snapshot.assemble(snapshot.nvml_again(host), results)
     if args.snapshot:
         snapshot.write(snap, args.snapshot)

@@ -1,11 +1,14 @@
 """Whether the self-check runs under QEMU user emulation (an arm64 image on an x86-64 host):
 then every check takes many times longer, so its time limit is raised and no timing is a
 verdict on the hardware. Standard library only; a pure function over what the container
-reads, table-tested for each kind of host."""
+reads, table-tested for each kind of host (and the check record of imagekit.contract)."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Mapping
+
+from imagekit.contract.checks import CheckResult, Status
 
 # How much longer a check may take under emulation: QEMU ran this project's arm64 steps
 # 2-8x slower than native on two x86-64 cores (docs/benchmarks.md, arm64), torch's first
@@ -27,3 +30,21 @@ def emulation(machine: str, flags: Iterable[str], env: Mapping[str, str]) -> str
     if machine == "x86_64" and arm_cpu:
         return "an x86_64 process on a CPU whose /proc/cpuinfo is Arm's (QEMU)"
     return ""
+
+
+def unjudged_crash(result: CheckResult, emulated: str) -> CheckResult:
+    """A probe killed by a signal under emulation is not judged: QEMU user mode cannot run
+    every native library (onnxruntime's aarch64 build dies with SIGSEGV on import under
+    Debian 12's QEMU 7.2, docs/benchmarks.md), and the same image may run on an arm64 host.
+    Skipped, never passed, with the crash kept (`--require` still turns it into a failure)."""
+    crashed = "signal" in result.measurements and result.reason.startswith("crashed")
+    if not emulated or result.status is not Status.FAILED or not crashed:
+        return result
+    reason = (
+        f"{result.reason} under emulation ({emulated}): a native library QEMU user mode "
+        "cannot run, not judged here; run the check on a host of the image's platform"
+    )
+    measurements = {**result.measurements, "emulated_crash": True}
+    return dataclasses.replace(
+        result, status=Status.SKIPPED, reason=reason, measurements=measurements
+    )

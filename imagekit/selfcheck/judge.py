@@ -35,8 +35,20 @@ def judge(snap: Snapshot, names: list[str] | None = None) -> dict[str, CheckResu
             out[name] = _verdict(name, snap, recorded, chosen)
         elif name in recorded:
             out[name] = recorded[name]
-    apply_requirements(out, requirements(snap))
+    apply_requirements(out, requirements(snap) - unprovable_promises(snap, out))
     return out
+
+
+def unprovable_promises(snap: Snapshot, results: Mapping[str, CheckResult]) -> set[str]:
+    """What the labels promise that this run cannot prove: a check whose probe crashed under
+    emulation (emulated.unjudged_crash) stays skipped, as a GPU feature does on a CPU host;
+    what --require names is still required."""
+    asked = set(snap.get("require", []))
+    return {
+        name
+        for name, result in results.items()
+        if result.skipped and result.measurements.get("emulated_crash") and name not in asked
+    }
 
 
 def recorded_results(snap: Snapshot) -> dict[str, CheckResult]:
