@@ -148,13 +148,22 @@ def test_the_images_workflow_commands_run_as_written(project: Path, tmp_path: Pa
     }
     matrix = run_step(steps["matrix"], root, {**common, "CUDA": ""})
     assert matrix.returncode == 0, matrix.stderr
-    cells = json.loads(outputs.read_text().split("cells=", 1)[1])["include"]
-    (cell,) = cells
-    assert cell["id"] == CELL
+    # GITHUB_OUTPUT: one name=value line per output
+    said = dict(line.split("=", 1) for line in outputs.read_text().splitlines() if "=" in line)
+    (cell,) = json.loads(said["cells"])["include"]
+    (job,) = json.loads(said["builds"])["include"]  # one platform: one build job
+    assert cell["id"] == job["id"] == CELL and job["suffix"] == ""
+    assert "merges" not in said  # nothing to merge, so no merge job
     build = run_step(
         steps["Build (and push a candidate on main)"],
         root,
-        {**common, "CELL": cell["id"], "CACHE": cell["cache"], "PLATFORMS": cell["platforms"]},
+        {
+            **common,
+            "CELL": job["id"],
+            "CACHE": job["cache"],
+            "PLATFORMS": job["platforms"],
+            "SUFFIX": job["suffix"],
+        },
     )
     assert build.returncode == 0, build.stdout[-3000:] + build.stderr[-2000:]
     candidate = cell["tag"] + "-candidate-1"
