@@ -33,6 +33,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from imagekit.contract.checks import Status
 from imagekit.selfcheck.findings import Finding, fail, skip, warn
 
 C2C_GBPS = 450.0  # per direction, between one Grace and its GPUs
@@ -149,31 +150,24 @@ def layout_figure(gpu: Mapping[str, Any]) -> str:
 # -- multi-node NVLink -----------------------------------------------------------------------
 
 
-def mnnvl_findings(snapshot: Mapping[str, Any], gpus: list[Mapping[str, Any]]) -> list[Finding]:
+def mnnvl_findings(
+    snapshot: Mapping[str, Any], gpus: list[Mapping[str, Any]]
+) -> tuple[list[Finding], int]:
     """What profile multi-node-nvlink needs on this node: an NCCL that knows MNNVL, neither
-    MNNVL nor cuMem turned off, an IMEX channel, and every GPU's fabric registration done."""
+    MNNVL nor cuMem turned off, an IMEX channel, and every GPU's fabric registration done.
+    With how many of those rules were judged (each not judged is one skip finding)."""
     if snapshot.get("profile") != MNNVL_PROFILE:
-        return []
+        return [], 0
     stack = _measurements(snapshot, "stack")
-    found = [_nccl_version(stack.get("nccl")), *_nccl_env(stack.get("nccl_env"))]
-    found.append(_imex(snapshot.get("container")))
-    found += [_fabric(g) for g in gpus]
-    return [f for f in found if f is not None]
-
-
-def judged_mnnvl(snapshot: Mapping[str, Any], gpus: list[Mapping[str, Any]]) -> int:
-    """The readings the MNNVL rules judged (for the links check's count)."""
-    if snapshot.get("profile") != MNNVL_PROFILE:
-        return 0
-    stack = _measurements(snapshot, "stack")
-    container = snapshot.get("container") or {}
-    readings = [
-        nccl_version(stack.get("nccl")) is not None,
-        isinstance(stack.get("nccl_env"), dict),
-        isinstance(container.get("imex_channels"), list),
+    rules = [
+        [_nccl_version(stack.get("nccl"))],
+        _nccl_env(stack.get("nccl_env")),
+        [_imex(snapshot.get("container"))],
+        *([_fabric(g)] for g in gpus),
     ]
-    readings += [isinstance(g.get("fabric"), dict) for g in gpus]
-    return sum(readings)
+    found = [f for rule in rules for f in rule if f is not None]
+    judged = sum(not any(f is not None and f.level == Status.SKIPPED for f in r) for r in rules)
+    return found, judged
 
 
 def nccl_version(text: object) -> tuple[int, ...] | None:

@@ -411,13 +411,14 @@ def _slowest(links: list[Link | None]) -> Link | None:
 def check_links(snapshot: dict[str, Any]) -> CheckResult:
     gpus = list(by_index(snapshot).values())
     findings = p2p_findings(snapshot) + h2d_findings(snapshot) + nccl_findings(snapshot)
-    findings += grace.omp_findings(snapshot, gpus) + grace.mnnvl_findings(snapshot, gpus)
+    mnnvl, mnnvl_judged = grace.mnnvl_findings(snapshot, gpus)
+    findings += grace.omp_findings(snapshot, gpus) + mnnvl
     nccl = snapshot.get("nccl") if isinstance(snapshot.get("nccl"), dict) else {}
     figures = [h2d_figure(g) for g in gpus if "h2d_gbps" in g]
     layout = [f for f in map(grace.layout_figure, gpus) if f]
     return result_of(
         findings,
-        judged_readings(snapshot, findings) + grace.judged_mnnvl(snapshot, gpus),
+        judged_readings(snapshot, findings) + mnnvl_judged,
         p2p_pairs=len(snapshot.get("p2p") or []),
         nccl_transport=nccl.get("transport"),  # type: ignore[union-attr]
         nccl_busbw_GBps=nccl.get("busbw_gbps"),  # type: ignore[union-attr]
