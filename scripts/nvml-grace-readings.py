@@ -59,15 +59,27 @@ def answer(call: Any) -> dict[str, Any]:
 
 
 def fabric_fields(info: Any) -> dict[str, Any]:
-    return {name: repr(getattr(info, name)) for name, _ in type(info)._fields_}
+    """Each field; byte arrays as hex (the cluster UUID)."""
+    fields = {}
+    for name, _ in type(info)._fields_:
+        value = getattr(info, name)
+        fields[name] = bytes(value).hex() if hasattr(value, "_length_") else repr(value)
+    return fields
 
 
 def raw_fabric(handle: Any, versioned: bool) -> dict[str, Any]:
-    info = pynvml.c_nvmlGpuFabricInfoV_t() if versioned else pynvml.c_nvmlGpuFabricInfo_t()
-    call = pynvml.nvmlDeviceGetGpuFabricInfoV if versioned else pynvml.nvmlDeviceGetGpuFabricInfo
-    result = answer(lambda: call(handle, ctypes.byref(info)))
+    """The fabric structure as NVML filled it (an older binding lacks the versioned one)."""
+    name = "GpuFabricInfoV" if versioned else "GpuFabricInfo"
+    filled: list[Any] = []
+
+    def call() -> Any:
+        info = getattr(pynvml, f"c_nvml{name}_t")()
+        filled.append(info)
+        return getattr(pynvml, f"nvmlDevice{'Get' + name}")(handle, ctypes.byref(info))
+
+    result = answer(call)
     if "value" in result:
-        result["fields"] = fabric_fields(info)
+        result["fields"] = fabric_fields(filled[0])
     return result
 
 

@@ -1095,15 +1095,22 @@ class OldFabricInfo(ctypes.Structure):
     ]
 
 
+OLD_BINDING_LACKS = (
+    "nvmlDeviceGetC2cModeInfoV",
+    "nvmlDeviceGetNumaNodeId",
+    "nvmlDeviceGetGpuFabricInfoV",
+    "c_nvmlGpuFabricInfoV_t",
+    "c_nvmlC2cModeInfo_v1_t",
+)
+
+
 def test_an_nvidia_ml_py_12_535_binding(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The oldest binding imagekit installs has no C2C or GpuFabricInfoV wrapper, names the
-    clique partitionId and reads the UUID as text cut at its first NUL byte."""
+    """The oldest binding imagekit installs has no C2C, NUMA node or GpuFabricInfoV wrapper
+    (seen on a real H200 host, docs/gpu-runs/2026-11-27-h200), names the clique partitionId
+    and reads the UUID as text cut at its first NUL byte. The driver's C2C and NUMA symbols
+    are called as nvml.h declares them."""
     Host().install(monkeypatch, keep=GRACE_CALLS)
-    for name in (
-        "nvmlDeviceGetC2cModeInfoV",
-        "nvmlDeviceGetGpuFabricInfoV",
-        "c_nvmlGpuFabricInfoV_t",
-    ):
+    for name in OLD_BINDING_LACKS:
         monkeypatch.delattr(pynvml, name)
     monkeypatch.setattr(pynvml, "c_nvmlGpuFabricInfo_t", OldFabricInfo)
     raw = bytes(range(16))  # a NUL byte first
@@ -1114,7 +1121,15 @@ def test_an_nvidia_ml_py_12_535_binding(monkeypatch: pytest.MonkeyPatch) -> None
         info.status, info.partitionId, info.state = SUCCESS, 7, 3
         return SUCCESS
 
-    c_library(monkeypatch, {"nvmlDeviceGetGpuFabricInfo": fabric})
+    c_library(
+        monkeypatch,
+        {
+            "nvmlDeviceGetGpuFabricInfo": fabric,
+            "nvmlDeviceGetC2cModeInfoV": c2c_symbol(1),
+            "nvmlDeviceGetNumaNodeId": numa_symbol(4),
+            "nvmlDeviceGetCpuAffinity": affinity_symbol("0-71", []),
+        },
+    )
     _, (gpu, _other) = nvml.read_nvml()
     assert gpu["fabric"] == {
         "state": "completed",
@@ -1122,4 +1137,24 @@ def test_an_nvidia_ml_py_12_535_binding(monkeypatch: pytest.MonkeyPatch) -> None
         "clique_id": 7,
         "cluster_uuid": "00010203-0405-0607-0809-0a0b0c0d0e0f",
     }
-    assert gpu["unread"]["host_link"].startswith("AttributeError: ")
+    assert (gpu["host_link"], gpu["numa_node"], gpu["cpu_affinity"]) == ("c2c", 4, "0-71")
+    assert "unread" not in gpu
+
+
+def test_an_old_binding_over_an_old_driver(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Neither the binding's wrapper nor the driver's symbol: unread, in NVML's words."""
+    Host().install(monkeypatch, keep=GRACE_CALLS)
+    for name in OLD_BINDING_LACKS:
+        monkeypatch.delattr(pynvml, name)
+    refused = refuse(pynvml.NVML_ERROR_NOT_SUPPORTED)
+    c_library(
+        monkeypatch,
+        {"nvmlDeviceGetCpuAffinity": refused, "nvmlDeviceGetGpuFabricInfo": refused},
+    )
+    _, (gpu, _other) = nvml.read_nvml()
+    assert gpu["fabric"] == {"state": "not_supported"}
+    assert gpu["unread"] == {
+        "host_link": "Function Not Found",
+        "numa_node": "Function Not Found",
+        "cpu_affinity": "Not Supported",
+    }

@@ -377,7 +377,7 @@ def _host_link(nvml: Any, handle: Any) -> str:
     """How the GPU reaches its CPU: "c2c" over NVLink-C2C (GH200, GB200), else "pcie"; a
     GPU without a C2C link answers NotSupported, which says just that."""
     try:
-        enabled = nvml.nvmlDeviceGetC2cModeInfoV(handle).isC2cEnabled
+        enabled = _c2c_enabled(nvml, handle)
     except Exception as exc:
         if type(exc).__name__ == NOT_SUPPORTED:
             return "pcie"
@@ -385,10 +385,38 @@ def _host_link(nvml: Any, handle: Any) -> str:
     return "c2c" if enabled else "pcie"
 
 
+class C2cModeInfo(ctypes.Structure):
+    """nvmlC2cModeInfo_v1_t (nvml.h), for bindings that do not declare it."""
+
+    _fields_ = [("isC2cEnabled", ctypes.c_uint)]
+
+
+def _c2c_enabled(nvml: Any, handle: Any) -> int:
+    """isC2cEnabled. nvidia-ml-py 12.535 (which images may still hold) has no wrapper for
+    the C2C mode nor the NUMA node, though the driver answers both (seen on R580): then the
+    driver's symbol is called as nvml.h declares it."""
+    if hasattr(nvml, "nvmlDeviceGetC2cModeInfoV"):
+        return int(nvml.nvmlDeviceGetC2cModeInfoV(handle).isC2cEnabled)
+    info = C2cModeInfo()
+    _call_symbol(nvml, "nvmlDeviceGetC2cModeInfoV", handle, ctypes.byref(info))
+    return int(info.isC2cEnabled)
+
+
+def _call_symbol(nvml: Any, name: str, *args: Any) -> None:
+    """libnvidia-ml's `name` through pynvml's own lookup (FunctionNotFound where the driver
+    lacks it) and return check (an NVMLError for any other answer than success)."""
+    nvml._nvmlCheckReturn(nvml._nvmlGetFunctionPointer(name)(*args))
+
+
 def _numa_node(nvml: Any, handle: Any) -> int:
     """The NUMA node of the GPU's own memory, where the OS has onlined it as one (a Grace
     host without CDMM); NVML answers a negative node where there is none."""
-    node = int(nvml.nvmlDeviceGetNumaNodeId(handle))
+    if hasattr(nvml, "nvmlDeviceGetNumaNodeId"):
+        node = int(nvml.nvmlDeviceGetNumaNodeId(handle))
+    else:  # an older binding: the driver's own symbol
+        out = ctypes.c_int()
+        _call_symbol(nvml, "nvmlDeviceGetNumaNodeId", handle, ctypes.byref(out))
+        node = out.value
     if node < 0:
         raise NotRead("no NUMA node")
     return node
