@@ -4,6 +4,7 @@
 #
 #   bash .ci/engines.sh install                # both engines' packages, cosign, oras (idempotent)
 #   bash .ci/engines.sh tools                  # cosign and oras only
+#   bash .ci/engines.sh qemu                   # QEMU 11 registered for linux/arm64 (F flag)
 #   bash .ci/engines.sh start containerd|classic|docker20
 #   bash .ci/engines.sh env [ENGINE]           # the shell lines a client of ENGINE needs
 #   bash .ci/engines.sh current                # which of the three answers on the socket
@@ -45,6 +46,18 @@ D28=$PREFIX/docker28
 TOOLS_PINNED=(cosign=3.1.1-2 oras=1.3.3-1)
 TOOLS_FALLBACK=(cosign/trixie oras/trixie)
 TOOLS=$PREFIX/supply-tools
+
+# linux/arm64 under emulation: Debian unstable's qemu-user (static binaries), unpacked here and
+# registered for aarch64 with the F flag. Debian 12's QEMU 7.2 runs torch but kills
+# onnxruntime's aarch64 build with SIGSEGV on import; 11.1.3 runs it and its INT8 kernels
+# (docs/benchmarks.md). The fallback is Debian 13's qemu-user 10.0.
+QEMU_PINNED=(qemu-user=1:11.1.3+ds-1)
+QEMU_FALLBACK=(qemu-user/trixie)
+QEMU=$PREFIX/qemu-user
+BINFMT=/proc/sys/fs/binfmt_misc
+# The aarch64 ELF header's magic and mask, as QEMU's own scripts/qemu-binfmt-conf.sh has them.
+AARCH64_MAGIC='\x7fELF\x02\x01\x01\x00\x00\x00\x00\x00\x00\x00\x00\x00\x02\x00\xb7\x00'
+AARCH64_MASK='\xff\xff\xff\xff\xff\xff\xff\x00\xff\xff\xff\xff\xff\xff\xff\xff\xfe\xff\xff\xff'
 
 say() { echo "engines: $*" >&2; }
 
@@ -108,6 +121,38 @@ install_supply_tools() {
   for deb in "$debs"/*.deb; do dpkg-deb -x "$deb" "$TOOLS.tmp"; done
   rm -rf "$TOOLS" && mv "$TOOLS.tmp" "$TOOLS" && rm -rf "$debs"
   link_supply_tools
+}
+
+install_qemu() {
+  if [ ! -x "$QEMU/usr/bin/qemu-aarch64" ]; then
+    [ -n "${APT_OPTS+x}" ] || private_apt
+    local debs=$STATE/qemu-debs
+    rm -rf "$debs" && mkdir -p "$debs"
+    if ! (cd "$debs" && timeout 600 apt-get "${APT_OPTS[@]}" download "${QEMU_PINNED[@]}" >/dev/null); then
+      say "the pinned qemu-user left unstable; FALLBACK: Debian 13's"
+      (cd "$debs" && timeout 600 apt-get "${APT_OPTS[@]}" download "${QEMU_FALLBACK[@]}" >/dev/null)
+    fi
+    rm -rf "$QEMU.tmp" && mkdir -p "$QEMU.tmp"
+    for deb in "$debs"/*.deb; do dpkg-deb -x "$deb" "$QEMU.tmp"; done
+    rm -rf "$QEMU" && mv "$QEMU.tmp" "$QEMU" && rm -rf "$debs"
+  fi
+  register_qemu_arm64
+}
+
+register_qemu_arm64() {  # replaces another aarch64 registration (Debian 12's QEMU 7.2)
+  mountpoint -q "$BINFMT" || mount -t binfmt_misc binfmt_misc "$BINFMT"
+  local entry=$BINFMT/qemu-aarch64
+  if grep -qx "interpreter $QEMU/usr/bin/qemu-aarch64" "$entry" 2>/dev/null &&
+    grep -qx 'flags: PF' "$entry"; then
+    say "arm64 emulation: $("$QEMU/usr/bin/qemu-aarch64" --version | head -1) (registered)"
+    return 0
+  fi
+  if [ -e "$entry" ]; then echo -1 >"$entry"; fi
+  # F: the kernel opens the interpreter now, so it runs inside containers' own root too;
+  # P: argv[0] kept (QEMU learns it from the auxiliary vector), as Debian's own registration
+  printf ':qemu-aarch64:M::%s:%s:%s:PF' "$AARCH64_MAGIC" "$AARCH64_MASK" \
+    "$QEMU/usr/bin/qemu-aarch64" >"$BINFMT/register"
+  say "arm64 emulation: $("$QEMU/usr/bin/qemu-aarch64" --version | head -1), registered with the F flag"
 }
 
 link_supply_tools() {
@@ -218,10 +263,11 @@ mkdir -p "$STATE"
 case "${1:-}" in
   install) install_docker20 && install_docker28 && install_supply_tools ;;
   tools) install_supply_tools ;;
+  qemu) install_qemu ;;
   start) start "${2:?engine: containerd, classic or docker20}" ;;
   stop) stop_all ;;
   env) env_of "${2:-}" ;;
   current) current ;;
   prune) prune ;;
-  *) echo "usage: $0 install|tools|start ENGINE|stop|env [ENGINE]|current|prune" >&2; exit 2 ;;
+  *) echo "usage: $0 install|tools|qemu|start ENGINE|stop|env [ENGINE]|current|prune" >&2; exit 2 ;;
 esac

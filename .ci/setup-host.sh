@@ -2,9 +2,9 @@
 # Installs and starts what imagekit's real tests need on a fresh Debian machine:
 # a Docker engine (the one that answers, else .ci/engines.sh's $IMAGEKIT_ENGINE or containerd),
 # a local registry on 127.0.0.1:5000, cosign and oras, debootstrap, qemu-user (the int8 test runs
-# onnxruntime on an emulated CPU without VNNI) and qemu-user-static registered for arm64 in
-# binfmt_misc with the F flag (linux/arm64 images built and run under QEMU). Safe to run
-# again: each step checks before it acts.
+# onnxruntime on an emulated CPU without VNNI) and QEMU 11 registered for arm64 in binfmt_misc
+# with the F flag (.ci/engines.sh qemu: linux/arm64 images built and run under QEMU). Safe to
+# run again: each step checks before it acts.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -42,21 +42,15 @@ need=()
 command -v debootstrap >/dev/null || need+=(debootstrap)
 command -v qemu-x86_64 >/dev/null || need+=(qemu-user)
 command -v jq >/dev/null || need+=(jq)  # the images workflow's matrix step, run by a real test
-# arm64 under QEMU: the static interpreter, registered by binfmt-support (it replaces
-# qemu-user-binfmt, whose registrations lack the F flag that containers need)
-command -v qemu-aarch64-static >/dev/null || need+=(qemu-user-static binfmt-support)
 if [ ${#need[@]} -gt 0 ]; then
   echo "setup-host: installing ${need[*]}"
   timeout 300 apt-get update -qq
   DEBIAN_FRONTEND=noninteractive timeout 900 apt-get install -y -qq "${need[@]}" >/dev/null
 fi
 
-# binfmt_misc mounted and arm64 registered (a fresh boot, or a host without systemd's
-# binfmt service); imagekit says what is missing where this fails
-mountpoint -q /proc/sys/fs/binfmt_misc || mount -t binfmt_misc binfmt_misc /proc/sys/fs/binfmt_misc || true
-if [ ! -e /proc/sys/fs/binfmt_misc/qemu-aarch64 ] && command -v update-binfmts >/dev/null; then
-  update-binfmts --enable qemu-aarch64 || echo "setup-host: could not register QEMU for arm64"
-fi
+# arm64 under QEMU 11, static, registered with the F flag (containers need it); Debian 12's
+# QEMU 7.2 crashes onnxruntime. imagekit says what is missing where this fails.
+bash .ci/engines.sh qemu || echo "setup-host: could not register QEMU for arm64"
 
 # The engine: the one asked for ($IMAGEKIT_ENGINE: containerd, classic or docker20, installed
 # and started by .ci/engines.sh); else whatever engine already answers on this host (the

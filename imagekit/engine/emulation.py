@@ -27,7 +27,9 @@ BINFMT = Path("/proc/sys/fs/binfmt_misc")
 FIX = {
     ARM64: "register QEMU for arm64 with the F flag: `sudo apt-get install qemu-user-static "
     "binfmt-support` on Debian or Ubuntu (then `sudo update-binfmts --enable qemu-aarch64`), "
-    "or `docker run --privileged --rm tonistiigi/binfmt --install arm64`",
+    "or `docker run --privileged --rm tonistiigi/binfmt --install arm64` (Debian 12's QEMU 7.2 "
+    "runs torch but crashes onnxruntime; 11.1 runs both: `sudo bash .ci/engines.sh qemu` in "
+    "imagekit's checkout)",
     AMD64: "register QEMU for amd64 with the F flag: `sudo apt-get install qemu-user-static "
     "binfmt-support`, or `docker run --privileged --rm tonistiigi/binfmt --install amd64`",
 }
