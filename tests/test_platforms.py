@@ -270,6 +270,48 @@ def test_emulation_is_known_from_the_host_or_the_cpu(
     assert (found in said) if found else said == ""
 
 
+# /proc/cpuinfo inside a linux/arm64 container under QEMU 11.1.3 on this x86-64 host
+# (Features cut short; "(null)" is QEMU's own), and a Grace CPU's (Neoverse V2).
+QEMU11_CPUINFO = """processor\t: 0
+model name\t: ARMv8 Processor rev 0 (v8l)
+BogoMIPS\t: 100.00
+Features\t: fp asimd aes pmull sha1 sha2 crc32 atomics asimddp sve i8mm bf16 sve2 (null)
+CPU implementer\t: 0x00
+CPU architecture: 8
+CPU variant\t: 0x0
+CPU part\t: 0x051
+CPU revision\t: 0
+"""
+GRACE_CPUINFO = """processor\t: 0
+BogoMIPS\t: 2000.00
+Features\t: fp asimd evtstrm aes pmull sha1 sha2 crc32 atomics asimddp sve i8mm bf16 sve2
+CPU implementer\t: 0x41
+CPU architecture: 8
+CPU variant\t: 0x0
+CPU part\t: 0xd4f
+CPU revision\t: 0
+"""
+
+
+@pytest.mark.parametrize(
+    ("cpuinfo", "env", "found"),
+    [
+        (QEMU11_CPUINFO, {}, "implementer is 0x00"),
+        (QEMU11_CPUINFO, {"IMAGEKIT_EMULATED": "qemu"}, "the host said so"),
+        (GRACE_CPUINFO, {}, ""),
+    ],
+)
+def test_qemus_made_up_arm_cpu_is_known_without_the_host_saying_so(
+    cpuinfo: str, env: dict[str, str], found: str
+) -> None:
+    from imagekit.selfcheck.emulated import emulation
+    from imagekit.selfcheck.int8 import parse_cpuinfo
+
+    cpu = parse_cpuinfo(cpuinfo)
+    said = emulation("aarch64", cpu["flags"], env, cpu.get("implementer", ""))
+    assert (found in said) if found else said == ""
+
+
 def test_an_aarch64_process_runs_arms_int8_rule_whatever_cpuinfo_says() -> None:
     from imagekit.selfcheck.int8 import int8_scheme
 

@@ -63,7 +63,7 @@ def test_read_cpu_names_models_and_leaves_out_what_it_cannot_read(tmp_path: Path
     assert read_cpu(str(DATA / "graviton3-neoverse-v1.txt"))["model"] == "Arm Neoverse V1"
     assert read_cpu(str(tmp_path / "missing")) == {}
     odd = parse_cpuinfo("CPU implementer\t: 0xc0\nCPU part\t: 0xac3\n")
-    assert odd == {"model": "Arm implementer 0xc0 part 0xac3"}  # no Features: no flags key
+    assert odd == {"model": "Arm implementer 0xc0 part 0xac3", "implementer": "0xc0"}  # no flags
 
 
 U8S8 = int8_scheme(["avx512_vnni"])

@@ -17,16 +17,29 @@ SLOWDOWN = 10
 ENV = "IMAGEKIT_EMULATED"  # set by `imagekit test` where the image's platform is not the host's
 
 
-def emulation(machine: str, flags: Iterable[str], env: Mapping[str, str]) -> str:
+# The MIDR implementer code Arm reserves for software use: no silicon has it, and QEMU's
+# emulated Arm CPU shows it in the /proc/cpuinfo it makes up (seen with QEMU 11.1).
+SOFTWARE_IMPLEMENTER = "0x00"
+
+
+def emulation(
+    machine: str, flags: Iterable[str], env: Mapping[str, str], implementer: str = ""
+) -> str:
     """ "" where the checks run natively; else how emulation is known: the host said so, or
     the CPU in /proc/cpuinfo is not the machine the process runs as (QEMU before 8.1 passes
-    the host's /proc/cpuinfo through)."""
+    the host's /proc/cpuinfo through), or it is an Arm CPU no vendor made (QEMU 8.1 and
+    later make one up). `implementer`: /proc/cpuinfo's `CPU implementer`, where read."""
     if said := env.get(ENV, ""):
         return f"the host said so ({ENV}={said})"
     have = set(flags)
     arm_cpu = "asimd" in have  # aarch64's Features line; x86 flags never list it
     if machine == "aarch64" and have and not arm_cpu:
         return "an aarch64 process on a CPU whose /proc/cpuinfo is x86-64's (QEMU)"
+    if machine == "aarch64" and implementer == SOFTWARE_IMPLEMENTER:
+        return (
+            f"an Arm CPU whose implementer is {SOFTWARE_IMPLEMENTER}, which Arm reserves for "
+            "software: QEMU's own (QEMU 8.1 and later)"
+        )
     if machine == "x86_64" and arm_cpu:
         return "an x86_64 process on a CPU whose /proc/cpuinfo is Arm's (QEMU)"
     return ""

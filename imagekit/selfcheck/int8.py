@@ -133,6 +133,8 @@ def parse_cpuinfo(text: str) -> dict[str, Any]:
     flags = first.get("flags", first.get("Features"))
     if flags is not None:
         cpu["flags"] = flags.split()
+    if arm[0]:
+        cpu["implementer"] = arm[0]
     return cpu
 
 

@@ -94,7 +94,9 @@ def _cpu() -> dict[str, Any]:
 
     cpu = int8.read_cpu()
     machine = platform.machine()
-    found = emulated.emulation(machine, cpu.get("flags") or (), os.environ)
+    found = emulated.emulation(
+        machine, cpu.get("flags") or (), os.environ, cpu.get("implementer", "")
+    )
     return {**cpu, "machine": machine, "emulated": found}
 
 
