@@ -288,6 +288,12 @@ def test_every_row_names_its_source_and_the_date_read() -> None:
     for table in ("torch", "cuda", "variant_archs", "os", "features"):
         for key, row in raw[table].items():
             assert row["source"] and set(row["source"]) <= set(raw["sources"]), (table, key)
+    for key, row in raw["variant_archs"].items():  # the aarch64 lists have sources of their own
+        if "arm64" in row:
+            assert set(row["arm64"]["source"]) == {"pytorch-aarch64-build"}, key
+    broken = DATA.replace('arm64: {archs: ["9.0"], source:', 'arm64: {archs: ["9.0"], sources:')
+    with pytest.raises(CompatError, match=r"variant_archs\.cu124\.arm64\.sources: unknown key"):
+        compat.parse(yaml.safe_load(broken))
     broken = DATA.replace('cuda-runfiles: "2026-11-23",', 'cuda-runfiles: "last year",', 1)
     with pytest.raises(CompatError, match=r"cuda\.11\.8 source cuda-runfiles: 'last year'"):
         compat.parse(yaml.safe_load(broken))

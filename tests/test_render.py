@@ -26,6 +26,7 @@ GOLDEN_CELLS = [
     "cu128-torch2.10.0-py3.12-ubuntu24.04-nvidia",  # devel builder, flash-attn, multi-node-ib
     "cu126-torch2.11.0-py3.11-ubuntu24.04-slim",  # uv-managed Python, cu126 index
     "cu130-torch2.11.0-py3.13-ubuntu24.04-nvidia",  # CUDA 13 line
+    "cu130-torch2.14.1-py3.12-ubuntu24.04-nvidia",  # amd64 + arm64: a runtime stage each
 ]
 
 

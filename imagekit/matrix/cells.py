@@ -50,6 +50,9 @@ class FeatureStep:
     # this cell only, compile jobs) and the packages a wheelhouse wheel may stand in for.
     env: tuple[tuple[str, str], ...] = ()
     prebuilt: tuple[str, ...] = ()
+    # What differs in that environment on arm64 (its arch list), where the cell builds arm64
+    # beside amd64: the build step picks it by BuildKit's TARGETARCH.
+    arm64_env: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -88,12 +91,15 @@ class Cell:
     source_default_ignore: bool
     min_driver: str | None
     forward_branches: tuple[int, ...]  # host branches the image's cuda-compat package serves
-    archs: tuple[str, ...]
+    archs: tuple[str, ...]  # the GPU archs of the torch wheel of the cell's first platform
     origin: str
     platforms: tuple[str, ...] = (AMD64,)  # in PLATFORMS order
     # Where arm64's torch comes from when it is not where amd64's does (PyPI's aarch64 wheel
     # is the CPU build up to torch 2.10): "" for PyPI; None where nothing differs
     arm64_torch_index: str | None = None
+    # arm64's archs where the cell builds arm64 beside amd64 and they differ (PyTorch compiles
+    # its aarch64 wheels for fewer GPUs); None where nothing differs
+    arm64_archs: tuple[str, ...] | None = None
 
     @property
     def repository(self) -> str:
@@ -114,6 +120,20 @@ class Cell:
 
     def label(self, key: str) -> str:
         return dict(self.labels)[key]
+
+    def archs_on(self, platform: str) -> tuple[str, ...]:
+        """The archs of the cell's torch wheel for one of its platforms."""
+        return (
+            self.arm64_archs if platform == ARM64 and self.arm64_archs is not None else self.archs
+        )
+
+    @property
+    def arm64_labels(self) -> tuple[tuple[str, str], ...]:
+        """The labels whose value differs on arm64 (the image of that platform carries these
+        instead); empty where every platform's image carries `labels` alone."""
+        if self.arm64_archs is None:
+            return ()
+        return ((label.ARCHS, " ".join(self.arm64_archs)),)
 
 
 def cell_id(cuda: str, torch: str, python: str, os_name: str, flavor: str) -> str:
@@ -188,7 +208,8 @@ def complete(raw: RawCell, compat: Compat, pins: dict[str, str] | None = None) -
     tags = tuple(
         f"{repo}:{render_tag(t, fields)}" for t in [raw.env_file.tag, *raw.env_file.extra_tags]
     )
-    archs = compat.archs_for(raw.torch, raw.cuda) if raw.cuda != CPU else ()
+    by_platform = {p: _archs_on(raw, compat, p) for p in platforms}
+    archs, arm64_archs = by_platform[platforms[0]], _arm64_archs(by_platform)
     cell = Cell(
         id=ident,
         cuda=raw.cuda,
@@ -207,7 +228,7 @@ def complete(raw: RawCell, compat: Compat, pins: dict[str, str] | None = None) -
             torch.version, torch.torchvision, opts.torchvision, cuda=raw.cuda != CPU
         )
         + _compile_needs(raw, installer, bool(opts.compile)),
-        feature_steps=_feature_steps(compat, features, raw.cuda, archs),
+        feature_steps=_feature_steps(compat, features, raw.cuda, archs, arm64_archs),
         needs_devel=needs_devel,
         apt=tuple(sorted(set(opts.apt or ()))),
         build_apt=tuple(sorted(set(opts.build_apt or ()))),
@@ -228,6 +249,7 @@ def complete(raw: RawCell, compat: Compat, pins: dict[str, str] | None = None) -
         origin=str(raw.origin),
         platforms=platforms,
         arm64_torch_index=_arm64_index(compat, raw, platforms),
+        arm64_archs=arm64_archs,
     )
     return _with_labels(cell, repo)
 
@@ -284,6 +306,24 @@ def _arm64_index(compat: Compat, raw: RawCell, platforms: tuple[str, ...]) -> st
     if platforms == (ARM64,):
         return None  # the cell's one index is arm64's (torch_index)
     return arm64 if arm64 != (compat.torch_index(raw.cuda, raw.torch) or "") else None
+
+
+def _archs_on(raw: RawCell, compat: Compat, platform: str) -> tuple[str, ...]:
+    """The GPU archs of the cell's torch wheel on `platform`; CompatError where the data has
+    none for it (never another platform's list)."""
+    try:
+        return compat.archs_for(raw.torch, raw.cuda, platform)
+    except CompatError as exc:
+        raise CompatError(
+            f"platform {platform}: {exc}; drop {platform} from this cell's `platform`"
+        ) from None
+
+
+def _arm64_archs(by_platform: dict[str, tuple[str, ...]]) -> tuple[str, ...] | None:
+    """arm64's archs where the cell also builds another platform, with other archs."""
+    if ARM64 not in by_platform or len(set(by_platform.values())) == 1:
+        return None
+    return by_platform[ARM64]
 
 
 def _check_platform(raw: RawCell, compat: Compat, features: tuple[str, ...], platform: str) -> None:
@@ -362,8 +402,13 @@ def _pip_key(cuda: str) -> str:
 
 
 def _feature_steps(
-    compat: Compat, features: tuple[str, ...], cuda: str, archs: tuple[str, ...]
+    compat: Compat,
+    features: tuple[str, ...],
+    cuda: str,
+    archs: tuple[str, ...],
+    arm64_archs: tuple[str, ...] | None = None,
 ) -> tuple[FeatureStep, ...]:
+    """`archs`: the cell's first platform's; `arm64_archs`: arm64's where they differ."""
     key = _pip_key(cuda)
     steps = []
     for name in features:
@@ -372,14 +417,21 @@ def _feature_steps(
         if not feature.needs_devel:
             steps.append(FeatureStep(name, reqs, build_isolation=True))
             continue
-        env = {"TORCH_CUDA_ARCH_LIST": ";".join(a.removesuffix("+PTX") for a in archs)}
-        if feature.cuda_archs:
-            env[f"{_env_name(name)}_CUDA_ARCHS"] = ";".join(extension_archs(archs, feature))
-        env["MAX_JOBS"] = "${MAX_JOBS:-$(imagekit_max_jobs)}"
+        env = {**_arch_env(name, feature, archs), "MAX_JOBS": "${MAX_JOBS:-$(imagekit_max_jobs)}"}
+        arm64 = _arch_env(name, feature, arm64_archs) if arm64_archs is not None else {}
         # Normalized, as a wheel's file name spells it (build-env.sh looks for NAME-*.whl).
         prebuilt = tuple(canonicalize_name(Requirement(r).name) for r in reqs)
-        steps.append(FeatureStep(name, reqs, False, tuple(env.items()), prebuilt))
+        step = FeatureStep(name, reqs, False, tuple(env.items()), prebuilt, tuple(arm64.items()))
+        steps.append(step)
     return tuple(steps)
+
+
+def _arch_env(name: str, feature: Feature, archs: tuple[str, ...]) -> dict[str, str]:
+    """A CUDA extension's arch settings for the GPUs of one torch wheel (its list less +PTX)."""
+    env = {"TORCH_CUDA_ARCH_LIST": ";".join(a.removesuffix("+PTX") for a in archs)}
+    if feature.cuda_archs:
+        env[f"{_env_name(name)}_CUDA_ARCHS"] = ";".join(extension_archs(archs, feature))
+    return env
 
 
 def _env_name(feature: str) -> str:

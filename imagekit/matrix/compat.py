@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 from types import MappingProxyType
@@ -117,6 +117,12 @@ class VariantArchs:
     default: tuple[str, ...]  # "8.0", "12.0+PTX": the TORCH_CUDA_ARCH_LIST spelling
     by_torch: Mapping[str, tuple[str, ...]]  # releases whose build differs from the default
     source: Mapping[str, str] = field(default_factory=_empty)
+    # The variant's Linux aarch64 wheels: PyTorch compiles them for other (fewer) GPUs than
+    # the x86-64 ones. None: no aarch64 list in the data, and arm64 lookups are refused.
+    arm64: VariantArchs | None = None
+
+    def of(self, torch: str) -> tuple[str, ...]:
+        return self.by_torch.get(torch, self.default)
 
 
 @dataclass(frozen=True)
@@ -133,12 +139,23 @@ class Compat:
         keys = [k for k in source if not only or k in only]
         return "; ".join(f"{self.sources.get(k, k)}, read {source[k]}" for k in keys)
 
-    def archs_for(self, torch: str, cuda: str) -> tuple[str, ...]:
-        """TORCH_CUDA_ARCH_LIST of the official wheels of this torch for this CUDA."""
-        archs = self.variant_archs.get(variant_of(cuda))
-        if archs is None:
+    def archs_for(self, torch: str, cuda: str, platform: str = AMD64) -> tuple[str, ...]:
+        """TORCH_CUDA_ARCH_LIST of the official wheels of this torch for this CUDA on
+        `platform`. CompatError for linux/arm64 where the data has no aarch64 list: x86-64's
+        would claim GPUs the aarch64 wheels have no code for."""
+        version = self.torch_release(torch).version
+        if cuda == CPU:
             return ()
-        return archs.by_torch.get(self.torch_release(torch).version, archs.default)
+        archs = self.variant_archs.get(variant_of(cuda))
+        if platform == AMD64:
+            return archs.of(version) if archs else ()
+        if archs is None or archs.arm64 is None:
+            raise CompatError(
+                f"torch {version} {variant_of(cuda)} on {platform}: the compat data has no "
+                f"aarch64 arch list (variant_archs.{variant_of(cuda)}.arm64); add it from "
+                "PyTorch's aarch64 build script of that release (the file's header says where)"
+            )
+        return archs.arm64.of(version)
 
     # -- lookups ---------------------------------------------------------------------------
     def torch_release(self, version: str) -> TorchRelease:
@@ -308,9 +325,13 @@ class _FeatureRow(_Row):
     arm64: _Arm64PipRow | None = None
 
 
-class _VariantArchsRow(_Row):
+class _ArchsRow(_Row):
     archs: list[str]
     by_torch: dict[str, list[str]] = {}
+
+
+class _VariantArchsRow(_ArchsRow):
+    arm64: _ArchsRow | None = None
 
 
 class _CompatFile(BaseModel):
@@ -395,19 +416,21 @@ def parse(raw: Any, file: str | Path = COMPAT_FILE) -> Compat:
                 for n, r in data.os.items()
             }
         ),
-        variant_archs=ro(
-            {
-                k: VariantArchs(
-                    tuple(r.archs),
-                    ro({t: tuple(a) for t, a in r.by_torch.items()}),
-                    _source(sources, f"variant_archs.{k}", r),
-                )
-                for k, r in data.variant_archs.items()
-            }
-        ),
+        variant_archs=ro({k: _variant_archs(sources, k, r) for k, r in data.variant_archs.items()}),
         features=ro({n: _feature(sources, n, r) for n, r in data.features.items()}),
         sources=ro(dict(data.sources)),
     )
+
+
+def _variant_archs(sources: set[str], variant: str, row: _VariantArchsRow) -> VariantArchs:
+    where = f"variant_archs.{variant}"
+    arm64 = _archs(sources, f"{where}.arm64", row.arm64) if row.arm64 else None
+    return replace(_archs(sources, where, row), arm64=arm64)
+
+
+def _archs(sources: set[str], where: str, row: _ArchsRow) -> VariantArchs:
+    by_torch = MappingProxyType({t: tuple(a) for t, a in row.by_torch.items()})
+    return VariantArchs(tuple(row.archs), by_torch, _source(sources, where, row))
 
 
 def _builds(sources: set[str], where: str, row: _BuildsRow | None) -> Builds | None:

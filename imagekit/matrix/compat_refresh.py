@@ -415,6 +415,25 @@ def refresh(
     return diff + notes
 
 
+def _arm64_archs_note(derived: Derived, data: compat_mod.Compat) -> list[str]:
+    """The aarch64 variants found that have no aarch64 arch list: nothing here can derive
+    one (it is in PyTorch's build scripts), and arm64 cells of them are refused until then."""
+    if derived.arm64 is None:
+        return []
+    found = set(derived.arm64.variants or ())
+    if derived.arm64.pypi_cuda:
+        found.add(compat_mod.variant_of(derived.arm64.pypi_cuda))
+    archs = data.variant_archs
+    missing = sorted(v for v in found - {compat_mod.CPU} if not (v in archs and archs[v].arm64))
+    if not missing:
+        return []
+    return [
+        f"torch {derived.version}: no aarch64 arch list for {', '.join(missing)} "
+        "(variant_archs.<variant>.arm64, from PyTorch's aarch64 build script); linux/arm64 "
+        "cells of it are refused until one is added"
+    ]
+
+
 def _notes(found: list[Derived], data: compat_mod.Compat, torch_index: str | None) -> list[str]:
     notes = []
     for derived in found:
@@ -422,6 +441,7 @@ def _notes(found: list[Derived], data: compat_mod.Compat, torch_index: str | Non
             notes.append(f"torch {derived.version} is new in the data")
         if derived.torchvision is None:
             notes.append(f"torch {derived.version}: no torchvision release pins it (yet)")
+        notes += _arm64_archs_note(derived, data)
     if not torch_index:
         notes.append(
             "variants, architectures and drivers are not on PyPI: variants come from a "

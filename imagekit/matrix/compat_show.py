@@ -8,10 +8,11 @@ what an image's self-check would fail on that host.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from imagekit.contract.driver import version_tuple
-from imagekit.errors import UsageError
+from imagekit.errors import CompatError, UsageError
 from imagekit.matrix import compat as compat_mod
 from imagekit.matrix.compat import Compat, CudaRelease, TorchRelease
 from imagekit.platforms import AMD64
@@ -86,10 +87,18 @@ def _forward_note(cuda: CudaRelease, host: Host) -> str:
     return "no forward compatibility for it either"
 
 
-def arch_text(data: Compat, torch: TorchRelease, cuda: CudaRelease, host: Host) -> Verdict:
+def arch_text(
+    data: Compat, torch: TorchRelease, cuda: CudaRelease, host: Host, platform: str = AMD64
+) -> Verdict:
+    """Whether the wheel of `platform` has code for the host's GPU: the aarch64 wheels are
+    compiled for other GPUs than the x86-64 ones (an A100 on an arm64 host needs sm_80 in
+    the aarch64 list)."""
     if host.capability is None:
         return Verdict(True, "")
-    archs = data.archs_for(torch.version, cuda.version)
+    try:
+        archs = data.archs_for(torch.version, cuda.version, platform)
+    except CompatError as exc:  # no list for the platform: refuse rather than guess
+        return Verdict(False, "its arch list is not in the compat data", str(exc))
     verdict = arch_verdict(host.capability, compat_mod.arch_entries(archs))
     if verdict.runs:
         return Verdict(
@@ -99,13 +108,20 @@ def arch_text(data: Compat, torch: TorchRelease, cuda: CudaRelease, host: Host) 
     rule = (
         "SASS sm_XY runs on GPUs of major X and minor >= Y, PTX compute_XY on any GPU >= X.Y "
         "(CUDA programming guide, binary compatibility); the wheels' arch lists: source: "
-        + data.source_text(data.variant_archs[compat_mod.variant_of(cuda.version)].source)
+        + data.source_text(_archs_source(data, cuda, platform))
     )
     return Verdict(False, f"no code for {gpu} (built for {' '.join(archs)})", rule)
 
 
-def row_verdict(data: Compat, torch: TorchRelease, cuda: CudaRelease, host: Host) -> Verdict:
-    archs = arch_text(data, torch, cuda, host)
+def _archs_source(data: Compat, cuda: CudaRelease, platform: str) -> Mapping[str, str]:
+    archs = data.variant_archs[compat_mod.variant_of(cuda.version)]
+    return archs.arm64.source if platform != AMD64 and archs.arm64 else archs.source
+
+
+def row_verdict(
+    data: Compat, torch: TorchRelease, cuda: CudaRelease, host: Host, platform: str = AMD64
+) -> Verdict:
+    archs = arch_text(data, torch, cuda, host, platform)
     if not archs.runs:
         return archs
     driver = driver_verdict(data, cuda, host, jit=archs.jit)
@@ -127,7 +143,7 @@ def show(driver: str | None = None, gpu: str | None = None, platform: str = AMD6
     runs = 0
     for torch in data.torch.values():
         for version in data.cudas_of(torch, platform):
-            verdict = row_verdict(data, torch, data.cuda[version], host)
+            verdict = row_verdict(data, torch, data.cuda[version], host, platform)
             runs += verdict.runs
             text = f"runs {verdict.why}".rstrip() if verdict.runs else f"REFUSED: {verdict.why}"
             if verdict.rule:
@@ -185,6 +201,9 @@ def platform_tables(data: Compat, platform: str) -> list[str]:
         ("CUDA", "image tag", f"OS ({platform})"),
         [(c.version, c.full, " ".join(c.os_for(platform)) or "-") for c in data.cuda.values()],
     )
+    archs = render_table(
+        ("torch", "CUDA", f"GPU archs of the {platform} wheel"), _arch_rows(data, platform)
+    )
     features = render_table(
         ("feature", f"packages on {platform}", "note"),
         [
@@ -196,4 +215,17 @@ def platform_tables(data: Compat, platform: str) -> list[str]:
             for f in data.features.values()
         ],
     )
-    return [f"Builds for {platform}:", *torch, "", *cuda, "", *features]
+    return [f"Builds for {platform}:", *torch, "", *cuda, "", *archs, "", *features]
+
+
+def _arch_rows(data: Compat, platform: str) -> list[tuple[str, str, str]]:
+    """Each CUDA wheel's arch list on `platform` (what `--gpu` is judged against)."""
+    rows = []
+    for rel in data.torch.values():
+        for version in data.cudas_of(rel, platform):
+            try:
+                archs = " ".join(data.archs_for(rel.version, version, platform))
+            except CompatError:
+                archs = "not in the data: arm64 cells of it are refused"
+            rows.append((rel.version, version, archs))
+    return rows

@@ -40,6 +40,8 @@ def cell_json(cell: Cell) -> dict[str, Any]:
         "size_budget": cell.size_budget,
         "min_driver": cell.min_driver,
         "archs": list(cell.archs),
+        # each platform's torch wheel has its own GPU archs (aarch64's are fewer)
+        "archs_by_platform": {p: list(cell.archs_on(p)) for p in cell.platforms},
         "platforms": list(cell.platforms),
         "labels": dict(cell.labels),
         "env": dict(cell.env),
@@ -151,6 +153,7 @@ def _platform_jobs(cell: Cell, entry: dict[str, Any]) -> list[dict[str, Any]]:
                 **entry,
                 "runner": runner,
                 "platforms": platform,
+                "archs": list(cell.archs_on(platform)),
                 "emulated": False,
                 # a cache per platform: two jobs exporting mode=max to one ref would each
                 # overwrite the other's layers
@@ -164,6 +167,14 @@ def _platform_jobs(cell: Cell, entry: dict[str, Any]) -> list[dict[str, Any]]:
 
 def _group_name(cell: Cell) -> str:
     return "cpu" if cell.cuda == "cpu" else "cuda-" + cell.cuda.replace(".", "-")
+
+
+def same_on_every_platform(cell: Cell) -> dict[str, str]:
+    """The cell's labels less those its arm64 image carries other values of: bake sets a
+    target's labels on every platform it builds, over the Dockerfile's own per-platform
+    LABEL (the arm64 image's io.imagekit.archs would read amd64's list)."""
+    differ = {name for name, _ in cell.arm64_labels}
+    return {name: value for name, value in cell.labels if name not in differ}
 
 
 def bake(cells: Sequence[Cell]) -> dict[str, Any]:
@@ -182,7 +193,7 @@ def bake(cells: Sequence[Cell]) -> dict[str, Any]:
             ),
             "target": "runtime",
             "tags": list(cell.tags),
-            "labels": dict(cell.labels),
+            "labels": same_on_every_platform(cell),
             "cache-from": [f"type=registry,ref={cache_ref}"],
             "cache-to": [f"type=registry,ref={cache_ref},mode=max"],
             "platforms": list(cell.platforms),
