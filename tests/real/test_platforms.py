@@ -97,6 +97,7 @@ def test_a_cell_of_both_platforms_is_one_pushed_index_reported_per_platform(
             assert config["architecture"] == arch
             assert entry["size_bytes"] == sum(layer["size"] for layer in image["layers"])
         locks_each_platform_of_a_pushed_base(tmp_path, base, run)
+        each_platform_carries_its_own_archs(tmp_path, f"{REGISTRY}/{repository}@{pushed}", run)
         # one platform, not pushed: a local arm64 image, run under QEMU
         local = build(root, "--platform", "linux/arm64")
         assert local["status"] == "built" and local["platforms"] == ["linux/arm64"]
@@ -107,6 +108,46 @@ def test_a_cell_of_both_platforms_is_one_pushed_index_reported_per_platform(
         docker("rmi", "-f", *local["tags"], check=False)
     finally:
         docker("rmi", "-f", base, check=False)
+
+
+ROOT = Path(__file__).resolve().parents[2]
+# A committed cell of both platforms whose torch wheels are built for other GPUs on each.
+TWO_ARCH_CELL = "cu130-torch2.14.1-py3.12-ubuntu24.04-slim"
+AMD64_ARCHS = "7.5 8.0 8.6 9.0 10.0 12.0"
+ARM64_ARCHS = "8.0 9.0 10.0 11.0 12.0"
+
+
+def each_platform_carries_its_own_archs(tmp_path: Path, os_base: str, run: str) -> None:
+    """The committed Dockerfile's stages after runtime-common, as rendered, built by BuildKit
+    for each platform: TARGETARCH picks runtime-arm64 for arm64, whose label and labels.json
+    say arm64's archs; amd64's keep runtime-common's. runtime-common itself (a CUDA torch:
+    GBs under QEMU) is stood in for by the pushed OS stage with the labels it would have."""
+    rendered = (ROOT / "dockerfiles" / TWO_ARCH_CELL / "Dockerfile").read_text()
+    tail = rendered[rendered.index("FROM runtime-common AS runtime-amd64") :]
+    labels = json.dumps({"io.imagekit.archs": AMD64_ARCHS, "io.imagekit.cell": TWO_ARCH_CELL})
+    (tmp_path / "archs").mkdir()
+    (tmp_path / "archs" / "Dockerfile").write_text(
+        f"FROM {os_base} AS runtime-common\n"
+        "RUN mkdir -p /opt/venv/bin /etc/imagekit && ln -s /usr/bin/python3 /opt/venv/bin/python"
+        f" && echo '{labels}' > /etc/imagekit/labels.json\n"
+        f'LABEL io.imagekit.archs="{AMD64_ARCHS}"\n\n{tail}'
+    )
+    for platform, want in (("linux/amd64", AMD64_ARCHS), ("linux/arm64", ARM64_ARCHS)):
+        tag = f"imagekit-test/archs-{run}:{platform.rpartition('/')[2]}"
+        docker(
+            "build", "-q", "--platform", platform, "-t", tag, str(tmp_path / "archs"), timeout=600
+        )
+        try:
+            config = json.loads(docker("image", "inspect", tag).stdout)[0]["Config"]
+            assert config["Labels"]["io.imagekit.archs"] == want
+            copy = docker("run", "--rm", "--platform", platform, "--entrypoint", "cat", tag,
+                          "/etc/imagekit/labels.json").stdout  # fmt: skip
+            assert json.loads(copy) == {
+                "io.imagekit.archs": want,
+                "io.imagekit.cell": TWO_ARCH_CELL,
+            }
+        finally:
+            docker("rmi", "-f", tag, check=False)
 
 
 def locks_each_platform_of_a_pushed_base(tmp_path: Path, base: str, run: str) -> None:
