@@ -16,6 +16,7 @@ import json
 import os
 import random
 import re
+import struct
 import subprocess
 import sys
 import threading
@@ -1084,7 +1085,7 @@ def test_the_real_wrappers_over_a_driver_before_r550(monkeypatch: pytest.MonkeyP
     assert gpu["fabric"] == {**FABRIC, "state": "in_progress"}
 
 
-class OldFabricInfo(ctypes.Structure):
+class Binding12535FabricInfo(ctypes.Structure):
     """nvmlGpuFabricInfo_t as nvidia-ml-py 12.535 declares it: a c_char UUID, partitionId."""
 
     _fields_ = [
@@ -1093,6 +1094,30 @@ class OldFabricInfo(ctypes.Structure):
         ("partitionId", ctypes.c_uint32),
         ("state", ctypes.c_uint),
     ]
+
+
+class Binding13610FabricInfo(ctypes.Structure):
+    """As nvidia-ml-py 13.610 declares it: an 80-byte UUID (seen on a real H200,
+    docs/gpu-runs/2026-11-27-h200/grace-readings.json), so every field after it is misplaced."""
+
+    _fields_ = [
+        ("clusterUuid", ctypes.c_uint8 * 80),
+        ("status", ctypes.c_uint),
+        ("cliqueId", ctypes.c_uint32),
+        ("state", ctypes.c_uint),
+    ]
+
+
+def driver_fabric(raw_uuid: bytes, clique: int, state: int) -> Callable[..., int]:
+    """nvmlDeviceGetGpuFabricInfo as the driver answers: nvml.h's layout written at the
+    pointer, whatever structure the caller passed."""
+
+    def answer(handle: Any, out: Any) -> int:
+        filled = struct.pack("<16sIII", raw_uuid, SUCCESS, clique, state)
+        ctypes.memmove(ctypes.addressof(out._obj), filled, len(filled))
+        return SUCCESS
+
+    return answer
 
 
 OLD_BINDING_LACKS = (
@@ -1112,19 +1137,12 @@ def test_an_nvidia_ml_py_12_535_binding(monkeypatch: pytest.MonkeyPatch) -> None
     Host().install(monkeypatch, keep=GRACE_CALLS)
     for name in OLD_BINDING_LACKS:
         monkeypatch.delattr(pynvml, name)
-    monkeypatch.setattr(pynvml, "c_nvmlGpuFabricInfo_t", OldFabricInfo)
-    raw = bytes(range(16))  # a NUL byte first
-
-    def fabric(handle: Any, out: Any) -> int:
-        info = out._obj
-        ctypes.memmove(ctypes.addressof(info), raw, 16)
-        info.status, info.partitionId, info.state = SUCCESS, 7, 3
-        return SUCCESS
-
+    monkeypatch.setattr(pynvml, "c_nvmlGpuFabricInfo_t", Binding12535FabricInfo)
     c_library(
         monkeypatch,
         {
-            "nvmlDeviceGetGpuFabricInfo": fabric,
+            # a NUL byte first: read as text, the UUID would end there
+            "nvmlDeviceGetGpuFabricInfo": driver_fabric(bytes(range(16)), 7, 3),
             "nvmlDeviceGetC2cModeInfoV": c2c_symbol(1),
             "nvmlDeviceGetNumaNodeId": numa_symbol(4),
             "nvmlDeviceGetCpuAffinity": affinity_symbol("0-71", []),
@@ -1139,6 +1157,28 @@ def test_an_nvidia_ml_py_12_535_binding(monkeypatch: pytest.MonkeyPatch) -> None
     }
     assert (gpu["host_link"], gpu["numa_node"], gpu["cpu_affinity"]) == ("c2c", 4, "0-71")
     assert "unread" not in gpu
+
+
+def test_the_older_fabric_call_reads_nvml_hs_layout_not_the_bindings(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A driver without GpuFabricInfoV under nvidia-ml-py 13.610: its structure would put
+    the state 64 bytes past where the driver wrote it and read a completed fabric as
+    not_supported; the reader's own (nvml.h's) reads it right."""
+    Host().install(monkeypatch, keep=GRACE_CALLS)
+    monkeypatch.setattr(pynvml, "c_nvmlGpuFabricInfo_t", Binding13610FabricInfo)
+    uuid_bytes = bytes.fromhex(CLUSTER.replace("-", ""))
+    c_library(
+        monkeypatch,
+        {
+            "nvmlDeviceGetC2cModeInfoV": c2c_symbol(1),
+            "nvmlDeviceGetNumaNodeId": numa_symbol(-1),
+            "nvmlDeviceGetCpuAffinity": affinity_symbol("0-71", []),
+            "nvmlDeviceGetGpuFabricInfo": driver_fabric(uuid_bytes, FABRIC["clique_id"], 3),
+        },
+    )
+    _, (gpu, _other) = nvml.read_nvml()
+    assert gpu["fabric"] == FABRIC
 
 
 def test_an_old_binding_over_an_old_driver(monkeypatch: pytest.MonkeyPatch) -> None:

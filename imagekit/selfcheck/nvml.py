@@ -472,9 +472,24 @@ def _fabric_info(nvml: Any, handle: Any) -> Any:
     except Exception as exc:
         if not isinstance(exc, AttributeError) and type(exc).__name__ != NO_SYMBOL:
             raise
-    info = nvml.c_nvmlGpuFabricInfo_t()
+    info = FabricInfoV1()
     nvml.nvmlDeviceGetGpuFabricInfo(handle, ctypes.byref(info))
     return info
+
+
+class FabricInfoV1(ctypes.Structure):
+    """nvmlGpuFabricInfo_t as nvml.h lays it out, for the older call. The bindings' own are
+    wrong: nvidia-ml-py 13.610 sizes the UUID as 80 bytes (NVML_DEVICE_UUID_BUFFER_SIZE, not
+    NVML_GPU_FABRIC_UUID_LEN), so status, clique and state are read past what the driver
+    wrote (seen on an H200, docs/gpu-runs/2026-11-27-h200); 12.535 names the clique
+    partitionId and types the UUID as text."""
+
+    _fields_ = [
+        ("clusterUuid", ctypes.c_ubyte * 16),
+        ("status", ctypes.c_uint),
+        ("cliqueId", ctypes.c_uint32),
+        ("state", ctypes.c_uint),
+    ]
 
 
 def _return_text(nvml: Any, code: int) -> str:
@@ -483,15 +498,14 @@ def _return_text(nvml: Any, code: int) -> str:
 
 
 def _clique_id(info: Any) -> int:
-    # Older nvidia-ml-py (12.535, which imagekit still allows) names the field partitionId.
-    return int(info.cliqueId if hasattr(info, "cliqueId") else info.partitionId)
+    return int(info.cliqueId)
 
 
 def _cluster_uuid(info: Any) -> str:
-    """8-4-4-4-12 hex. Older bindings declare the 16 bytes as c_char, which read back as
-    text cut at the first NUL: they are taken from the structure itself."""
+    """8-4-4-4-12 hex, from the structure's 16 bytes themselves (a binding that declared
+    them as c_char would read them back as text cut at the first NUL)."""
     field = type(info).clusterUuid
-    raw = ctypes.string_at(ctypes.addressof(info) + field.offset, field.size)
+    raw = ctypes.string_at(ctypes.addressof(info) + field.offset, 16)
     return str(uuid.UUID(bytes=raw))
 
 
