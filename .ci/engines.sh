@@ -70,6 +70,24 @@ private_apt() {  # apt with its own sources and state: the host's lists and pins
   timeout 300 apt-get "${APT_OPTS[@]}" update -qq
 }
 
+unpack_pinned() {  # DEST WHAT PINNED FALLBACK (array names): the pinned packages, else the
+  # fallback, downloaded with the private apt and unpacked (dpkg-deb -x) into DEST
+  local dest=$1 what=$2 deb
+  local -n pinned=$3 fallback=$4
+  [ -n "${APT_OPTS+x}" ] || private_apt
+  local debs=$STATE/debs-${dest##*/}
+  rm -rf "$debs" && mkdir -p "$debs"
+  if (cd "$debs" && timeout 600 apt-get "${APT_OPTS[@]}" download "${pinned[@]}" >/dev/null); then
+    say "$what from Debian unstable: ${pinned[*]}"
+  else
+    say "the pinned $what left unstable; FALLBACK: ${fallback[*]}"
+    (cd "$debs" && timeout 600 apt-get "${APT_OPTS[@]}" download "${fallback[@]}" >/dev/null)
+  fi
+  rm -rf "$dest.tmp" && mkdir -p "$dest.tmp"
+  for deb in "$debs"/*.deb; do dpkg-deb -x "$deb" "$dest.tmp"; done
+  rm -rf "$dest" && mv "$dest.tmp" "$dest" && rm -rf "$debs"
+}
+
 install_docker20() {
   local need=()
   [ -x /usr/sbin/dockerd ] || need+=(docker.io)
@@ -89,53 +107,21 @@ install_docker20() {
 
 install_docker28() {
   [ -x "$D28/usr/sbin/dockerd" ] && return 0
-  private_apt
-  local debs=$STATE/debs
-  rm -rf "$debs" && mkdir -p "$debs"
-  if (cd "$debs" && timeout 600 apt-get "${APT_OPTS[@]}" download "${PINNED[@]}" >/dev/null); then
-    say "Docker 28 from Debian unstable: ${PINNED[*]}"
-  else
-    say "the pinned unstable packages are gone; FALLBACK: Debian 13's docker.io 26.1 + buildx 0.13"
-    (cd "$debs" && timeout 600 apt-get "${APT_OPTS[@]}" download "${FALLBACK[@]}" >/dev/null)
-  fi
-  rm -rf "$D28.tmp" && mkdir -p "$D28.tmp"
-  for deb in "$debs"/*.deb; do dpkg-deb -x "$deb" "$D28.tmp"; done
-  rm -rf "$D28" && mv "$D28.tmp" "$D28"
+  unpack_pinned "$D28" "Docker 28" PINNED FALLBACK
   # The CLI finds buildx in its config folder's cli-plugins (one of its own for this engine).
   mkdir -p "$STATE/docker28-cli/cli-plugins"
   ln -sf "$D28/usr/libexec/docker/cli-plugins/docker-buildx" "$STATE/docker28-cli/cli-plugins/"
   [ -f "$STATE/docker28-cli/config.json" ] || echo '{}' >"$STATE/docker28-cli/config.json"
-  rm -rf "$debs"
 }
 
 install_supply_tools() {
   if [ -x "$TOOLS/usr/bin/cosign" ] && [ -x "$TOOLS/usr/bin/oras" ]; then link_supply_tools; return 0; fi
-  [ -n "${APT_OPTS+x}" ] || private_apt
-  local debs=$STATE/tool-debs
-  rm -rf "$debs" && mkdir -p "$debs"
-  if ! (cd "$debs" && timeout 600 apt-get "${APT_OPTS[@]}" download "${TOOLS_PINNED[@]}" >/dev/null); then
-    say "the pinned cosign/oras left unstable; FALLBACK: Debian 13's"
-    (cd "$debs" && timeout 600 apt-get "${APT_OPTS[@]}" download "${TOOLS_FALLBACK[@]}" >/dev/null)
-  fi
-  rm -rf "$TOOLS.tmp" && mkdir -p "$TOOLS.tmp"
-  for deb in "$debs"/*.deb; do dpkg-deb -x "$deb" "$TOOLS.tmp"; done
-  rm -rf "$TOOLS" && mv "$TOOLS.tmp" "$TOOLS" && rm -rf "$debs"
+  unpack_pinned "$TOOLS" "cosign and oras" TOOLS_PINNED TOOLS_FALLBACK
   link_supply_tools
 }
 
 install_qemu() {
-  if [ ! -x "$QEMU/usr/bin/qemu-aarch64" ]; then
-    [ -n "${APT_OPTS+x}" ] || private_apt
-    local debs=$STATE/qemu-debs
-    rm -rf "$debs" && mkdir -p "$debs"
-    if ! (cd "$debs" && timeout 600 apt-get "${APT_OPTS[@]}" download "${QEMU_PINNED[@]}" >/dev/null); then
-      say "the pinned qemu-user left unstable; FALLBACK: Debian 13's"
-      (cd "$debs" && timeout 600 apt-get "${APT_OPTS[@]}" download "${QEMU_FALLBACK[@]}" >/dev/null)
-    fi
-    rm -rf "$QEMU.tmp" && mkdir -p "$QEMU.tmp"
-    for deb in "$debs"/*.deb; do dpkg-deb -x "$deb" "$QEMU.tmp"; done
-    rm -rf "$QEMU" && mv "$QEMU.tmp" "$QEMU" && rm -rf "$debs"
-  fi
+  [ -x "$QEMU/usr/bin/qemu-aarch64" ] || unpack_pinned "$QEMU" "QEMU" QEMU_PINNED QEMU_FALLBACK
   register_qemu_arm64
 }
 
