@@ -27,16 +27,6 @@ def test_source_reaches_the_image_without_its_env_file(project: Path) -> None:
     assert "train.py" in listing and ".env" not in listing  # tests/data/app/.env stays out
 
 
-def _layer(data: bytes) -> tarfile.TarFile | None:
-    """A layer of `docker save`'s archive: an uncompressed layer.tar (the classic store, or
-    an image a docker exporter loaded), or a gzip blob under blobs/sha256/ (the containerd
-    store keeps the layers as BuildKit pushed them); None for what is no layer."""
-    try:
-        return tarfile.open(fileobj=io.BytesIO(data), mode="r:*")
-    except tarfile.TarError:
-        return None
-
-
 def _strings_in_saved_image(tag: str, dest: Path, needles: list[str]) -> set[str]:
     archive = dest / "image.tar"
     docker("save", "-o", str(archive), tag)
@@ -44,9 +34,8 @@ def _strings_in_saved_image(tag: str, dest: Path, needles: list[str]) -> set[str
     with tarfile.open(archive) as outer:
         for member in outer.getmembers():
             data = outer.extractfile(member).read() if member.isfile() else b""  # type: ignore[union-attr]
-            layer = _layer(data) if data else None
-            if layer is not None:
-                with layer:
+            if member.name.endswith("layer.tar"):
+                with tarfile.open(fileobj=io.BytesIO(data)) as layer:
                     for inner in layer.getmembers():
                         if inner.isfile():
                             content = layer.extractfile(inner).read()  # type: ignore[union-attr]
