@@ -33,6 +33,7 @@ from imagekit.engine.discover import (
     find_builder,
     unsupported,
 )
+from imagekit.engine.image_files import TarIndex
 from imagekit.engine.interface import (
     BuildRequest,
     BuildResult,
@@ -52,6 +53,7 @@ from imagekit.engine.interface import (
     inline_cache_as_build_arg,
     push_flags,
 )
+from imagekit.engine.local_files import LocalFiles
 from imagekit.errors import BuildError, EngineError, PushError, UsageError
 from imagekit.platforms import AMD64
 
@@ -196,10 +198,11 @@ class DockerEngine:
         log: list[str] = []
         try:
             assert proc.stdout is not None
-            for raw in proc.stdout:
-                line = raw.rstrip("\n")
-                log.append(line)
-                on_line(line)
+            with proc.stdout:  # closed here, not left to the garbage collector
+                for raw in proc.stdout:
+                    line = raw.rstrip("\n")
+                    log.append(line)
+                    on_line(line)
             proc.wait()
         finally:
             with self._lock:
@@ -252,6 +255,36 @@ class DockerEngine:
             tags=tuple(image.tags),
             architecture=str(image.attrs.get("Architecture") or ""),
         )
+
+    def image_platforms(self, ref: str) -> tuple[str, ...] | None:
+        """The local image's platforms: on the containerd store each manifest whose content
+        is here (`?manifests=1`, API 1.48 on: an index pulled for one platform lists the
+        others unavailable), else the image's one os/architecture."""
+        import docker.errors
+
+        api = self.client.api
+        try:
+            if self.containerd_store:
+                url = api._url("/images/{0}/json", ref)
+                attrs = api._result(api._get(url, params={"manifests": "1"}), True)
+            else:
+                attrs = api.inspect_image(ref)
+        except docker.errors.NotFound:
+            return None
+        return held_platforms(attrs)
+
+    def registry_image_platforms(self, ref: str) -> tuple[str, ...]:
+        """The daemon's look at the registry (`GET /distribution/{name}/json`): the
+        platforms of the index, or of the one manifest, the tag names."""
+        found = self.client.images.get_registry_data(ref).attrs.get("Platforms") or []
+        names = [f"{p.get('os')}/{p.get('architecture')}" for p in found if isinstance(p, dict)]
+        return tuple(dict.fromkeys(n for n in names if "unknown" not in n))
+
+    def image_files(self, image: str, platform: str = "") -> LocalFiles:
+        return LocalFiles(self.client, image, platform)
+
+    def pushed_files(self, ref: str, layers: Sequence[Layer]) -> TarIndex:
+        return pushed.files(ref, layers)
 
     def read_file(self, image: str, path: str) -> bytes | None:
         """One file of the image, read from a container that is created and never started;
@@ -429,6 +462,23 @@ class DockerEngine:
         one image (on the containerd image store)."""
         self._from_tar(layout, [self.builder.cli, "load"], f"docker load of {layout}")
 
+    def save_layout(self, ref: str, layout: Path) -> None:
+        """`docker save ref | tar -x`: the image (every platform it holds) as a folder."""
+        layout.mkdir(parents=True, exist_ok=True)
+        save = subprocess.Popen(
+            [self.builder.cli, "save", ref], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        )
+        untar = subprocess.run(
+            ["tar", "-C", str(layout), "-x"], stdin=save.stdout, capture_output=True, check=False
+        )
+        if save.stdout:
+            save.stdout.close()
+        _, err = save.communicate()
+        if save.returncode != 0 or untar.returncode != 0:
+            said = (err or untar.stderr).decode("utf-8", "replace").strip()
+            tail = terminal.foreign(terminal.split(said)[-15:])
+            raise EngineError(f"docker save of {ref} failed:", *tail)
+
     def _from_tar(self, folder: Path, args: list[str], what: str) -> str:
         tar = subprocess.Popen(
             ["tar", "-C", str(folder), "--numeric-owner", "-c", "."], stdout=subprocess.PIPE
@@ -592,6 +642,22 @@ class DockerEngine:
         for net in self.client.networks.list(filters={"label": key}):
             found.append(Labelled("network", net.name, dict(net.attrs.get("Labels") or {})))
         return found
+
+
+def held_platforms(attrs: dict[str, Any]) -> tuple[str, ...]:
+    """An image inspect's platforms (os/architecture): its available image manifests where
+    the containerd store lists them (attestations and absent platforms left out), else its
+    own."""
+    manifests = attrs.get("Manifests")
+    if isinstance(manifests, list) and manifests:
+        names = [
+            f"{platform.get('os')}/{platform.get('architecture')}"
+            for m in manifests
+            if isinstance(m, dict) and m.get("Kind") == "image" and m.get("Available")
+            for platform in [(m.get("ImageData") or {}).get("Platform") or {}]
+        ]
+        return tuple(dict.fromkeys(names))
+    return (f"{attrs.get('Os') or 'linux'}/{attrs.get('Architecture') or 'unknown'}",)
 
 
 def epoch(stamp: str) -> float | None:

@@ -5,10 +5,12 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from imagekit import terminal
+from imagekit.engine.image_files import Entry, ImageFiles, LayerScan, TarIndex
 from imagekit.engine.interface import (
     BuildRequest,
     BuildResult,
@@ -52,6 +54,12 @@ class FakeEngine:
     # base ref -> the platforms its registry's index has (registry_platforms); absent: both
     base_platforms: dict[str, tuple[str, ...]] = field(default_factory=dict)
     files: dict[str, bytes] = field(default_factory=dict)  # path -> bytes, in every image
+    # base ref -> the platforms the engine holds of it (image_platforms); absent: both
+    local_platforms: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    # what the files of each platform's image are built for (image_files, pushed_files):
+    # absent, the platform's own; e.g. {ARM64: AMD64} models an arm64 config over x86-64 files
+    content_of: dict[str, str] = field(default_factory=dict)
+    pushed_platform: dict[str, str] = field(default_factory=dict)  # manifest digest -> platform
     # Detached containers and networks, by name: what a leak test looks at.
     containers: dict[str, RunOptions] = field(default_factory=dict)
     networks: dict[str, dict[str, str]] = field(default_factory=dict)
@@ -87,6 +95,27 @@ class FakeEngine:
 
     def inspect(self, ref: str) -> ImageInfo | None:
         return ImageInfo(ref, self.image_size, {}, {}, "1000:1000", (), ())
+
+    def image_platforms(self, ref: str) -> tuple[str, ...] | None:
+        if self.inspect(ref) is None:
+            return None
+        return self.local_platforms.get(ref, PLATFORMS)
+
+    def registry_image_platforms(self, ref: str) -> tuple[str, ...]:
+        self.registry_digest(ref)  # an engine that reaches no registry raises there
+        return self.base_platforms.get(ref, PLATFORMS)
+
+    def image_files(self, image: str, platform: str = "") -> AbstractContextManager[ImageFiles]:
+        self.calls.append(("image_files", f"{image} {platform}".strip()))
+        return nullcontext(self._files(platform or AMD64))
+
+    def pushed_files(self, ref: str, layers: Sequence[Layer]) -> ImageFiles:
+        self.calls.append(("pushed_files", ref))
+        return self._files(self.pushed_platform.get(ref.rsplit("@", 1)[-1], AMD64))
+
+    def _files(self, platform: str) -> ImageFiles:
+        """A Debian root with a venv and torch, built for `content_of` (else `platform`)."""
+        return fake_root(self.content_of.get(platform, platform))
 
     def layers(self, ref: str) -> list[Layer]:
         if ref in self.image_layers:
@@ -126,6 +155,7 @@ class FakeEngine:
         digest = ref.rsplit("@", 1)[-1]
         if platform != AMD64:  # another platform's manifest, another image
             digest = "sha256:" + (digest + platform).encode().hex()[:64].ljust(64, "0")
+        self.pushed_platform[digest] = platform
         layers = [
             replace(x, digest="sha256:" + f"{i:064x}", media_type=ZSTD_LAYER)
             for i, x in enumerate(self.layers(digest))
@@ -188,6 +218,10 @@ class FakeEngine:
         self.tags[tag] = f"sha256:{tag}"
         return self.tags[tag]
 
+    def save_layout(self, ref: str, layout: Path) -> None:
+        self.calls.append(("save", ref))
+        raise NotImplementedError("the fake engine saves no image; tests monkeypatch it")
+
     def load_layout(self, layout: Path) -> None:
         index = json.loads((layout / "index.json").read_text())
         name = index["manifests"][0]["annotations"]["io.containerd.image.name"]
@@ -240,3 +274,36 @@ class FakeEngine:
         ]
         found += [Labelled("network", n, dict(lb)) for n, lb in self.networks.items() if key in lb]
         return found
+
+
+ELF_MACHINE = {AMD64: 62, "linux/arm64": 183}
+
+
+def elf_head(platform: str) -> bytes:
+    """The first bytes of a little-endian 64-bit ELF file built for `platform`."""
+    machine = ELF_MACHINE[platform].to_bytes(2, "little")
+    return b"\x7fELF\x02\x01\x01" + bytes(11) + machine + bytes(44)
+
+
+def fake_root(platform: str, python: str = "3.11") -> TarIndex:
+    """The files the platform proof reads, as a cell's runtime image has them, built for
+    `platform`: Debian's /bin -> usr/bin, the venv's Python a link to the OS's, torch."""
+    arch = {AMD64: "x86_64", "linux/arm64": "aarch64"}[platform]
+    site = f"/opt/venv/lib/python{python}/site-packages"
+    elf = elf_head(platform)
+    entries = [
+        Entry("/bin", "link", target="usr/bin"),
+        Entry("/usr/bin/sh", "link", target="dash"),
+        Entry("/usr/bin/dash", "file", size=125640, head=elf),
+        Entry(f"/usr/bin/python{python}", "file", size=6_000_000, head=elf),
+        Entry("/opt/venv/bin/python", "link", target=f"/usr/bin/python{python}"),
+        Entry(f"{site}/torch/version.py", "file", size=40, text="__version__ = '2.13.0+cpu'\n"),
+        Entry(f"{site}/torch/lib/libc10.so", "file", size=10**6, head=elf),
+        Entry(
+            f"{site}/torch-2.13.0+cpu.dist-info/WHEEL",
+            "file",
+            size=100,
+            text=f"Wheel-Version: 1.0\nTag: cp311-cp311-linux_{arch}\n",
+        ),
+    ]
+    return TarIndex([LayerScan({e.path: e for e in entries}, set(), set())])

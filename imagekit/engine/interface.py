@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Protocol
 
+from imagekit.engine.image_files import ImageFiles
 from imagekit.errors import EngineError
 from imagekit.platforms import AMD64
 
@@ -258,6 +260,21 @@ class Engine(Protocol):
 
     def inspect(self, ref: str) -> ImageInfo | None: ...
 
+    # The platforms (os/arch) the local image `ref` holds with their content; None where
+    # the engine has no image of that name.
+    def image_platforms(self, ref: str) -> tuple[str, ...] | None: ...
+
+    # The platforms the registry's image `ref` has (its index's, or its one manifest's).
+    def registry_image_platforms(self, ref: str) -> tuple[str, ...]: ...
+
+    # The files of the local image `image` (of `platform`, where it holds several), read
+    # without running it: engine/image_files.py's ImageFiles, open while the `with` lasts.
+    def image_files(self, image: str, platform: str = "") -> AbstractContextManager[ImageFiles]: ...
+
+    # The files of the pushed image `ref` (name@digest) whose layers are `layers`, read back
+    # from its registry.
+    def pushed_files(self, ref: str, layers: Sequence[Layer]) -> ImageFiles: ...
+
     def layers(self, ref: str) -> list[Layer]: ...
 
     def push(self, ref: str) -> str: ...
@@ -303,6 +320,10 @@ class Engine(Protocol):
     def import_rootfs(self, rootfs: Path, tag: str, platform: str = "") -> str: ...
 
     def load_layout(self, layout: Path) -> None: ...
+
+    # `docker save` of `ref` unpacked into the folder `layout` (an OCI image layout on the
+    # containerd store, which bases.add_platforms extends).
+    def save_layout(self, ref: str, layout: Path) -> None: ...
 
     def holds_multi_platform(self) -> bool: ...
 

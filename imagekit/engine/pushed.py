@@ -8,15 +8,22 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import subprocess
 import tarfile
 import tempfile
+import threading
 import zlib
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
+from imagekit import terminal
 from imagekit.contract import refs
 from imagekit.contract.refs import DIGEST
+from imagekit.engine.image_files import LayerScan, TarIndex, scan_layer
 from imagekit.engine.interface import Layer
 from imagekit.errors import ImagekitError
 from imagekit.platforms import PLATFORMS
@@ -31,6 +38,10 @@ GZIP_SUFFIXES = ("tar+gzip", "tar.gzip")
 ZSTD_SUFFIXES = ("tar+zstd",)
 # a layer read whole into memory: only small ones (the SBOM's layer is a few hundred KB)
 MAX_LAYER_BYTES = 64 * 2**20
+# a layer streamed (its files' heads read, the rest passed over): a multi-GB CUDA layer takes
+# tens of seconds over loopback; a registry that stops sending fails here
+LAYER_STREAM_SECONDS = 900.0
+LAYER_STREAMS = 3  # layers read at once (decompressing releases the GIL)
 
 
 @dataclass(frozen=True)
@@ -186,3 +197,63 @@ def file_in_tar(data: bytes, path: str) -> bytes | None:
     except tarfile.TarError as exc:
         raise ImagekitError(f"a pushed layer that is not a tar: {exc}") from None
     return None
+
+
+def files(reference: str, layers: Sequence[Layer]) -> TarIndex:
+    """The files of the pushed image whose `layers` (oldest first) `reference` names, read
+    back from its registry: each layer's blob streamed through its decompressor and its tar
+    read once (each file's first bytes kept), then stacked newest first, whiteouts applied.
+    Nothing is written to disk and nothing is loaded into the engine."""
+    with ThreadPoolExecutor(max_workers=LAYER_STREAMS) as pool:
+        scans = list(pool.map(lambda layer: _scan(reference, layer), layers))
+    return TarIndex(reversed(scans))
+
+
+def _scan(reference: str, layer: Layer) -> LayerScan:
+    with _blob_stream(by_digest(reference, layer.digest)) as raw:
+        return scan_layer(_decompressing(raw, layer.media_type))
+
+
+@contextmanager
+def _blob_stream(reference: str) -> Iterator[IO[bytes]]:
+    """`oras blob fetch --output -` of one blob, as a stream, for the `with` body to read
+    (a tar's end marker may come before the stream's end: the rest is not waited for). A
+    fetch that fails, stops sending, or sends what does not read is said with its words."""
+    args = ["blob", "fetch", *tools.oras_http(reference), "--output", "-", reference]
+    command = [tools.find(tools.ORAS, "reading a pushed image's files"), *args]
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    expired = threading.Event()
+    timer = threading.Timer(LAYER_STREAM_SECONDS, lambda: (expired.set(), proc.kill()))
+    timer.start()
+    unreadable: Exception | None = None
+    try:
+        assert proc.stdout is not None
+        yield proc.stdout
+    except (tarfile.TarError, OSError, EOFError, zlib.error) as exc:
+        unreadable = exc
+    finally:
+        timer.cancel()
+        early = proc.poll() is None
+        if early:
+            proc.kill()
+        _, err = proc.communicate()
+    if expired.is_set():
+        raise ImagekitError(f"reading {reference}: not done after {LAYER_STREAM_SECONDS:.0f}s")
+    if proc.returncode != 0 and not early:
+        said = err.decode("utf-8", "replace").strip().splitlines()[-5:]
+        raise ImagekitError(
+            f"reading {reference}: oras exited {proc.returncode}", *terminal.foreign(said)
+        )
+    if unreadable is not None:
+        raise ImagekitError(f"reading {reference}: a layer that does not read: {unreadable}")
+
+
+def _decompressing(raw: IO[bytes], media_type: str) -> IO[bytes]:
+    if media_type.endswith(GZIP_SUFFIXES):
+        return gzip.GzipFile(fileobj=raw, mode="rb")  # type: ignore[return-value]
+    if media_type.endswith(ZSTD_SUFFIXES):
+        import zstandard
+
+        reader = zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True)
+        return reader  # type: ignore[no-any-return]
+    return raw
