@@ -109,7 +109,7 @@ def test_with_load_or_where_the_builder_cannot_push_the_image_is_loaded_then_pus
         assert "compressed, as pushed" not in "\n".join(summary([report]))
         assert report.status == "built" and report.push_path == "engine"
         assert report.sizes == "unpacked" and report.tags == list(cells[0].tags)
-    assert [call for call, _ in classic.calls][:2] == ["build", "tag"]
+    assert [call for call, _ in classic.calls][:3] == ["build", "image_files", "tag"]
     assert "build_push" not in [call for call, _ in classic.calls]
 
 

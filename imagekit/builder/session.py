@@ -26,7 +26,8 @@ from imagekit import paths, terminal
 from imagekit.builder import context as context_mod
 from imagekit.builder.display import Display
 from imagekit.builder.inputs import Inputs
-from imagekit.builder.log import StepLog
+from imagekit.builder.log import WRONG_BASE_PLATFORM, StepLog
+from imagekit.builder.platform_proof import Proof, prove
 from imagekit.engine.emulation import host_platform
 from imagekit.engine.interface import (
     BuildRequest,
@@ -113,7 +114,8 @@ class PlannedBuild:
 @dataclass
 class CellReport:
     cell: str
-    # built | failed | over-budget | push-failed | interrupted | not-attempted
+    # built | failed | over-budget | wrong-platform | push-failed | interrupted |
+    # not-attempted (docs/build-report.md)
     status: str = "pending"
     tags: list[str] = field(default_factory=list)
     image_id: str = ""
@@ -141,9 +143,18 @@ class CellReport:
     # engine cannot hold an attestation manifest); "" where nothing was pushed
     provenance: str = ""
     sbom: list[str] = field(default_factory=list)  # the attached SBOM artifacts (name@digest)
+    # attached | off (--no-attach-sbom) | not-in-stage (--target os-base, builder, packages:
+    # only the runtime stage writes one, so none was attached) | "" where nothing was pushed
+    sbom_status: str = ""
+    # what BuildKit warned about the build: {rule, message, line}; InvalidBaseImagePlatform
+    # fails the cell (wrong-platform)
+    warnings: list[dict[str, object]] = field(default_factory=list)
+    # the platform proof of the first platform's image (builder/platform_proof.py): each file
+    # read, {what, path, found, expected, ok}; by_platform has each platform's
+    content: list[dict[str, object]] = field(default_factory=list)
     # the platforms built (linux/amd64, linux/arm64); the fields above describe the first.
     # Where there are several, each one's image: image_id (its manifest's digest),
-    # size_bytes, layers, largest_layers and sbom, as above
+    # size_bytes, layers, largest_layers, sbom and content, as above
     platforms: list[str] = field(default_factory=list)
     by_platform: dict[str, dict[str, object]] = field(default_factory=dict)
     error: str = ""  # its lines, each escaped (terminal.render): every newline is imagekit's
@@ -341,6 +352,7 @@ class Runner:
             else:
                 on_line = lambda line: self._line(build, line, steps)  # noqa: E731
                 report.image_id = self.engine.build(build.request, on_line).image_id
+                self._prove_local(build, report, steps)
                 self._tag(build, report)
                 self._measure(build, report, self.engine.layers(report.image_id))
                 if report.status == "built" and self.options.push:
@@ -361,7 +373,7 @@ class Runner:
             if not report.ok and not self.options.keep_going:
                 self._stop.set()
             report.seconds = round(time.monotonic() - started, 2)
-            report.steps = steps.as_list()
+            report.steps, report.warnings = steps.as_list(), steps.warnings_as_list()
             self.display.finish(build.cell.id, report.status)
             self._write_report(report)
 
@@ -418,11 +430,66 @@ class Runner:
         # push_seconds: from BuildKit's export (compression and upload) to the end
         report.push_seconds = round(time.monotonic() - (exporting or [time.monotonic()])[0], 2)
         report.pushed, report.status, report.sizes = pushed, "built", "compressed"
+        pushed_images, problems = [], []
         for platform in build.platforms:  # each one's image, read back from the registry
             image_id, layers = self.engine.pushed_layers(pushed[0], platform)
             self._measure(build, report, layers, platform, image_id)
-            if self.options.attach_sbom and report.status == "built":
+            files = self.engine.pushed_files(by_digest(pushed[0], image_id), layers)
+            proof = prove(platform, files, build.cell.python)
+            problems.append(self._record(build, report, platform, proof))
+            pushed_images.append((platform, image_id, layers))
+        where = " (it is in the registry: do not promote it)"
+        self._judge(build, report, steps, problems, where)
+        report.sbom_status = self._sbom_status(build)
+        for platform, image_id, layers in pushed_images:
+            if report.sbom_status == "attached" and report.status == "built":
                 self._attach_pushed_sbom(build, report, layers, platform, image_id)
+
+    def _prove_local(self, build: PlannedBuild, report: CellReport, steps: StepLog) -> None:
+        """The built image's files read for their platform before it gets a tag: an image
+        whose files are another platform's is never tagged, pushed or promoted."""
+        (platform,) = build.platforms  # a local image is of one platform
+        asked = "" if platform == HOST else platform
+        with self.engine.image_files(report.image_id, asked) as files:
+            proof = prove(platform, files, build.cell.python)
+        self._judge(build, report, steps, [self._record(build, report, platform, proof)], "")
+
+    def _record(self, build: PlannedBuild, report: CellReport, platform: str, proof: Proof) -> str:
+        """The proof in the report; why the image is not its platform's ("" where it is)."""
+        if platform == build.platforms[0]:
+            report.content = proof.as_list()
+        if len(build.platforms) > 1:
+            report.by_platform.setdefault(platform, {})["content"] = proof.as_list()
+        return proof.problem()
+
+    def _judge(
+        self,
+        build: PlannedBuild,
+        report: CellReport,
+        steps: StepLog,
+        problems: Sequence[str],
+        where: str,
+    ) -> None:
+        """A cell whose files are not its platform's, or that BuildKit built on a base of
+        another platform (its InvalidBaseImagePlatform warning), fails here."""
+        problems = [p + where for p in problems if p]
+        for warned in steps.warnings:
+            if warned.rule == WRONG_BASE_PLATFORM:
+                problems.append(
+                    f"BuildKit built on a base of another platform ({warned.rule}: "
+                    f"{warned.message}): the image's files are that platform's whatever its "
+                    f"config says{where}. Fix: a base that has {', '.join(build.platforms)} "
+                    "(`imagekit build --bootstrap-base` adds it to a Debian base)"
+                )
+        if problems:
+            report.status = "wrong-platform"
+            raise BuildError(*problems)
+
+    def _sbom_status(self, build: PlannedBuild) -> str:
+        """Whether the pushed image's SBOM is attached: only the runtime stage writes one."""
+        if not self.options.attach_sbom:
+            return "off"
+        return "attached" if sbom.in_stage(build.request.target) else "not-in-stage"
 
     def _attach_pushed_sbom(
         self,
@@ -506,7 +573,8 @@ class Runner:
                     report.pushed.append(self.engine.push(ref))
             else:
                 report.pushed += self.engine.push_compressed(request, build.tags, compression)
-            if self.options.attach_sbom:
+            report.sbom_status = self._sbom_status(build)
+            if report.sbom_status == "attached":
                 report.sbom = self._attach_sbom(build.tags[0], report)
         except ImagekitError:
             report.status = "push-failed"
@@ -601,8 +669,15 @@ def summary(reports: Sequence[CellReport]) -> list[str]:
     for r in reports:
         if not r.ok and r.error:  # escaped line by line when it was set
             lines += ["", f"{r.cell} {r.status}:", *("    " + x for x in r.error.split("\n")[-15:])]
+    lines += warning_lines(reports)
     if cost := cost_line(reports):
         lines += ["", cost]
+    no_sbom = [r.cell for r in reports if r.sbom_status == "not-in-stage"]
+    if no_sbom:
+        lines.append(
+            f"pushed without an SBOM: {', '.join(no_sbom)} (the stage built holds none: only "
+            "the runtime stage writes one)"
+        )
     compressed = [r.cell for r in reports if r.layers and r.sizes == "compressed"]
     if compressed:
         lines.append(
@@ -616,6 +691,16 @@ def summary(reports: Sequence[CellReport]) -> list[str]:
         f"{built} built, {len(reports) - built - skipped} failed, {skipped} not attempted",
     ]
     return lines
+
+
+def warning_lines(reports: Sequence[CellReport]) -> list[str]:
+    """What BuildKit warned about each cell's build, a line each."""
+    lines = []
+    for r in reports:
+        for w in r.warnings:
+            at = f" (Dockerfile line {w['line']})" if w.get("line") else ""
+            lines.append(f"{r.cell}: BuildKit warned {w['rule']}: {w['message']}{at}")
+    return ["", *lines] if lines else []
 
 
 def _summary_row(r: CellReport) -> tuple[str, ...]:

@@ -21,6 +21,12 @@ PATH = SBOM_PATH  # in every image imagekit builds
 MEDIA_TYPE = "application/vnd.cyclonedx+json"  # the artifact's type and its one layer's
 FILE = "sbom.cdx.json"
 WRITER = "sbom_writer.py"  # named in the history of the step that writes the SBOM
+STAGES = ("runtime",)  # the stages whose image holds an SBOM (the runtime's own step writes it)
+
+
+def in_stage(target: str) -> bool:
+    """Whether an image built to `target` holds an SBOM (os-base, builder, packages: none)."""
+    return target in STAGES
 
 
 def attach(pushed: str, data: bytes) -> str:
