@@ -14,6 +14,7 @@ import subprocess
 import tempfile
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 from imagekit import terminal
@@ -85,6 +86,24 @@ def bootstrap(
         return tag
 
 
+def add_platforms(
+    engine: Engine, suite: str, tag: str, platforms: Sequence[str], mirror: str = DEFAULT_MIRROR
+) -> str:
+    """debootstrap `platforms` into the local image `tag`, which has others: saved as an OCI
+    layout, the new platforms' manifests added beside its own (kept byte for byte, so their
+    digests and BuildKit's cache of them stay), and loaded again as one index."""
+    check_emulation(engine, platforms)
+    with tempfile.TemporaryDirectory(prefix="imagekit-rootfs-") as tmp:
+        layout = Path(tmp) / "layout"
+        engine.save_layout(tag, layout)
+        roots = {p: Path(tmp) / DEBIAN_ARCH[p] for p in platforms}
+        for platform, root in roots.items():
+            debootstrap(suite, mirror, root, arch=DEBIAN_ARCH[platform])
+        oci_layout.extend(layout, roots, tag)
+        engine.load_layout(layout)
+    return tag
+
+
 def check_emulation(engine: Engine, platforms: Iterable[str]) -> None:
     """A platform this engine's containers cannot run (no QEMU for it), refused with the fix
     before anything is made or built."""
@@ -122,25 +141,47 @@ def bases_of(cells: Sequence[Cell]) -> list[str]:
     return sorted({unpinned(ref) for ref in refs})
 
 
-def unavailable_bases(
+@dataclass(frozen=True)
+class BaseFound:
+    """Where a base image is had and which platforms it has there: `local` (the engine's
+    own store: BuildKit builds from it whatever platform it is, FACTS 10), `registry` (its
+    registry's index, which BuildKit pulls a platform of), or `missing` with why (`to
+    bootstrap`: missing, and this run makes it)."""
+
+    where: str
+    platforms: tuple[str, ...] = ()
+    why: str = ""
+
+    def lacks(self, needed: Iterable[str]) -> list[str]:
+        """The platforms of `needed` it does not have; none where its registry did not say
+        which it has (BuildKit then says what it pulled: session.py reads the warning)."""
+        if self.where == "registry" and not self.platforms:
+            return []
+        return [p for p in needed if p not in self.platforms]
+
+
+def find_bases(
     engine: Engine, refs: Sequence[str], bootstrappable: set[str]
-) -> dict[str, str]:
-    """The base images that cannot be had here, each with why: not on the engine, not
-    resolvable in its registry, and not to be bootstrapped in this run. Asked once per
+) -> dict[str, BaseFound]:
+    """Where each base image can be had and with which platforms: on the engine, else in its
+    registry, else nowhere (unless it is to be bootstrapped in this run). Asked once per
     distinct base, side by side (an unreachable registry answers in seconds)."""
 
-    def why_not(ref: str) -> str | None:
-        if ref in bootstrappable or engine.inspect(ref) is not None:
-            return None
+    def find(ref: str) -> BaseFound:
+        local = engine.image_platforms(ref)
+        if local is not None:
+            return BaseFound("local", local)
+        if ref in bootstrappable:
+            return BaseFound("missing", why="to bootstrap")
         try:
-            engine.registry_digest(ref)
-            return None
+            return BaseFound("registry", engine.registry_image_platforms(ref))
         except Exception as exc:  # the SDK's errors for "no registry / no such tag / no DNS"
-            return f"not on this engine; its registry: {short_reason(str(exc))}"
+            return BaseFound(
+                "missing", why=f"not on this engine; its registry: {short_reason(str(exc))}"
+            )
 
     with ThreadPoolExecutor(max_workers=8) as pool:
-        answers = dict(zip(refs, pool.map(why_not, refs), strict=True))
-    return {ref: why for ref, why in answers.items() if why}
+        return dict(zip(refs, pool.map(find, refs), strict=True))
 
 
 _REASON = re.compile(

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from imagekit.contract.refs import parse
+from imagekit.errors import EngineError
 
 INDEX = "application/vnd.oci.image.index.v1+json"
 MANIFEST = "application/vnd.oci.image.manifest.v1+json"
@@ -32,6 +33,12 @@ def write(roots: Mapping[str, Path], tag: str, out: Path) -> None:
     blobs = out / "blobs" / "sha256"
     blobs.mkdir(parents=True)
     manifests = [_manifest(platform, root, blobs) for platform, root in roots.items()]
+    _write_index(out, blobs, manifests, tag)
+    (out / "oci-layout").write_text(json.dumps({"imageLayoutVersion": "1.0.0"}))
+
+
+def _write_index(out: Path, blobs: Path, manifests: list[dict[str, Any]], tag: str) -> None:
+    """index.json naming one index of `manifests` as `tag`."""
     inner = _blob(blobs, {"schemaVersion": 2, "mediaType": INDEX, "manifests": manifests}, INDEX)
     ref = parse(tag)
     inner["annotations"] = {
@@ -41,7 +48,49 @@ def write(roots: Mapping[str, Path], tag: str, out: Path) -> None:
     }
     top = {"schemaVersion": 2, "mediaType": INDEX, "manifests": [inner]}
     (out / "index.json").write_text(json.dumps(top))
-    (out / "oci-layout").write_text(json.dumps({"imageLayoutVersion": "1.0.0"}))
+
+
+def extend(layout: Path, roots: Mapping[str, Path], tag: str) -> None:
+    """Add a manifest per platform of `roots` to the image `tag` of a saved OCI layout
+    (`docker save` on the containerd store), beside the manifests it has: the layout then
+    holds one index of them all under `tag`, for `docker load`."""
+    blobs = layout / "blobs" / "sha256"
+    kept = _platform_manifests(layout, tag)
+    had = {
+        f"{d['platform']['os']}/{d['platform']['architecture']}" for d in kept if "platform" in d
+    }
+    added = [_manifest(p, root, blobs) for p, root in roots.items() if p not in had]
+    _write_index(layout, blobs, [*kept, *added], tag)
+    (layout / "manifest.json").unlink(missing_ok=True)  # docker-archive's view of the old image
+
+
+def _platform_manifests(layout: Path, tag: str) -> list[dict[str, Any]]:
+    """The manifests of `tag` in a saved layout, each with its platform: an index's entries
+    as they are (attestations too), a single manifest with the platform its config says."""
+    top = json.loads((layout / "index.json").read_text())
+    name = str(parse(tag).without_digest().normalized())
+    entries = top.get("manifests") or []
+    entry = next(
+        (
+            e
+            for e in entries
+            if (e.get("annotations") or {}).get("io.containerd.image.name") == name
+        ),
+        entries[0] if len(entries) == 1 else None,
+    )
+    if entry is None:
+        raise EngineError(f"the saved image layout has no image named {name}")
+    if entry.get("mediaType") == INDEX:
+        return list(_read_blob(layout, entry["digest"]).get("manifests") or [])
+    config = _read_blob(layout, _read_blob(layout, entry["digest"])["config"]["digest"])
+    platform = {"architecture": config["architecture"], "os": config["os"]}
+    kept = {k: entry[k] for k in ("mediaType", "digest", "size")}
+    return [{**kept, "platform": platform}]
+
+
+def _read_blob(layout: Path, digest: str) -> dict[str, Any]:
+    data = json.loads((layout / "blobs" / "sha256" / digest.split(":", 1)[1]).read_text())
+    return dict(data)
 
 
 def _manifest(platform: str, root: Path, blobs: Path) -> dict[str, Any]:

@@ -99,10 +99,12 @@ def run_build(
     check_tools(engine, options)
     builds = plan(cells, replace(options, labels=build_labels()), resolved)
     check_platforms(engine, builds, options)
-    unbuildable = preflight(engine, cells, run.bootstrap_base, options.keep_going)
+    platforms = {b.cell.id: b.platforms for b in builds}
+    unbuildable = preflight(engine, cells, run.bootstrap_base, options.keep_going, platforms)
     builds = [b for b in builds if b.cell.id not in unbuildable]
     if run.bootstrap_base:
-        bootstrap_missing(engine, [b.cell for b in builds], run.mirror or base.DEFAULT_MIRROR)
+        mirror = run.mirror or base.DEFAULT_MIRROR
+        bootstrap_missing(engine, [b.cell for b in builds], mirror, platforms)
     reports = Runner(engine, options, resolved, make_display(run.progress)).run(builds)
     reports += [
         CellReport(cell=c.id, status="not-attempted", error=terminal.render(why))

@@ -4,15 +4,17 @@ bootstrappable ones made with debootstrap."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from imagekit import terminal
 from imagekit.builder import bases as base
+from imagekit.builder.session import HOST, platforms_for
 from imagekit.contract.refs import parse
 from imagekit.engine.interface import Engine
 from imagekit.errors import BuildError, UsageError
 from imagekit.matrix.cells import Cell
 from imagekit.matrix.ref_checks import check_tag
+from imagekit.platforms import PLATFORMS
 
 
 def check_target(cells: Sequence[Cell], target: str) -> None:
@@ -42,25 +44,109 @@ def check_tag_suffix(cells: Sequence[Cell], suffix: str) -> None:
 
 
 def preflight(
-    engine: Engine, cells: Sequence[Cell], bootstrap: bool, keep_going: bool
+    engine: Engine,
+    cells: Sequence[Cell],
+    bootstrap: bool,
+    keep_going: bool,
+    platforms: Mapping[str, tuple[str, ...]] | None = None,
 ) -> dict[str, str]:
-    """Before building anything: which cells' base images cannot be had here, and what would
-    make them buildable. Without --keep-going that stops the run; with it, the other cells
-    build and these are reported as not attempted."""
+    """Before building anything: which cells' base images cannot be had here, or lack a
+    platform a cell is built for (`platforms`: each cell's, by id; default: what a build
+    without --platform makes), and what would make them buildable. A base lacking a
+    platform is refused (exit 2): BuildKit would build on another platform's base and give
+    an image whose config says one platform over another's files. Without --keep-going a
+    missing base stops the run; with it, the other cells build and these are reported as not
+    attempted. --bootstrap-base makes what is missing of the Debian bases (bootstrap_missing)."""
     suites = base.bootstrappable()
     can_bootstrap = set(suites) if bootstrap else set()
-    missing = base.unavailable_bases(engine, base.bases_of(cells), can_bootstrap)
+    found = base.find_bases(engine, base.bases_of(cells), can_bootstrap)
+    needs = platforms_of(cells, platforms)
+    missing = {
+        ref: f.why for ref, f in found.items() if f.where == "missing" and ref not in can_bootstrap
+    }
+    lacking = {
+        ref: line
+        for ref, f in sorted(found.items())
+        if (line := _lacking(engine, ref, f, needs[ref], can_bootstrap))
+    }
+    if lacking:
+        on = [c.id for c in cells if {base.unpinned(r) for r in _bases(c)} & set(lacking)]
+        raise UsageError(*lacking.values(), f"Cells on them: {', '.join(on)}")
     unbuildable = {}
     for cell in cells:
-        refs = [base.unpinned(r) for r in (cell.runtime_image, cell.builder_image) if r]
-        lacking = [r for r in refs if r in missing]
-        if lacking:
+        refs = [base.unpinned(r) for r in _bases(cell)]
+        gone = [r for r in refs if r in missing]
+        if gone:
             unbuildable[cell.id] = "; ".join(
-                f"base {r}: {missing[r]}. Fix: {base.fixes_for(r, suites)}" for r in lacking
+                f"base {r}: {missing[r]}. Fix: {base.fixes_for(r, suites)}" for r in gone
             )
     if unbuildable and not keep_going:
         raise BuildError(*_unbuildable_message(cells, unbuildable, missing, suites))
     return unbuildable
+
+
+def _bases(cell: Cell) -> list[str]:
+    return [r for r in (cell.runtime_image, cell.builder_image) if r]
+
+
+def platforms_of(
+    cells: Sequence[Cell], platforms: Mapping[str, tuple[str, ...]] | None = None
+) -> dict[str, tuple[str, ...]]:
+    """Each base's platforms that some cell using it is built for, in PLATFORMS' order."""
+    needs: dict[str, set[str]] = {}
+    for cell in cells:
+        wanted = platforms[cell.id] if platforms else platforms_for(cell, ())
+        for ref in _bases(cell):
+            needs.setdefault(base.unpinned(ref), set()).update(wanted)
+    return {ref: tuple(sorted(p, key=_order)) for ref, p in needs.items()}
+
+
+def _order(platform: str) -> tuple[int, str]:
+    return (PLATFORMS.index(platform) if platform in PLATFORMS else len(PLATFORMS), platform)
+
+
+def _lacking(
+    engine: Engine, ref: str, found: base.BaseFound, needed: tuple[str, ...], bootstrap: set[str]
+) -> str:
+    """Why `ref` cannot serve every platform its cells are built for ("" where it can, or
+    where --bootstrap-base adds what it lacks)."""
+    lacks = found.lacks(needed) if found.where != "missing" else []
+    if not lacks:
+        return ""
+    where = "on this engine" if found.where == "local" else "in its registry"
+    has = ", ".join(found.platforms) or "no platform imagekit builds"
+    head = (
+        f"base {ref} ({where}) has {has}, not {', '.join(lacks)}, which its cells are built "
+        f"for: BuildKit would build them on {has} files under a {lacks[0]} config; nothing "
+        "was built"
+    )
+    debian = found.where == "local" and ref in base.bootstrappable()
+    if debian and not engine.holds_multi_platform():
+        return (
+            f"{head}; --bootstrap-base cannot add {', '.join(lacks)} beside it: "
+            f"{engine.describe()} holds one platform per image name. Fix: turn on the "
+            'containerd image store (dockerd\'s {"features": {"containerd-snapshotter": true}}), '
+            f"or build {', '.join(lacks)} on its own after `docker rmi {ref}` (--bootstrap-base "
+            "then makes it for that platform alone)"
+        )
+    if debian and ref in bootstrap:
+        return ""  # bootstrap_missing adds them beside the ones it has
+    if debian:
+        fix = (
+            f"add --bootstrap-base (debootstraps {', '.join(lacks)} into {ref} as one image "
+            f"index, keeping {has})"
+        )
+    elif found.where == "local":
+        fix = (
+            f"`docker pull --platform {lacks[0]} {ref}` where its registry has it, or a "
+            f"`base:` override naming an image that has {', '.join(lacks)}"
+        )
+    else:
+        fix = (
+            f"a `base:` override naming an image that has {', '.join(lacks)}, or leave "
+            f"{', '.join(lacks)} out of the cells' `platform:`"
+        )
+    return f"{head}. Fix: {fix}"
 
 
 def _unbuildable_message(
@@ -81,9 +167,33 @@ def _unbuildable_message(
     return lines
 
 
-def bootstrap_missing(engine: Engine, cells: Sequence[Cell], mirror: str) -> None:
+def bootstrap_missing(
+    engine: Engine,
+    cells: Sequence[Cell],
+    mirror: str,
+    platforms: Mapping[str, tuple[str, ...]] | None = None,
+) -> None:
+    """The Debian bases the cells need, made with debootstrap for each platform they are
+    built for: a missing one for all of them, one this engine has for those it lacks (added
+    beside the ones it has, as one index)."""
     suites = base.bootstrappable()
-    for ref in base.bases_of(cells):
-        if ref in suites and engine.inspect(ref) is None:
-            terminal.echo(f"bootstrapping {ref} from {mirror} (debootstrap {suites[ref]})")
-            base.bootstrap(engine, suites[ref], ref, mirror)
+    for ref, needed in platforms_of(cells, platforms).items():
+        if ref not in suites:
+            continue
+        had = engine.image_platforms(ref)
+        if had is None:
+            said = f"debootstrap {suites[ref]}, {', '.join(needed)}"
+            terminal.echo(f"bootstrapping {ref} from {mirror} ({said})")
+            base.bootstrap(engine, suites[ref], ref, mirror, _foreign_or_all(needed))
+        elif lacks := [p for p in needed if p not in had]:
+            terminal.echo(
+                f"bootstrapping {', '.join(lacks)} of {ref} from {mirror} (debootstrap "
+                f"{suites[ref]}; keeping {', '.join(had)})"
+            )
+            base.add_platforms(engine, suites[ref], ref, lacks, mirror)
+
+
+def _foreign_or_all(needed: tuple[str, ...]) -> tuple[str, ...]:
+    """What `base.bootstrap` is asked for: nothing for this host's platform alone (its
+    plain `docker import`, as before), else the platforms."""
+    return () if needed == (HOST,) else needed

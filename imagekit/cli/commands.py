@@ -180,7 +180,8 @@ from imagekit.cli.params import (
 @click.option(
     "--bootstrap-base",
     is_flag=True,
-    help="Make missing Debian bases with debootstrap (no registry needed).",
+    help="Make missing Debian bases with debootstrap (no registry needed), and add the "
+    "platforms a local one lacks beside those it has (one index).",
 )
 @click.option("--mirror", default=None, type=URL, help="Debian mirror for --bootstrap-base.")
 @docker_option
