@@ -5,6 +5,7 @@ reach the report and the summary, and a stage without an SBOM is pushed without 
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 from typing import Any
@@ -212,7 +213,7 @@ def test_a_local_base_lacking_a_platform_is_refused_naming_what_it_has(cell) -> 
     assert f"base {DEBIAN} (on this engine) has linux/amd64, not linux/arm64" in text
     assert "Fix: add --bootstrap-base (debootstraps linux/arm64 into debian:bookworm-slim" in text
     assert "keeping linux/amd64" in text and not any(c[0] == "build" for c in fake.calls)
-    assert text.endswith(f"Cells on them: {cell.id}")
+    assert text.endswith(f"Cells that need them: {cell.id}")
     assert preflight(fake, [cell], False, False, needs(cell, AMD64)) == {}
 
 
@@ -376,3 +377,45 @@ def test_a_saved_layout_without_the_image_is_an_engine_error(tmp_path: Path) -> 
     with pytest.raises(EngineError, match="has no image named docker.io/library/ubuntu:24.04"):
         (layout / "index.json").write_text(json.dumps({"manifests": [{}, {}]}))
         oci_layout.extend(layout, {}, "ubuntu:24.04")
+
+
+def test_a_base_pinned_by_digest_is_checked_by_its_digest(cell) -> None:  # type: ignore[no-untyped-def]
+    from dataclasses import replace
+
+    pinned = f"{DEBIAN}@sha256:{'e' * 64}"
+    fake = engine(local_platforms={DEBIAN: (AMD64,), pinned: (AMD64, ARM64)})
+    on_pin = replace(cell, runtime_image=pinned, builder_image=pinned)
+    assert preflight(fake, [on_pin], False, False, needs(on_pin, ARM64)) == {}
+    with pytest.raises(UsageError, match="has linux/amd64, not linux/arm64"):
+        preflight(fake, [cell], False, False, needs(cell, ARM64))  # its tag's image lacks it
+
+
+def test_an_engine_older_than_the_manifest_list_says_nothing_it_cannot_know() -> None:
+    attrs = {"Os": "linux", "Architecture": "amd64"}  # a containerd store before API 1.48
+    assert held_platforms(attrs, containerd_store=True) == ()
+    assert bases.BaseFound("local", ()).lacks((ARM64,)) == []  # not known: BuildKit's word
+
+
+def test_a_saved_index_that_lists_a_platform_without_its_blob_gets_it_added(tmp_path: Path) -> None:
+    layout, kept = saved_single(tmp_path)
+    blobs = layout / "blobs" / "sha256"
+    absent = {"mediaType": kept["mediaType"], "digest": "sha256:" + "0" * 64, "size": 1,
+              "platform": {"architecture": "arm64", "os": "linux"}}  # fmt: skip
+    listed = {"schemaVersion": 2, "mediaType": oci_layout.INDEX,
+              "manifests": [{**kept, "platform": {"architecture": "amd64", "os": "linux"}}, absent]}  # fmt: skip
+    data = json.dumps(listed).encode()
+    digest = hashlib.sha256(data).hexdigest()
+    (blobs / digest).write_bytes(data)
+    top = json.loads((layout / "index.json").read_text())
+    top["manifests"][0].update(
+        mediaType=oci_layout.INDEX, digest=f"sha256:{digest}", size=len(data)
+    )
+    (layout / "index.json").write_text(json.dumps(top))
+    arm = tmp_path / "arm64"
+    (arm / "etc").mkdir(parents=True)
+    oci_layout.extend(layout, {ARM64: arm}, DEBIAN)
+    named = json.loads((layout / "index.json").read_text())["manifests"][0]
+    inner = json.loads((blobs / named["digest"].split(":")[1]).read_text())
+    digests = [m["digest"] for m in inner["manifests"]]
+    assert absent["digest"] not in digests and len(digests) == 2
+    assert all((blobs / d.split(":")[1]).is_file() for d in digests)

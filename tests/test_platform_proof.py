@@ -10,6 +10,7 @@ import tarfile
 from pathlib import Path
 
 import pytest
+import zstandard
 
 from imagekit.builder.platform_proof import elf_machine, prove, wheel_machines
 from imagekit.engine.fake import elf_head, fake_root
@@ -225,13 +226,11 @@ def test_the_newest_layer_wins_and_whiteouts_hide_what_is_below() -> None:
     assert elf_machine(files.entry("/bin/dash").head) == "aarch64"  # type: ignore[union-attr]
     assert files.entry("/usr/bin/python3.11") is None
     assert files.entry("/var/cache/apt/pkgcache.bin") is None  # under an opaque folder
-    assert files.first_elf("/opt/old") is None
-    assert files.first_elf("/usr/bin").path == "/usr/bin/dash"  # type: ignore[union-attr]
+    assert files.first_native("/opt/old") is None
+    assert files.first_native("/usr/bin").path == "/usr/bin/dash"  # type: ignore[union-attr]
 
 
 def test_a_gzip_or_zstd_layer_blob_is_read_as_its_tar(tmp_path: Path) -> None:
-    import zstandard
-
     data = layer(("bin/sh", "file", elf_head(ARM64)))
     for media_type, blob in (
         ("application/vnd.oci.image.layer.v1.tar+gzip", gzip.compress(data)),
@@ -335,3 +334,214 @@ def test_a_local_image_is_read_one_path_at_a_time_and_links_where_the_engine_res
     assert api.responses[api.asked.index(f"{site}/torch")].raw.tell() < len(
         api.tree[f"{site}/torch"][0]
     )
+
+
+def test_a_file_where_a_folder_was_hides_the_folders_old_files() -> None:
+    old = scan_layer(io.BytesIO(layer(("opt/lib/a.so", "file", elf_head(AMD64)))))
+    new = scan_layer(
+        io.BytesIO(
+            layer(("opt/lib", "link", "/usr/lib"), ("usr/lib/b.so", "file", elf_head(ARM64)))
+        )
+    )
+    files = TarIndex([new, old])
+    assert files.entry("/opt/lib/a.so") is None
+    assert files.first_native("/opt/lib").path == "/usr/lib/b.so"  # type: ignore[union-attr]
+
+
+def test_an_opaque_folder_keeps_what_its_own_layer_put_in_it() -> None:
+    old = scan_layer(io.BytesIO(layer(("opt/venv/old.so", "file", elf_head(AMD64)))))
+    new = scan_layer(
+        io.BytesIO(
+            layer(
+                ("opt/venv/.wh..wh..opq", "file", b""), ("opt/venv/new.so", "file", elf_head(ARM64))
+            )
+        )
+    )
+    files = TarIndex([new, old])
+    assert files.entry("/opt/venv/old.so") is None and files.entry("/opt/venv/new.so") is not None
+
+
+def test_folder_links_that_loop_or_climb_above_the_root_end() -> None:
+    files = index(
+        Entry("/a", "link", target="b"),
+        Entry("/b", "link", target="a"),
+        Entry("/c", "link", target="../../../usr"),
+        Entry("/usr/bin/dash", "file", head=elf_head(AMD64)),
+    )
+    assert files.entry("/a/x") is None and files.first_native("/a") is None
+    assert files.entry("/c/bin/dash").path == "/usr/bin/dash"  # type: ignore[union-attr]
+
+
+def test_object_files_and_gpu_code_are_not_a_packages_native_code() -> None:
+    rel = bytearray(elf_head(AMD64))
+    rel[16] = 1  # ET_REL: an object file
+    cubin = bytearray(elf_head(AMD64))
+    cubin[18:20] = (190).to_bytes(2, "little")  # EM_CUDA
+    site = "/opt/venv/lib/python3.11/site-packages"
+    files = index(
+        Entry(f"{site}/triton/a.o", "file", head=bytes(rel)),
+        Entry(f"{site}/triton/b.cubin", "file", head=bytes(cubin)),
+        Entry(f"{site}/triton/c.so", "file", head=elf_head(ARM64)),
+    )
+    assert files.first_native(f"{site}/triton").path == f"{site}/triton/c.so"  # type: ignore[union-attr]
+
+
+def test_pypi_torch_names_its_dist_info_without_the_local_version() -> None:
+    site = "/opt/venv/lib/python3.12/site-packages"
+    files = index(
+        Entry(f"{site}/torch/version.py", "file", text="__version__ = '2.7.1+cu126'\n"),
+        Entry(
+            f"{site}/torch-2.7.1.dist-info/WHEEL",
+            "file",
+            text="Tag: cp312-cp312-manylinux_2_28_x86_64\n",
+        ),
+    )
+    (tag,) = prove(AMD64, files, "3.12").checks
+    assert (
+        tag.what == "torch's wheel tag"
+        and tag.path.endswith("torch-2.7.1.dist-info/WHEEL")
+        and tag.ok
+    )
+
+
+def test_a_uv_python_behind_a_minor_version_link_and_cuda_13s_layout_are_read() -> None:
+    site = "/opt/venv/lib/python3.12/site-packages"
+    files = index(
+        Entry(
+            "/opt/venv/bin/python",
+            "link",
+            target="/opt/python/cpython-3.12-linux-aarch64-gnu/bin/python3.12",
+        ),
+        Entry(
+            "/opt/python/cpython-3.12-linux-aarch64-gnu",
+            "link",
+            target="cpython-3.12.11-linux-aarch64-gnu",
+        ),
+        Entry(
+            "/opt/python/cpython-3.12.11-linux-aarch64-gnu/bin/python3.12",
+            "file",
+            head=elf_head(ARM64),
+        ),
+        Entry(f"{site}/nvidia", "link", target="/opt/imagekit/cuda/nvidia"),
+        Entry(
+            "/opt/imagekit/cuda/nvidia/cu13/include/cuda.h", "file", head=b"/* cuda */" + bytes(30)
+        ),
+        Entry("/opt/imagekit/cuda/nvidia/cu13/lib/libcudart.so.13", "file", head=elf_head(ARM64)),
+    )
+    checks = {c.what: c for c in prove(ARM64, files, "3.12").checks}
+    assert (
+        checks["the venv's Python"].path
+        == "/opt/python/cpython-3.12.11-linux-aarch64-gnu/bin/python3.12"
+    )
+    assert checks["the CUDA libraries"].path == "/opt/imagekit/cuda/nvidia/cu13/lib/libcudart.so.13"
+    assert all(c.ok for c in checks.values())
+
+
+def test_the_engines_errors_reading_a_local_image_are_imagekits() -> None:
+    from imagekit.engine.local_files import LocalFiles
+    from imagekit.errors import EngineError
+
+    class Gone(Api):
+        def _get(
+            self, url: str, params: dict[str, str], stream: bool, headers: dict[str, str]
+        ) -> Response:
+            raise ConnectionError("the daemon went away")
+
+    client = Client(Gone({}))
+    with pytest.raises(EngineError) as info, LocalFiles(client, "sha256:built", ARM64) as files:
+        files.entry("/bin/sh")
+    assert (
+        "reading the files of sha256:built (linux/arm64's) to prove its platform: reading /bin/sh"
+        in str(info.value)
+    )
+    assert "ConnectionError: the daemon went away" in str(info.value) and client.removed
+    truncated = Client(
+        Api({"/bin/sh": (layer(("sh", "file", elf_head(ARM64) + bytes(4096)))[:600], {})})
+    )
+    with (
+        pytest.raises(EngineError, match="reading /bin/sh failed"),
+        LocalFiles(truncated, "x", ARM64) as files,
+    ):
+        files.entry("/bin/sh")
+
+
+# -- a pushed image, streamed back from its registry with oras -------------------------------
+def fake_oras(tmp_path: Path, blobs: dict[str, bytes], behave: str = "") -> str:
+    """An `oras` that answers `blob fetch --output - NAME@DIGEST` from `blobs` (by digest),
+    or, for a digest named in `behave` (`fail:` or `hang:`), fails with a registry's words or
+    never finishes."""
+    folder = tmp_path / "blobs"
+    folder.mkdir()
+    for digest, data in blobs.items():
+        (folder / digest.split(":")[1]).write_bytes(data)
+    script = tmp_path / "oras"
+    script.write_text(
+        "#!/bin/sh\n"
+        "for last; do :; done\ndigest=${last#*@sha256:}\n"
+        f'case "{behave}" in\n'
+        '  fail:*"$digest"*) echo "Error: response status code 401: unauthorized" >&2; exit 1;;\n'
+        '  hang:*"$digest"*) exec sleep 30;;\n'
+        "esac\n"
+        f'exec cat "{folder}/$digest"\n'
+    )
+    script.chmod(0o755)
+    return str(script)
+
+
+def pushed_layers(blobs: dict[str, bytes], media_type: str) -> list:  # type: ignore[type-arg]
+    from imagekit.engine.interface import Layer
+
+    return [
+        Layer("RUN x", len(data), digest=digest, media_type=media_type)
+        for digest, data in blobs.items()
+    ]
+
+
+GZIP_LAYER = "application/vnd.oci.image.layer.v1.tar+gzip"
+ZSTD_LAYER = "application/vnd.oci.image.layer.v1.tar+zstd"
+REF = "127.0.0.1:5000/x@sha256:" + "f" * 64
+
+
+@pytest.mark.subprocess
+def test_a_pushed_images_layers_are_streamed_back_newest_on_top(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from imagekit.engine import pushed
+
+    base = gzip.compress(
+        layer(("bin", "link", "usr/bin"), ("usr/bin/dash", "file", elf_head(AMD64)))
+    )
+    top = gzip.compress(layer(("usr/bin/dash", "file", elf_head(ARM64) + bytes(3 << 20))))
+    blobs = {"sha256:" + "a" * 64: base, "sha256:" + "b" * 64: top}
+    monkeypatch.setenv("IMAGEKIT_ORAS", fake_oras(tmp_path, blobs))
+    files = pushed.files(REF, pushed_layers(blobs, GZIP_LAYER))  # oldest first
+    assert elf_machine(files.entry("/bin/dash").head) == "aarch64"  # type: ignore[union-attr]
+
+
+@pytest.mark.subprocess
+@pytest.mark.parametrize(
+    ("behave", "data", "said"),
+    [
+        ("fail:", None, "oras exited 1"),
+        ("hang:", None, "not done after 1s; check that the registry is reachable"),
+        ("", b"(\xb5/\xfd not really zstd" * 10, "a layer that does not read: zstd"),
+    ],
+)
+def test_a_pushed_layer_that_cannot_be_read_is_said_with_its_words(  # type: ignore[no-untyped-def]
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, behave: str, data: bytes | None, said: str
+) -> None:
+    from imagekit.engine import pushed
+    from imagekit.errors import ImagekitError
+
+    digest = "sha256:" + "c" * 64
+    good = {digest: data or zstandard.ZstdCompressor().compress(layer(("a", "file", b"x")))}
+    monkeypatch.setenv(
+        "IMAGEKIT_ORAS", fake_oras(tmp_path, good, behave + "c" * 64 if behave else "")
+    )
+    monkeypatch.setattr(pushed, "LAYER_STREAM_SECONDS", 1.0)
+    with pytest.raises(ImagekitError) as info:
+        pushed.files(REF, pushed_layers(good, ZSTD_LAYER))
+    text = str(info.value)
+    assert said in text and f"x@{digest}" in text
+    if behave == "fail:":
+        assert "401: unauthorized" in text

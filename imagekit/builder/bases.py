@@ -12,7 +12,7 @@ import re
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -153,28 +153,35 @@ class BaseFound:
     why: str = ""
 
     def lacks(self, needed: Iterable[str]) -> list[str]:
-        """The platforms of `needed` it does not have; none where its registry did not say
-        which it has (BuildKit then says what it pulled: session.py reads the warning)."""
-        if self.where == "registry" and not self.platforms:
+        """The platforms of `needed` it does not have; none where it is not known which it
+        has (a registry that does not say, an engine older than the list: BuildKit then
+        warns where it builds on another platform, and session.py fails the cell)."""
+        if not self.platforms:
             return []
         return [p for p in needed if p not in self.platforms]
 
 
 def find_bases(
-    engine: Engine, refs: Sequence[str], bootstrappable: set[str]
+    engine: Engine,
+    refs: Sequence[str],
+    bootstrappable: set[str],
+    pinned: Mapping[str, str] | None = None,
 ) -> dict[str, BaseFound]:
     """Where each base image can be had and with which platforms: on the engine, else in its
-    registry, else nowhere (unless it is to be bootstrapped in this run). Asked once per
-    distinct base, side by side (an unreachable registry answers in seconds)."""
+    registry, else nowhere (unless it is to be bootstrapped in this run). A base pinned by
+    digest (`pinned`: name -> name@digest, images.lock) is looked up by that digest, the
+    image BuildKit builds from. Asked once per distinct base, side by side (an unreachable
+    registry answers in seconds)."""
 
     def find(ref: str) -> BaseFound:
-        local = engine.image_platforms(ref)
+        exact = (pinned or {}).get(ref, ref)
+        local = engine.image_platforms(exact)
         if local is not None:
             return BaseFound("local", local)
         if ref in bootstrappable:
             return BaseFound("missing", why="to bootstrap")
         try:
-            return BaseFound("registry", engine.registry_image_platforms(ref))
+            return BaseFound("registry", engine.registry_image_platforms(exact))
         except Exception as exc:  # the SDK's errors for "no registry / no such tag / no DNS"
             return BaseFound(
                 "missing", why=f"not on this engine; its registry: {short_reason(str(exc))}"

@@ -67,7 +67,10 @@ def extend(layout: Path, roots: Mapping[str, Path], tag: str) -> None:
 def _platform_manifests(layout: Path, tag: str) -> list[dict[str, Any]]:
     """The manifests of `tag` in a saved layout, each with its platform: an index's entries
     as they are (attestations too), a single manifest with the platform its config says."""
-    top = json.loads((layout / "index.json").read_text())
+    try:
+        top = json.loads((layout / "index.json").read_text())
+    except (OSError, ValueError) as exc:
+        raise EngineError(f"`docker save` wrote no OCI image layout (index.json): {exc}") from None
     name = str(parse(tag).without_digest().normalized())
     entries = top.get("manifests") or []
     entry = next(
@@ -81,7 +84,10 @@ def _platform_manifests(layout: Path, tag: str) -> list[dict[str, Any]]:
     if entry is None:
         raise EngineError(f"the saved image layout has no image named {name}")
     if entry.get("mediaType") == INDEX:
-        return list(_read_blob(layout, entry["digest"]).get("manifests") or [])
+        # an index pulled for some platforms lists the others too, without their blobs:
+        # those are not had (a platform added is written in their place)
+        listed = _read_blob(layout, entry["digest"]).get("manifests") or []
+        return [m for m in listed if _has_blob(layout, str(m.get("digest", "")))]
     config = _read_blob(layout, _read_blob(layout, entry["digest"])["config"]["digest"])
     platform = {"architecture": config["architecture"], "os": config["os"]}
     kept = {k: entry[k] for k in ("mediaType", "digest", "size")}
@@ -89,8 +95,17 @@ def _platform_manifests(layout: Path, tag: str) -> list[dict[str, Any]]:
 
 
 def _read_blob(layout: Path, digest: str) -> dict[str, Any]:
-    data = json.loads((layout / "blobs" / "sha256" / digest.split(":", 1)[1]).read_text())
-    return dict(data)
+    path = layout / "blobs" / "sha256" / digest.split(":", 1)[-1]
+    try:
+        return dict(json.loads(path.read_text()))
+    except (OSError, ValueError) as exc:
+        raise EngineError(
+            f"the saved image layout lacks {digest} or it is not JSON: {exc}"
+        ) from None
+
+
+def _has_blob(layout: Path, digest: str) -> bool:
+    return digest.startswith("sha256:") and (layout / "blobs" / "sha256" / digest[7:]).is_file()
 
 
 def _manifest(platform: str, root: Path, blobs: Path) -> dict[str, Any]:

@@ -85,21 +85,23 @@ class Proof:
     def as_list(self) -> list[dict[str, object]]:
         return [c.as_dict() for c in self.checks]
 
-    def problem(self) -> str:
-        """Why the image is not its platform's, in one line ("" where it is)."""
+    def problem(self, base: str = "the base") -> str:
+        """Why the image is not its platform's, in one line ("" where it is); `base`: the
+        image it was built from, for the fix."""
         if self.ok:
             return ""
         if not self.checks:
             return (
                 f"the {self.platform} image has none of the files that prove its platform "
-                "(/bin/sh, a Python, a native library): it cannot be told from its config"
+                "(/bin/sh, a Python, a native library), so it cannot be told from its config: "
+                "check that its Dockerfile is imagekit's and current (`imagekit render --check`)"
             )
         return (
             f"the {self.platform} image's files are not {self.platform}'s: "
             + "; ".join(c.problem() for c in self.failures)
-            + ". Its base image was another platform's: build from a base that has "
+            + f". It was built on a base of another platform: build from a {base} that has "
             f"{self.platform} (`imagekit build --bootstrap-base` adds it to a Debian base, "
-            f"`docker pull --platform {self.platform} BASE` fetches a registry base's), and "
+            f"`docker pull --platform {self.platform} {base}` fetches a registry base's), and "
             "never push or promote this image"
         )
 
@@ -157,7 +159,7 @@ def _packages(files: ImageFiles, expected: str, python: str) -> list[Check]:
     site = f"{VENV}/lib/python{python}/site-packages"
     checks: list[Check] = []
     for folder, what in NATIVE:
-        native = files.first_elf(posixpath.join(site, folder))
+        native = files.first_native(posixpath.join(site, folder))
         if native is not None:
             machine = elf_machine(native.head) or "not an ELF file"
             checks.append(Check(what, native.path, machine, expected))
@@ -166,13 +168,21 @@ def _packages(files: ImageFiles, expected: str, python: str) -> list[Check]:
 
 
 def _torch_tag(files: ImageFiles, site: str, expected: str) -> Check | None:
-    """torch's wheel tag, from its dist-info (named by its version: `2.7.1+cpu`)."""
+    """torch's wheel tag, from its dist-info, named by its version: the PyTorch index's
+    wheels as `torch/version.py` says it (`2.7.1+cpu`), PyPI's without the local part
+    (`torch-2.7.1.dist-info`, where version.py says `2.7.1+cu126`)."""
     version_py = files.text(f"{site}/torch/version.py")
     match = _VERSION.search(version_py or "")
     if match is None:
         return None
-    path = f"{site}/torch-{match.group(1)}.dist-info/WHEEL"
-    wheel = files.text(path)
+    version = match.group(1)
+    names = dict.fromkeys((version, version.split("+", 1)[0]))
+    found = (
+        (path, wheel)
+        for name in names
+        if (wheel := files.text(path := f"{site}/torch-{name}.dist-info/WHEEL")) is not None
+    )
+    path, wheel = next(found, ("", None))
     if wheel is None:
         return None
     machines = wheel_machines(wheel)

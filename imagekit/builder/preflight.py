@@ -59,7 +59,8 @@ def preflight(
     attempted. --bootstrap-base makes what is missing of the Debian bases (bootstrap_missing)."""
     suites = base.bootstrappable()
     can_bootstrap = set(suites) if bootstrap else set()
-    found = base.find_bases(engine, base.bases_of(cells), can_bootstrap)
+    pinned = {base.unpinned(r): r for c in cells for r in _bases(c) if "@" in r}
+    found = base.find_bases(engine, base.bases_of(cells), can_bootstrap, pinned)
     needs = platforms_of(cells, platforms)
     missing = {
         ref: f.why for ref, f in found.items() if f.where == "missing" and ref not in can_bootstrap
@@ -70,12 +71,15 @@ def preflight(
         if (line := _lacking(engine, ref, f, needs[ref], can_bootstrap))
     }
     if lacking:
-        on = [c.id for c in cells if {base.unpinned(r) for r in _bases(c)} & set(lacking)]
-        raise UsageError(*lacking.values(), f"Cells on them: {', '.join(on)}")
+        on = [
+            c.id
+            for c in cells
+            if any(found[r].lacks(_wanted(c, platforms)) for r in _unpinned(c) if r in lacking)
+        ]
+        raise UsageError(*lacking.values(), f"Cells that need them: {', '.join(on)}")
     unbuildable = {}
     for cell in cells:
-        refs = [base.unpinned(r) for r in _bases(cell)]
-        gone = [r for r in refs if r in missing]
+        gone = [r for r in _unpinned(cell) if r in missing]
         if gone:
             unbuildable[cell.id] = "; ".join(
                 f"base {r}: {missing[r]}. Fix: {base.fixes_for(r, suites)}" for r in gone
@@ -89,15 +93,23 @@ def _bases(cell: Cell) -> list[str]:
     return [r for r in (cell.runtime_image, cell.builder_image) if r]
 
 
+def _unpinned(cell: Cell) -> list[str]:
+    return [base.unpinned(r) for r in _bases(cell)]
+
+
+def _wanted(cell: Cell, platforms: Mapping[str, tuple[str, ...]] | None) -> tuple[str, ...]:
+    """The platforms this run builds of `cell`."""
+    return platforms[cell.id] if platforms else platforms_for(cell, ())
+
+
 def platforms_of(
     cells: Sequence[Cell], platforms: Mapping[str, tuple[str, ...]] | None = None
 ) -> dict[str, tuple[str, ...]]:
     """Each base's platforms that some cell using it is built for, in PLATFORMS' order."""
     needs: dict[str, set[str]] = {}
     for cell in cells:
-        wanted = platforms[cell.id] if platforms else platforms_for(cell, ())
-        for ref in _bases(cell):
-            needs.setdefault(base.unpinned(ref), set()).update(wanted)
+        for ref in _unpinned(cell):
+            needs.setdefault(ref, set()).update(_wanted(cell, platforms))
     return {ref: tuple(sorted(p, key=_order)) for ref, p in needs.items()}
 
 
@@ -114,7 +126,7 @@ def _lacking(
     if not lacks:
         return ""
     where = "on this engine" if found.where == "local" else "in its registry"
-    has = ", ".join(found.platforms) or "no platform imagekit builds"
+    has = ", ".join(found.platforms)
     head = (
         f"base {ref} ({where}) has {has}, not {', '.join(lacks)}, which its cells are built "
         f"for: BuildKit would build them on {has} files under a {lacks[0]} config; nothing "
@@ -136,10 +148,16 @@ def _lacking(
             f"add --bootstrap-base (debootstraps {', '.join(lacks)} into {ref} as one image "
             f"index, keeping {has})"
         )
-    elif found.where == "local":
+    elif found.where == "local" and engine.holds_multi_platform():
         fix = (
             f"`docker pull --platform {lacks[0]} {ref}` where its registry has it, or a "
             f"`base:` override naming an image that has {', '.join(lacks)}"
+        )
+    elif found.where == "local":
+        fix = (
+            f"a `base:` override naming an image that has {', '.join(lacks)} ({engine.describe()} "
+            f"holds one platform per name: `docker pull --platform {lacks[0]} {ref}` would "
+            f"replace its {has})"
         )
     else:
         fix = (

@@ -430,6 +430,8 @@ class Runner:
         # push_seconds: from BuildKit's export (compression and upload) to the end
         report.push_seconds = round(time.monotonic() - (exporting or [time.monotonic()])[0], 2)
         report.pushed, report.status, report.sizes = pushed, "built", "compressed"
+        where = " (it is in the registry: do not promote it)"
+        self._judge(build, report, steps, [], where)  # BuildKit's own word, before reading back
         pushed_images, problems = [], []
         for platform in build.platforms:  # each one's image, read back from the registry
             image_id, layers = self.engine.pushed_layers(pushed[0], platform)
@@ -438,7 +440,6 @@ class Runner:
             proof = prove(platform, files, build.cell.python)
             problems.append(self._record(build, report, platform, proof))
             pushed_images.append((platform, image_id, layers))
-        where = " (it is in the registry: do not promote it)"
         self._judge(build, report, steps, problems, where)
         report.sbom_status = self._sbom_status(build)
         for platform, image_id, layers in pushed_images:
@@ -460,7 +461,7 @@ class Runner:
             report.content = proof.as_list()
         if len(build.platforms) > 1:
             report.by_platform.setdefault(platform, {})["content"] = proof.as_list()
-        return proof.problem()
+        return proof.problem(build.cell.runtime_image)
 
     def _judge(
         self,

@@ -262,6 +262,8 @@ class DockerEngine:
         others unavailable), else the image's one os/architecture."""
         import docker.errors
 
+        if self.builder.kind == "buildx" and self.builder.driver != "docker":
+            return None  # a builder of its own never reads the engine's images
         api = self.client.api
         try:
             if self.containerd_store:
@@ -271,7 +273,9 @@ class DockerEngine:
                 attrs = api.inspect_image(ref)
         except docker.errors.NotFound:
             return None
-        return held_platforms(attrs)
+        except docker.errors.APIError as exc:
+            raise EngineError(f"inspecting {ref}: {exc.explanation or exc}") from None
+        return held_platforms(attrs, self.containerd_store)
 
     def registry_image_platforms(self, ref: str) -> tuple[str, ...]:
         """The daemon's look at the registry (`GET /distribution/{name}/json`): the
@@ -644,11 +648,14 @@ class DockerEngine:
         return found
 
 
-def held_platforms(attrs: dict[str, Any]) -> tuple[str, ...]:
+def held_platforms(attrs: dict[str, Any], containerd_store: bool = False) -> tuple[str, ...]:
     """An image inspect's platforms (os/architecture): its available image manifests where
     the containerd store lists them (attestations and absent platforms left out), else its
-    own."""
+    own; none (not known) on a containerd store whose API predates the list (1.48), where
+    an index's other platforms cannot be told from absent ones."""
     manifests = attrs.get("Manifests")
+    if containerd_store and not isinstance(manifests, list):
+        return ()
     if isinstance(manifests, list) and manifests:
         names = [
             f"{platform.get('os')}/{platform.get('architecture')}"

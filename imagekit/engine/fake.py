@@ -10,6 +10,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from imagekit import terminal
+from imagekit.engine.emulation import host_platform
 from imagekit.engine.image_files import Entry, ImageFiles, LayerScan, TarIndex
 from imagekit.engine.interface import (
     BuildRequest,
@@ -107,7 +108,7 @@ class FakeEngine:
 
     def image_files(self, image: str, platform: str = "") -> AbstractContextManager[ImageFiles]:
         self.calls.append(("image_files", f"{image} {platform}".strip()))
-        return nullcontext(self._files(platform or AMD64))
+        return nullcontext(self._files(platform or host_platform() or AMD64))
 
     def pushed_files(self, ref: str, layers: Sequence[Layer]) -> ImageFiles:
         self.calls.append(("pushed_files", ref))
@@ -280,9 +281,9 @@ ELF_MACHINE = {AMD64: 62, "linux/arm64": 183}
 
 
 def elf_head(platform: str) -> bytes:
-    """The first bytes of a little-endian 64-bit ELF file built for `platform`."""
+    """The first bytes of a little-endian 64-bit ELF shared library built for `platform`."""
     machine = ELF_MACHINE[platform].to_bytes(2, "little")
-    return b"\x7fELF\x02\x01\x01" + bytes(11) + machine + bytes(44)
+    return b"\x7fELF\x02\x01\x01" + bytes(9) + b"\x03\x00" + machine + bytes(44)
 
 
 def fake_root(platform: str, python: str = "3.11") -> TarIndex:

@@ -1,5 +1,5 @@
 """The files of a built image, read without running anything in it: a path's entry (a file's
-first bytes, a link's target), the first ELF file under a folder, a small text file.
+first bytes, a link's target), the first native code file under a folder, a small text file.
 
 Two readers: `TarIndex`, built from an image's layer tars (a pushed image's blobs, read back
 from the registry, newest layer first, whiteouts applied), and the engine's own, which asks
@@ -21,6 +21,8 @@ TEXT_LIMIT = 64 * 1024  # a text file read whole only up to this size
 # an index built from layers keeps these, by name, and no other file's contents.
 TEXT_NAMES = ("WHEEL", "version.py")
 ELF_MAGIC = b"\x7fELF"
+ET_EXEC, ET_DYN = 2, 3  # ELF e_type: an executable, a shared library (or a PIE executable)
+GPU_MACHINES = (190, 224)  # ELF e_machine of NVIDIA's CUDA and AMD's GPU code
 MAX_LINKS = 40  # symlinks followed on one path before it counts as a loop (Linux's limit)
 WHITEOUT = ".wh."
 OPAQUE = ".wh..wh..opq"
@@ -43,6 +45,17 @@ class Entry:
     def elf(self) -> bool:
         return self.kind == "file" and self.head.startswith(ELF_MAGIC)
 
+    @property
+    def native(self) -> bool:
+        """An ELF executable or shared library of a CPU: not an object file, not GPU code
+        (a cubin is an ELF whose machine is the GPU's)."""
+        if not self.elf or len(self.head) < 20:
+            return False
+        order = "little" if self.head[5] == 1 else "big"
+        kind = int.from_bytes(self.head[16:18], order)
+        machine = int.from_bytes(self.head[18:20], order)
+        return kind in (ET_EXEC, ET_DYN) and machine not in GPU_MACHINES
+
 
 class ImageFiles(Protocol):
     """What the platform proof reads: each path absolute, in the image's own root."""
@@ -52,8 +65,9 @@ class ImageFiles(Protocol):
         component not: a link is returned as a link); None where there is none."""
         ...
 
-    def first_elf(self, folder: str) -> Entry | None:
-        """The first ELF file under `folder`, in path order; None where there is none."""
+    def first_native(self, folder: str) -> Entry | None:
+        """The first native code file (Entry.native) under `folder`, in path order; None
+        where there is none."""
         ...
 
     def text(self, path: str) -> str | None:
@@ -161,6 +175,8 @@ class TarIndex:
                 if path not in self.entries and not _under_any(path, gone):
                     self.entries[path] = entry
             gone |= layer.deleted | {f"{folder}/" for folder in layer.opaque}
+            # a file or link where a folder was hides what the layers below had in it
+            gone |= {f"{path}/" for path, entry in layer.entries.items() if entry.kind != "dir"}
         self._sorted = sorted(self.entries)
 
     def entry(self, path: str) -> Entry | None:
@@ -169,13 +185,13 @@ class TarIndex:
             return None
         return self.entries.get(posixpath.join(real, posixpath.basename(path)))
 
-    def first_elf(self, folder: str) -> Entry | None:
+    def first_native(self, folder: str) -> Entry | None:
         real = self._real_folder(posixpath.normpath(folder))
         if real is None:
             return None
         prefix = real.rstrip("/") + "/"
         return next(
-            (e for p in self._sorted if p.startswith(prefix) and (e := self.entries[p]).elf),
+            (e for p in self._sorted if p.startswith(prefix) and (e := self.entries[p]).native),
             None,
         )
 

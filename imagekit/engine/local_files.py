@@ -11,11 +11,14 @@ import base64
 import json
 import posixpath
 import tarfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from types import TracebackType
 from typing import Any
 
 from imagekit.engine.image_files import TEXT_LIMIT, Entry, member_path, read_member, resolve
+from imagekit.errors import EngineError, ImagekitError
 
 
 def stat(response: Any) -> dict[str, Any]:
@@ -39,9 +42,10 @@ class LocalFiles:
 
     def __enter__(self) -> LocalFiles:
         extra = {"platform": self.platform} if self.platform else {}
-        self.container = self.client.containers.create(
-            self.image, command=["true"], entrypoint=[], **extra
-        )
+        with self._said("creating a container of it"):
+            self.container = self.client.containers.create(
+                self.image, command=["true"], entrypoint=[], **extra
+            )
         return self
 
     def __exit__(
@@ -50,8 +54,31 @@ class LocalFiles:
         error: BaseException | None,
         trace: TracebackType | None,
     ) -> None:
-        if self.container is not None:
+        if self.container is None:
+            return
+        try:
             self.container.remove(force=True)
+        except Exception as exc:  # the SDK's errors; never in place of the one in flight
+            if error is None:
+                raise self._error("removing its container", exc) from None
+
+    @contextmanager
+    def _said(self, doing: str) -> Iterator[None]:
+        """The engine's and the SDK's errors (a daemon gone, a path it refuses) as imagekit's
+        own, naming the image; a tar that ends early likewise."""
+        try:
+            yield
+        except ImagekitError:
+            raise
+        except Exception as exc:  # docker.errors, requests' errors, tarfile's, OSError
+            raise self._error(doing, exc) from None
+
+    def _error(self, doing: str, exc: Exception) -> EngineError:
+        said = " ".join(str(getattr(exc, "explanation", None) or exc).split())[:300]
+        return EngineError(
+            f"reading the files of {self.image} ({self.platform or 'this host'}'s) to prove "
+            f"its platform: {doing} failed: {type(exc).__name__}: {said}"
+        )
 
     def _archive(self, path: str) -> Any:
         """The engine's tar stream of `path`, unread; None where the image has no such path."""
@@ -60,11 +87,12 @@ class LocalFiles:
         # identity: Docker 28 gzips the archive for a client that accepts it, which would
         # compress a whole folder's bytes to read its first ELF header
         headers = {"Accept-Encoding": "identity"}
-        response = api._get(url, params={"path": path}, stream=True, headers=headers)
-        if response.status_code == 404:
-            response.close()
-            return None
-        api._raise_for_status(response)
+        with self._said(f"reading {path}"):
+            response = api._get(url, params={"path": path}, stream=True, headers=headers)
+            if response.status_code == 404:
+                response.close()
+                return None
+            api._raise_for_status(response)
         response.raw.decode_content = True  # an engine that gzips all the same
         return response
 
@@ -76,7 +104,10 @@ class LocalFiles:
         if response is None:
             return None
         try:
-            with tarfile.open(fileobj=response.raw, mode="r|") as archive:
+            with (
+                self._said(f"reading {path}"),
+                tarfile.open(fileobj=response.raw, mode="r|") as archive,
+            ):
                 member = archive.next()
                 if member is None:
                     return None
@@ -88,7 +119,7 @@ class LocalFiles:
             found = replace(found, target=str(target))
         return found
 
-    def first_elf(self, folder: str) -> Entry | None:
+    def first_native(self, folder: str) -> Entry | None:
         found, _ = resolve(self, folder)  # a folder that is a link: where it points
         if found is None or found.kind != "dir":
             return None
@@ -97,13 +128,16 @@ class LocalFiles:
             return None
         parent = posixpath.dirname(found.path)
         try:
-            with tarfile.open(fileobj=response.raw, mode="r|") as archive:
+            with (
+                self._said(f"reading {found.path}"),
+                tarfile.open(fileobj=response.raw, mode="r|") as archive,
+            ):
                 for member in archive:
                     if not member.isfile() or member.size < 20:
                         continue
                     path = member_path(posixpath.join(parent, member.name))
                     entry = read_member(archive, member, path)
-                    if entry.elf:
+                    if entry.native:
                         return entry
         finally:
             response.close()  # the rest of the folder is never read

@@ -5,6 +5,7 @@ image store, so the build's layer report and the SBOM it attaches come from here
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import io
 import json
@@ -204,8 +205,11 @@ def files(reference: str, layers: Sequence[Layer]) -> TarIndex:
     back from its registry: each layer's blob streamed through its decompressor and its tar
     read once (each file's first bytes kept), then stacked newest first, whiteouts applied.
     Nothing is written to disk and nothing is loaded into the engine."""
-    with ThreadPoolExecutor(max_workers=LAYER_STREAMS) as pool:
+    pool = ThreadPoolExecutor(max_workers=LAYER_STREAMS)
+    try:
         scans = list(pool.map(lambda layer: _scan(reference, layer), layers))
+    finally:  # on a failure, the layers not started are not read
+        pool.shutdown(wait=True, cancel_futures=True)
     return TarIndex(reversed(scans))
 
 
@@ -233,12 +237,18 @@ def _blob_stream(reference: str) -> Iterator[IO[bytes]]:
         unreadable = exc
     finally:
         timer.cancel()
+        if unreadable is not None:  # oras may have failed: its exit and words, not the tar's
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=5)
         early = proc.poll() is None
         if early:
             proc.kill()
         _, err = proc.communicate()
     if expired.is_set():
-        raise ImagekitError(f"reading {reference}: not done after {LAYER_STREAM_SECONDS:.0f}s")
+        raise ImagekitError(
+            f"reading {reference}: not done after {LAYER_STREAM_SECONDS:.0f}s; check that the "
+            "registry is reachable and answering (--load proves the image here, locally)"
+        )
     if proc.returncode != 0 and not early:
         said = err.decode("utf-8", "replace").strip().splitlines()[-5:]
         raise ImagekitError(
@@ -252,8 +262,26 @@ def _decompressing(raw: IO[bytes], media_type: str) -> IO[bytes]:
     if media_type.endswith(GZIP_SUFFIXES):
         return gzip.GzipFile(fileobj=raw, mode="rb")  # type: ignore[return-value]
     if media_type.endswith(ZSTD_SUFFIXES):
+        return _ZstdStream(raw)  # type: ignore[return-value]
+    return raw
+
+
+class _ZstdStream(io.RawIOBase):
+    """A zstd stream's bytes, its errors as OSError (the tar reader's own kind)."""
+
+    def __init__(self, raw: IO[bytes]) -> None:
         import zstandard
 
-        reader = zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True)
-        return reader  # type: ignore[no-any-return]
-    return raw
+        self.error = zstandard.ZstdError
+        self.reader = zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True)
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        try:
+            data = self.reader.read(len(buffer))
+        except self.error as exc:
+            raise OSError(f"zstd: {exc}") from None
+        buffer[: len(data)] = data
+        return len(data)

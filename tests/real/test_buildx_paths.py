@@ -76,6 +76,10 @@ def test_a_push_without_load_goes_straight_to_the_registry_in_zstd_then_test_pul
     assert [x["size_bytes"] for x in built["layers"]] == [x["size"] for x in layers]
     assert built["size_bytes"] == sum(x["size"] for x in layers)
     assert any("sbom_writer.py" in x["created_by"] for x in built["layers"])
+    # its files, read back from the registry's zstd layers, are x86-64's (issue 49)
+    whats = {c["what"] for c in built["content"]}
+    assert {"the venv's Python", "torch's native code", "torch's wheel tag"} <= whats
+    assert {c["found"] for c in built["content"]} == {"x86_64"}
     # the SBOM attached is the one inside the image, read out of its zstd layer
     assert built["sbom"]
     from_registry = imagekit("sbom", pushed, "--from", "registry", cwd=root)

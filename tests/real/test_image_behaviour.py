@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import TAG, run_in_image
+from .conftest import TAG, pushed_report, run_in_image
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -44,3 +44,13 @@ def test_threads_are_tuned_in_torchrun_workers_without_the_entrypoint(project: P
         f'echo "{script}" > /tmp/t.py && torchrun --nproc-per-node 1 /tmp/t.py',
     )  # fmt: skip
     assert "omp 1 1" in out.splitlines()
+
+
+def test_the_session_image_is_proven_x86_64_by_its_own_files(project: Path) -> None:
+    """The local image, read through the engine before it was tagged: the OS's shell, the
+    venv's Python, torch's native code and wheel tag are all x86-64's (issue 49)."""
+    content = pushed_report(project)["content"]
+    whats = {c["what"] for c in content}
+    wanted = {"the OS's shell, /bin/sh", "the venv's Python", "torch's native code"}
+    assert wanted | {"torch's wheel tag"} <= whats, content
+    assert {c["found"] for c in content} == {"x86_64"} and all(c["ok"] for c in content)
