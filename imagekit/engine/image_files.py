@@ -9,6 +9,7 @@ builder/platform_proof.py's, a pure function over either.
 
 from __future__ import annotations
 
+import io
 import posixpath
 import tarfile
 from collections.abc import Iterable, Mapping
@@ -139,8 +140,12 @@ def scan_layer(stream: IO[bytes]) -> LayerScan:
     """Every member of one layer's (uncompressed) tar, read as a stream: each file's head
     only, hard links resolved to what they link to within the layer."""
     scan = LayerScan({}, set(), set())
-    # 1 MiB reads: a multi-GB layer is mostly data passed over, in as few calls as can be
-    with tarfile.open(fileobj=stream, mode="r|", bufsize=1 << 20) as archive:
+    # A multi-GB layer is mostly data passed over: read from its decompressor 1 MiB at a
+    # time, and by tarfile in 64 KiB blocks (its stream keeps a buffer it slices once per
+    # read, so a larger block costs more per small read than it saves; measured: scanning a
+    # 0.88 GB layer took 1.16x its decompression alone, 3.5x with 1 MiB blocks)
+    buffered = io.BufferedReader(stream, buffer_size=1 << 20)  # type: ignore[arg-type]
+    with tarfile.open(fileobj=buffered, mode="r|", bufsize=1 << 16) as archive:
         for member in archive:
             path = member_path(member.name)
             folder, name = posixpath.split(path)
