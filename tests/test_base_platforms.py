@@ -419,3 +419,16 @@ def test_a_saved_index_that_lists_a_platform_without_its_blob_gets_it_added(tmp_
     digests = [m["digest"] for m in inner["manifests"]]
     assert absent["digest"] not in digests and len(digests) == 2
     assert all((blobs / d.split(":")[1]).is_file() for d in digests)
+
+
+def test_no_daemon_is_said_as_such_not_as_a_missing_base(cell) -> None:  # type: ignore[no-untyped-def]
+    class NoDaemon(FakeEngine):
+        def inspect(self, ref: str):  # type: ignore[no-untyped-def]
+            return None
+
+        def registry_digest(self, ref: str) -> str:
+            raise EngineError("cannot reach the Docker daemon: is it running?")
+
+    with pytest.raises(EngineError, match="cannot reach the Docker daemon") as info:
+        preflight(NoDaemon(), [cell], False, False)
+    assert info.value.exit_code == 5

@@ -182,6 +182,8 @@ def find_bases(
             return BaseFound("missing", why="to bootstrap")
         try:
             return BaseFound("registry", engine.registry_image_platforms(exact))
+        except ImagekitError:  # no daemon (exit 5), not a base the registry lacks
+            raise
         except Exception as exc:  # the SDK's errors for "no registry / no such tag / no DNS"
             return BaseFound(
                 "missing", why=f"not on this engine; its registry: {short_reason(str(exc))}"

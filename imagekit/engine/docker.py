@@ -262,9 +262,9 @@ class DockerEngine:
         others unavailable), else the image's one os/architecture."""
         import docker.errors
 
+        api = self.client.api  # first: no daemon is the daemon hint, not a missing image
         if self.builder.kind == "buildx" and self.builder.driver != "docker":
             return None  # a builder of its own never reads the engine's images
-        api = self.client.api
         try:
             if self.containerd_store:
                 url = api._url("/images/{0}/json", ref)
