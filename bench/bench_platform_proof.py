@@ -24,6 +24,7 @@ from imagekit.contract.refs import parse
 from imagekit.engine import pushed
 from imagekit.engine.docker import DockerEngine
 from imagekit.engine.emulation import host_platform
+from imagekit.text_table import render_table
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -78,9 +79,9 @@ def main() -> None:
         f"{args.image}: {len(image.layers)} layers, {compressed / 1e9:.2f} GB as pushed; "
         f"largest {largest.size / 1e9:.2f} GB ({unpacked / 1e9:.2f} GB unpacked)"
     )
-    print(f"{'read':<30}{'median s':>10}{'max s':>10}   ({args.repeat} runs)")
-    for name, values in rows:
-        print(f"{name:<30}{statistics.median(values):>10.2f}{max(values):>10.2f}")
+    header = ("READ", "MEDIAN S", "MAX S")
+    cells = [(n, f"{statistics.median(v):.2f}", f"{max(v):.2f}") for n, v in rows]
+    print("\n".join(render_table(header, cells, right=header[1:])), f"({args.repeat} runs)")
     result = {
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "machine": f"{platform.node()} {platform.machine()} Python {platform.python_version()}",

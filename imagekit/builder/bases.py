@@ -135,10 +135,15 @@ def unpinned(ref: str) -> str:
     return str(parse(ref).without_digest())
 
 
+def base_refs(cell: Cell) -> list[str]:
+    """The cell's base images as it names them (a digest pinned where images.lock has one):
+    its runtime's, and its builder's where it has one of its own."""
+    return [ref for ref in (cell.runtime_image, cell.builder_image) if ref]
+
+
 def bases_of(cells: Sequence[Cell]) -> list[str]:
     """Distinct base references of the cells, without any digest already pinned."""
-    refs = {c.runtime_image for c in cells} | {c.builder_image for c in cells if c.builder_image}
-    return sorted({unpinned(ref) for ref in refs})
+    return sorted({unpinned(ref) for cell in cells for ref in base_refs(cell)})
 
 
 @dataclass(frozen=True)
@@ -261,11 +266,7 @@ def platforms_needed(cells: Sequence[Cell]) -> set[str]:
     """The bases (unpinned) of the cells built for another platform than amd64 alone: those
     whose index's platforms images.lock records."""
     return {
-        unpinned(ref)
-        for cell in cells
-        if cell.platforms != (AMD64,)
-        for ref in (cell.runtime_image, cell.builder_image)
-        if ref
+        unpinned(ref) for cell in cells if cell.platforms != (AMD64,) for ref in base_refs(cell)
     }
 
 

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from imagekit.contract.refs import parse
+from imagekit.engine.pushed import index_platforms
 from imagekit.errors import EngineError
 
 INDEX = "application/vnd.oci.image.index.v1+json"
@@ -56,9 +57,7 @@ def extend(layout: Path, roots: Mapping[str, Path], tag: str) -> None:
     holds one index of them all under `tag`, for `docker load`."""
     blobs = layout / "blobs" / "sha256"
     kept = _platform_manifests(layout, tag)
-    had = {
-        f"{d['platform']['os']}/{d['platform']['architecture']}" for d in kept if "platform" in d
-    }
+    had = index_platforms({"manifests": kept})
     added = [_manifest(p, root, blobs) for p, root in roots.items() if p not in had]
     _write_index(layout, blobs, [*kept, *added], tag)
     (layout / "manifest.json").unlink(missing_ok=True)  # docker-archive's view of the old image

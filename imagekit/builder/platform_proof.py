@@ -148,7 +148,7 @@ def _binaries(files: ImageFiles, expected: str) -> list[Check]:
 
 
 def _elf(files: ImageFiles, path: str, what: str, expected: str) -> Check | None:
-    found, _ = resolve(files, path)
+    found = resolve(files, path)
     if found is None or found.kind != "file":
         return None
     machine = elf_machine(found.head) or "not an ELF file"

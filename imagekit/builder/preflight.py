@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 
 from imagekit import terminal
 from imagekit.builder import bases as base
-from imagekit.builder.session import HOST, platforms_for
+from imagekit.builder.session import platforms_for
 from imagekit.contract.refs import parse
 from imagekit.engine.interface import Engine
 from imagekit.errors import BuildError, UsageError
@@ -59,7 +59,7 @@ def preflight(
     attempted. --bootstrap-base makes what is missing of the Debian bases (bootstrap_missing)."""
     suites = base.bootstrappable()
     can_bootstrap = set(suites) if bootstrap else set()
-    pinned = {base.unpinned(r): r for c in cells for r in _bases(c) if "@" in r}
+    pinned = {base.unpinned(r): r for c in cells for r in base.base_refs(c) if "@" in r}
     found = base.find_bases(engine, base.bases_of(cells), can_bootstrap, pinned)
     needs = platforms_of(cells, platforms)
     missing = {
@@ -89,12 +89,8 @@ def preflight(
     return unbuildable
 
 
-def _bases(cell: Cell) -> list[str]:
-    return [r for r in (cell.runtime_image, cell.builder_image) if r]
-
-
 def _unpinned(cell: Cell) -> list[str]:
-    return [base.unpinned(r) for r in _bases(cell)]
+    return [base.unpinned(r) for r in base.base_refs(cell)]
 
 
 def _wanted(cell: Cell, platforms: Mapping[str, tuple[str, ...]] | None) -> tuple[str, ...]:
@@ -202,16 +198,10 @@ def bootstrap_missing(
         if had is None:
             said = f"debootstrap {suites[ref]}, {', '.join(needed)}"
             terminal.echo(f"bootstrapping {ref} from {mirror} ({said})")
-            base.bootstrap(engine, suites[ref], ref, mirror, _foreign_or_all(needed))
-        elif lacks := [p for p in needed if p not in had]:
+            base.bootstrap(engine, suites[ref], ref, mirror, needed)
+        elif lacks := base.BaseFound("local", had).lacks(needed):
             terminal.echo(
                 f"bootstrapping {', '.join(lacks)} of {ref} from {mirror} (debootstrap "
                 f"{suites[ref]}; keeping {', '.join(had)})"
             )
             base.add_platforms(engine, suites[ref], ref, lacks, mirror)
-
-
-def _foreign_or_all(needed: tuple[str, ...]) -> tuple[str, ...]:
-    """What `base.bootstrap` is asked for: nothing for this host's platform alone (its
-    plain `docker import`, as before), else the platforms."""
-    return () if needed == (HOST,) else needed

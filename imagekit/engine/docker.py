@@ -469,32 +469,29 @@ class DockerEngine:
     def save_layout(self, ref: str, layout: Path) -> None:
         """`docker save ref | tar -x`: the image (every platform it holds) as a folder."""
         layout.mkdir(parents=True, exist_ok=True)
-        save = subprocess.Popen(
-            [self.builder.cli, "save", ref], stdout=subprocess.PIPE, stderr=subprocess.PIPE
-        )
-        untar = subprocess.run(
-            ["tar", "-C", str(layout), "-x"], stdin=save.stdout, capture_output=True, check=False
-        )
-        if save.stdout:
-            save.stdout.close()
-        _, err = save.communicate()
-        if save.returncode != 0 or untar.returncode != 0:
-            said = (err or untar.stderr).decode("utf-8", "replace").strip()
-            tail = terminal.foreign(terminal.split(said)[-15:])
-            raise EngineError(f"docker save of {ref} failed:", *tail)
+        save = [self.builder.cli, "save", ref]
+        self._piped(save, ["tar", "-C", str(layout), "-x"], f"docker save of {ref}")
 
     def _from_tar(self, folder: Path, args: list[str], what: str) -> str:
-        tar = subprocess.Popen(
-            ["tar", "-C", str(folder), "--numeric-owner", "-c", "."], stdout=subprocess.PIPE
-        )
-        result = subprocess.run(args, stdin=tar.stdout, capture_output=True, text=True, check=False)
-        if tar.stdout:
-            tar.stdout.close()
-        tar.wait()
-        if result.returncode != 0 or tar.returncode != 0:
-            tail = terminal.foreign(terminal.split(result.stderr.strip())[-15:])
-            raise EngineError(f"{what} failed:", *tail)
-        return result.stdout
+        tar = ["tar", "-C", str(folder), "--numeric-owner", "-c", "."]
+        return self._piped(tar, args, what)
+
+    @staticmethod
+    def _piped(source: list[str], sink: list[str], what: str) -> str:
+        """`source | sink`, both waited for: the sink's output, or the words of the one that
+        failed (the source's stderr goes to a file: a full pipe would stall it)."""
+        with tempfile.TemporaryFile() as said:
+            first = subprocess.Popen(source, stdout=subprocess.PIPE, stderr=said)
+            second = subprocess.run(sink, stdin=first.stdout, capture_output=True, check=False)
+            if first.stdout:
+                first.stdout.close()
+            first.wait()
+            said.seek(0)
+            words = said.read() if first.returncode != 0 else second.stderr
+        if first.returncode != 0 or second.returncode != 0:
+            tail = terminal.split(words.decode("utf-8", "replace").strip())[-15:]
+            raise EngineError(f"{what} failed:", *terminal.foreign(tail))
+        return str(second.stdout.decode("utf-8", "replace"))
 
     def holds_multi_platform(self) -> bool:
         """An image of several platforms under one name: the containerd image store holds

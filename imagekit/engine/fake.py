@@ -10,7 +10,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from imagekit import terminal
-from imagekit.engine.emulation import host_platform
+from imagekit.engine.emulation import MACHINE, host_platform
 from imagekit.engine.image_files import Entry, ImageFiles, LayerScan, TarIndex
 from imagekit.engine.interface import (
     BuildRequest,
@@ -289,7 +289,7 @@ def elf_head(platform: str) -> bytes:
 def fake_root(platform: str, python: str = "3.11") -> TarIndex:
     """The files the platform proof reads, as a cell's runtime image has them, built for
     `platform`: Debian's /bin -> usr/bin, the venv's Python a link to the OS's, torch."""
-    arch = {AMD64: "x86_64", "linux/arm64": "aarch64"}[platform]
+    arch = MACHINE[platform]
     site = f"/opt/venv/lib/python{python}/site-packages"
     elf = elf_head(platform)
     entries = [

@@ -76,20 +76,16 @@ class ImageFiles(Protocol):
         ...
 
 
-def resolve(files: ImageFiles, path: str) -> tuple[Entry | None, list[str]]:
-    """The file `path` names, its links followed, and the paths on the way (the links, then
-    the file). None where the chain ends in nothing or loops."""
-    seen: list[str] = []
+def resolve(files: ImageFiles, path: str) -> Entry | None:
+    """The entry `path` names, its links followed; None where the chain ends in nothing or
+    loops."""
     current = posixpath.normpath(path)
     for _ in range(MAX_LINKS):
         found = files.entry(current)
-        if found is None:
-            return None, [*seen, current]
-        seen.append(found.path)
-        if found.kind != "link":
-            return found, seen
+        if found is None or found.kind != "link":
+            return found
         current = link_target(found.path, found.target)
-    return None, seen
+    return None
 
 
 def link_target(link: str, target: str) -> str:
@@ -201,7 +197,7 @@ class TarIndex:
         )
 
     def text(self, path: str) -> str | None:
-        found, _ = resolve(self, path)
+        found = resolve(self, path)
         return found.text if found is not None and found.kind == "file" else None
 
     def _real_folder(self, folder: str) -> str | None:

@@ -120,7 +120,7 @@ class LocalFiles:
         return found
 
     def first_native(self, folder: str) -> Entry | None:
-        found, _ = resolve(self, folder)  # a folder that is a link: where it points
+        found = resolve(self, folder)  # a folder that is a link: where it points
         if found is None or found.kind != "dir":
             return None
         response = self._archive(found.path)
@@ -144,7 +144,7 @@ class LocalFiles:
         return None
 
     def text(self, path: str) -> str | None:
-        found, _ = resolve(self, path)
+        found = resolve(self, path)
         if found is None or found.kind != "file" or found.size > TEXT_LIMIT:
             return None
         read = self._read(found.path, text=True)

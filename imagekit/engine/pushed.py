@@ -24,7 +24,7 @@ from typing import IO, Any
 from imagekit import terminal
 from imagekit.contract import refs
 from imagekit.contract.refs import DIGEST
-from imagekit.engine.image_files import LayerScan, TarIndex, scan_layer
+from imagekit.engine.image_files import LayerScan, TarIndex, member_path, scan_layer
 from imagekit.engine.interface import Layer
 from imagekit.errors import ImagekitError
 from imagekit.platforms import PLATFORMS
@@ -171,28 +171,20 @@ def layer_file(reference: str, layer: Layer, path: str) -> bytes | None:
 
 
 def decompress(blob: bytes, media_type: str) -> bytes:
-    if media_type.endswith(GZIP_SUFFIXES):
-        try:
-            return gzip.decompress(blob)
-        except (OSError, EOFError, zlib.error) as exc:
-            raise ImagekitError(f"a gzip layer that does not decompress: {exc}") from None
-    if media_type.endswith(ZSTD_SUFFIXES):
-        import zstandard
-
-        reader = zstandard.ZstdDecompressor().stream_reader(blob, read_across_frames=True)
-        try:
-            return reader.read()
-        except zstandard.ZstdError as exc:
-            raise ImagekitError(f"a zstd layer that does not decompress: {exc}") from None
-    return blob  # an uncompressed tar
+    """A whole (small) layer's tar, through the decompressor its media type names."""
+    try:
+        return _decompressing(io.BytesIO(blob), media_type).read()
+    except (OSError, EOFError, zlib.error) as exc:
+        kind = "gzip" if media_type.endswith(GZIP_SUFFIXES) else "zstd"
+        raise ImagekitError(f"a {kind} layer that does not decompress: {exc}") from None
 
 
 def file_in_tar(data: bytes, path: str) -> bytes | None:
-    wanted = path.lstrip("/")
+    wanted = member_path(path)
     try:
         with tarfile.open(fileobj=io.BytesIO(data)) as tar:
             for member in tar:
-                if member.name.removeprefix("./").lstrip("/") == wanted and member.isfile():
+                if member_path(member.name) == wanted and member.isfile():
                     extracted = tar.extractfile(member)
                     return extracted.read() if extracted else None
     except tarfile.TarError as exc:
@@ -259,6 +251,8 @@ def _blob_stream(reference: str) -> Iterator[IO[bytes]]:
 
 
 def _decompressing(raw: IO[bytes], media_type: str) -> IO[bytes]:
+    """A layer blob's stream as its tar, through the decompressor its media type names (an
+    uncompressed one as it is); errors are OSError, EOFError or zlib.error."""
     if media_type.endswith(GZIP_SUFFIXES):
         return gzip.GzipFile(fileobj=raw, mode="rb")  # type: ignore[return-value]
     if media_type.endswith(ZSTD_SUFFIXES):
