@@ -8,6 +8,7 @@
 #   bash .ci/engines.sh start containerd|classic|docker20
 #   bash .ci/engines.sh env [ENGINE]           # the shell lines a client of ENGINE needs
 #   bash .ci/engines.sh current                # which of the three answers on the socket
+#   bash .ci/engines.sh record                 # (re)write the engine record for the running one
 #   bash .ci/engines.sh stop
 #   bash .ci/engines.sh prune                  # images, containers, BuildKit cache of the running one
 #
@@ -24,6 +25,12 @@
 # containers run with Debian 12's own runc, and no host package changes. If a pinned version
 # has left unstable, the fallback is Debian 13's docker.io 26.1.5 + docker-buildx 0.13.1 +
 # containerd 1.7.24, and the script says so. Every daemon listens on /var/run/docker.sock.
+#
+# `start` records what a client of the engine needs in the engine record (engine.env, every key
+# in docs/doctor.md): /etc/imagekit/engine.env (as root, which starting a daemon needs; readable
+# by every user), else ${XDG_CONFIG_HOME:-~/.config}/imagekit/engine.env, or $IMAGEKIT_ENGINE_FILE.
+# imagekit reads it, so a new shell's `imagekit build` uses that engine's client with no `eval`;
+# `stop` removes it.
 set -euo pipefail
 
 PREFIX=${IMAGEKIT_ENGINES_PREFIX:-/opt/imagekit-engines}
@@ -31,11 +38,17 @@ STATE=${IMAGEKIT_ENGINES_STATE:-/var/lib/imagekit-engines}
 RUN=/run/imagekit-engines
 LOGS=/var/log/imagekit
 SOCKET=/var/run/docker.sock
+if [ -n "${IMAGEKIT_ENGINE_FILE:-}" ]; then RECORD=$IMAGEKIT_ENGINE_FILE
+elif [ "$(id -u)" = 0 ]; then RECORD=/etc/imagekit/engine.env
+else RECORD=${XDG_CONFIG_HOME:-$HOME/.config}/imagekit/engine.env
+fi
 START_TIMEOUT=${IMAGEKIT_ENGINE_START_TIMEOUT:-60}
 
 # Pins (Debian unstable, read 2026-11-26) and the fallback (Debian 13, trixie).
+# shellcheck disable=SC2034  # read by name: unpack_pinned's namerefs
 PINNED=(docker.io=28.5.2+dfsg4-5 docker-cli=28.5.2+dfsg4-5 docker-buildx=0.29.1+ds1-4
   containerd=2.1.9+ds1-5 tini-static=0.19.0-6+b2)
+# shellcheck disable=SC2034  # read by name: unpack_pinned's namerefs
 FALLBACK=(docker.io/trixie docker-cli/trixie docker-buildx/trixie containerd/trixie
   tini-static/trixie)
 D28=$PREFIX/docker28
@@ -43,7 +56,9 @@ D28=$PREFIX/docker28
 # self-check attestation offline with a key pair, oras attaches the SBOM as a referrer.
 # Debian unstable's (Go programs that run on Debian 12), unpacked beside the engines and
 # linked into /usr/local/bin; the fallback is Debian 13's.
+# shellcheck disable=SC2034  # read by name: unpack_pinned's namerefs
 TOOLS_PINNED=(cosign=3.1.1-2 oras=1.3.3-1)
+# shellcheck disable=SC2034  # read by name: unpack_pinned's namerefs
 TOOLS_FALLBACK=(cosign/trixie oras/trixie)
 TOOLS=$PREFIX/supply-tools
 
@@ -51,7 +66,9 @@ TOOLS=$PREFIX/supply-tools
 # registered for aarch64 with the F flag. Debian 12's QEMU 7.2 runs torch but kills
 # onnxruntime's aarch64 build with SIGSEGV on import; 11.1.3 runs it and its INT8 kernels
 # (docs/benchmarks.md). The fallback is Debian 13's qemu-user 10.0.
+# shellcheck disable=SC2034  # read by name: unpack_pinned's namerefs
 QEMU_PINNED=(qemu-user=1:11.1.3+ds-1)
+# shellcheck disable=SC2034  # read by name: unpack_pinned's namerefs
 QEMU_FALLBACK=(qemu-user/trixie)
 QEMU=$PREFIX/qemu-user
 BINFMT=/proc/sys/fs/binfmt_misc
@@ -162,15 +179,42 @@ cli_of() {
   esac
 }
 
+config_of() {  # ENGINE -> the DOCKER_CONFIG its CLI needs ("" for the CLI's own default)
+  case "$1" in
+    containerd | classic) echo "$STATE/docker28-cli" ;;  # where its buildx plugin is
+    docker20) echo "" ;;
+  esac
+}
+
 env_of() {  # the environment a client of ENGINE (default: the running one) needs, as shell lines
-  local engine=${1:-$(cat "$STATE/current" 2>/dev/null || true)}
+  local engine=${1:-$(cat "$STATE/current" 2>/dev/null || true)} config
   [ -n "$engine" ] || return 0  # none of ours runs: a client finds the engine it has
+  config=$(config_of "$engine")
   echo "export IMAGEKIT_ENGINE=$engine"
   echo "export IMAGEKIT_DOCKER=$(cli_of "$engine")"
-  case "$engine" in
-    containerd | classic) echo "export DOCKER_CONFIG=$STATE/docker28-cli" ;;
-    docker20) echo "unset DOCKER_CONFIG" ;;
-  esac
+  if [ -n "$config" ]; then echo "export DOCKER_CONFIG=$config"; else echo "unset DOCKER_CONFIG"; fi
+}
+
+write_record() {  # ENGINE: its client, for imagekit in a new shell (docs/doctor.md, every key)
+  local engine=$1
+  mkdir -p "$(dirname "$RECORD")"
+  {
+    echo "# The engine .ci/engines.sh started, for imagekit's client (docs/doctor.md)."
+    echo "# Rewritten by 'start', removed by 'stop'; delete it to use the docker CLI on PATH."
+    printf 'IMAGEKIT_ENGINE=%q\n' "$engine"
+    printf 'IMAGEKIT_DOCKER=%q\n' "$(cli_of "$engine")"
+    printf 'DOCKER_HOST=%q\n' "unix://$SOCKET"
+    printf 'DOCKER_CONFIG=%q\n' "$(config_of "$engine")"
+  } >"$RECORD.tmp"
+  chmod 644 "$RECORD.tmp"  # read by every user's imagekit, not only root's
+  mv -f "$RECORD.tmp" "$RECORD"  # whole or not at all: imagekit may read it at any time
+  say "recorded $engine in $RECORD: a new shell's imagekit uses $(cli_of "$engine")"
+}
+
+record() {  # the record for the running engine of ours (none runs: left as it is)
+  local engine
+  engine=$(current)
+  if [ -n "$engine" ]; then write_record "$engine"; else say "none of ours runs: nothing recorded"; fi
 }
 
 stop_all() {
@@ -186,7 +230,7 @@ stop_all() {
     fi
     rm -f "$pidfile"
   done
-  rm -f "$SOCKET" "$STATE/current"
+  rm -f "$SOCKET" "$STATE/current" "$RECORD"
 }
 
 daemon_json() {  # ENGINE -> its daemon.json
@@ -201,7 +245,7 @@ start() {
   local engine=$1 dockerd
   dockerd=$(daemon_of "$engine")
   [ -x "$dockerd" ] || { say "$engine is not installed: bash .ci/engines.sh install"; exit 1; }
-  if [ "$(current)" = "$engine" ]; then say "$engine already running"; return 0; fi
+  if [ "$(current)" = "$engine" ]; then say "$engine already running"; write_record "$engine"; return 0; fi
   stop_all
   local exec_root=$RUN/$engine data=$STATE/$engine
   mkdir -p "$exec_root" "$data" "$LOGS"
@@ -225,6 +269,7 @@ start() {
     exit 1
   fi
   echo "$engine" >"$STATE/current"
+  write_record "$engine"
   say "$engine up: $(timeout 10 "$cli" version --format 'server {{.Server.Version}} ({{.Server.GoVersion}})')," \
     "store: $(timeout 10 "$cli" info --format '{{.Driver}}')"
 }
@@ -245,6 +290,8 @@ prune() {  # what the running engine holds: containers, images, BuildKit's cache
   timeout 600 "$cli" builder prune -af >/dev/null || true
 }
 
+# Sourced (the tests read its functions), it defines them and runs nothing.
+[ "${BASH_SOURCE[0]}" = "$0" ] || return 0
 mkdir -p "$STATE"
 case "${1:-}" in
   install) install_docker20 && install_docker28 && install_supply_tools ;;
@@ -254,6 +301,7 @@ case "${1:-}" in
   stop) stop_all ;;
   env) env_of "${2:-}" ;;
   current) current ;;
+  record) record ;;
   prune) prune ;;
-  *) echo "usage: $0 install|tools|qemu|start ENGINE|stop|env [ENGINE]|current|prune" >&2; exit 2 ;;
+  *) echo "usage: $0 install|tools|qemu|start ENGINE|stop|env [ENGINE]|current|record|prune" >&2; exit 2 ;;
 esac

@@ -7,12 +7,19 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 bash .ci/setup-host.sh  # the engine that answers here, else Docker 28 on the containerd store
+# The engine .ci/engines.sh started (if it did) is recorded in its engine.env, which imagekit
+# reads: this script, and every new shell after it, use that engine's client with no `eval`.
+bash .ci/engines.sh record
 bash scripts/dev-setup.sh
+# shellcheck source=/dev/null  # made by dev-setup.sh above
 . .venv/bin/activate
-eval "$(bash .ci/engines.sh env)"  # the CLI of the engine .ci/engines.sh started, if it did
+README_CELL=(--cuda 12.6 --torch 2.7 --python 3.11 --os debian12 --flavor slim)
+# What the README cell needs of this machine, each ok or its fix; stops here when one is missing.
+imagekit doctor "${README_CELL[@]}"
+echo "quickstart: set up. A new shell's imagekit finds this engine by itself (no eval needed)."
 
-imagekit build --cuda 12.6 --torch 2.7 --python 3.11 --os debian12 --flavor slim --bootstrap-base "$@"
-image=$(imagekit matrix --format json --cuda 12.6 --torch 2.7 --python 3.11 --os debian12 --flavor slim \
+imagekit build "${README_CELL[@]}" --bootstrap-base "$@"
+image=$(imagekit list --json - "${README_CELL[@]}" \
   | python3 -c 'import json,sys; print(json.load(sys.stdin)[0]["tags"][0])')
 echo "quickstart: built $image"
 imagekit test "$image" --json reports/selfcheck.json --junit reports/selfcheck.xml

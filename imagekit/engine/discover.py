@@ -1,21 +1,27 @@
 """Finding a way to build with BuildKit, and the daemon to build on.
 
-Order: the chosen CLI (--docker / IMAGEKIT_DOCKER) or each `docker` found, first with the
-buildx plugin, else a pre-23 CLI driven with DOCKER_BUILDKIT=1. Never the classic builder.
+Which docker CLI (`choose`): --docker; else $IMAGEKIT_DOCKER; else, where the user set
+DOCKER_HOST, DOCKER_CONFIG or DOCKER_CONTEXT themselves, each `docker` found; else the engine
+`.ci/engines.sh start` recorded (its engine.env: docs/doctor.md), while its client exists and
+its socket answers; else each `docker` found (PATH, then CANDIDATES). Of those, the first with
+the buildx plugin, else a pre-23 CLI driven with DOCKER_BUILDKIT=1. Never the classic builder.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import shlex
 import shutil
+import socket
 import subprocess
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
+from imagekit import terminal
 from imagekit.engine.interface import Compression, is_inline_cache
 from imagekit.errors import EngineError
 
@@ -66,6 +72,197 @@ def buildx_driver(cli: str) -> str:
     return match.group(1) if match else ""
 
 
+def buildx_version(cli: str) -> str:
+    """buildx's version ("0.29.1"), "" where the plugin does not answer."""
+    match = re.search(r"\sv?(\d+\.\d+(?:\.\d+)?)", _run([cli, "buildx", "version"]).stdout)
+    return match.group(1) if match else ""
+
+
+# -- the engine .ci/engines.sh started, recorded for a new shell ------------------------------
+ENGINE_FILE = "IMAGEKIT_ENGINE_FILE"  # names the record elsewhere (the tests, another place)
+SYSTEM_RECORD = Path("/etc/imagekit/engine.env")  # engines.sh runs as root: read by every user
+RECORD_KEYS = ("IMAGEKIT_ENGINE", "IMAGEKIT_DOCKER", "DOCKER_HOST", "DOCKER_CONFIG")
+RECORD_LIMIT = 64 * 1024  # a few lines; anything larger is not engines.sh's
+# The user's own choice of engine (their shell, or the README's eval): no record overrides it.
+EXPLICIT = ("DOCKER_HOST", "DOCKER_CONFIG", "DOCKER_CONTEXT")
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """One engine.env: the client of the engine `.ci/engines.sh start` started."""
+
+    path: Path
+    engine: str  # containerd, classic or docker20 ("" where not said)
+    docker: str  # the docker CLI (with buildx, through `config`, for Docker 28)
+    host: str  # DOCKER_HOST: the daemon's socket
+    config: str  # DOCKER_CONFIG: its buildx plugin and credentials; "": the CLI's default
+
+    def environment(self) -> dict[str, str]:
+        """What `eval "$(bash .ci/engines.sh env)"` sets, and the socket."""
+        env = {"IMAGEKIT_DOCKER": self.docker, "DOCKER_HOST": self.host}
+        if self.engine:
+            env["IMAGEKIT_ENGINE"] = self.engine
+        if self.config:
+            env["DOCKER_CONFIG"] = self.config
+        return env
+
+
+@dataclass(frozen=True)
+class Choice:
+    """Which docker CLI to try, and why."""
+
+    cli: str | None  # None: each `docker` found (candidates)
+    source: str  # how it was chosen, as messages and `imagekit doctor` say it
+    env: Mapping[str, str] = field(default_factory=dict)  # set before the CLI runs
+    note: str = ""  # a record passed over, and why
+
+
+def record_path(env: Mapping[str, str]) -> Path:
+    """$IMAGEKIT_ENGINE_FILE; else the user's own ${XDG_CONFIG_HOME:-~/.config}/imagekit/
+    engine.env where it exists (engines.sh run without root writes there); else /etc's."""
+    if env.get(ENGINE_FILE):
+        return Path(env[ENGINE_FILE])
+    home = Path(env["HOME"]) if env.get("HOME") else Path.home()
+    config = Path(env["XDG_CONFIG_HOME"]) if env.get("XDG_CONFIG_HOME") else home / ".config"
+    own = config / "imagekit" / "engine.env"
+    return own if own.is_file() else SYSTEM_RECORD
+
+
+def parse_record(text: str, path: Path) -> Recorded:
+    """engine.env's KEY=VALUE lines (values shell-quoted, as `printf %q` writes them; `#`
+    starts a comment line). ValueError names the line and what is wrong with it."""
+    values: dict[str, str] = {}
+    for number, line in enumerate(text.splitlines(), 1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        key, sep, raw = line.partition("=")
+        if not sep or key not in RECORD_KEYS:
+            raise ValueError(f"line {number} ({line[:60]!r}) is not {'|'.join(RECORD_KEYS)}=VALUE")
+        try:
+            words = shlex.split(raw)
+        except ValueError as exc:
+            raise ValueError(f"line {number}: {key}'s value {raw[:60]!r}: {exc}") from None
+        if len(words) > 1:
+            raise ValueError(f"line {number}: {key}'s value {raw[:60]!r} is not one word")
+        values[key] = words[0] if words else ""
+    missing = [key for key in ("IMAGEKIT_DOCKER", "DOCKER_HOST") if not values.get(key)]
+    if missing:
+        raise ValueError(f"it has no {' and no '.join(missing)}")
+    return Recorded(
+        path=path,
+        engine=values.get("IMAGEKIT_ENGINE", ""),
+        docker=values["IMAGEKIT_DOCKER"],
+        host=values["DOCKER_HOST"],
+        config=values.get("DOCKER_CONFIG", ""),
+    )
+
+
+def read_record(path: Path) -> tuple[Recorded | None, str]:
+    """The record at `path`, or None and why it is not used ("" where there is none)."""
+    try:
+        with path.open("rb") as handle:
+            data = handle.read(RECORD_LIMIT + 1)
+    except FileNotFoundError:
+        return None, ""
+    except OSError as exc:
+        return None, f"the engine record {path} cannot be read ({exc.strerror or exc})"
+    try:
+        if len(data) > RECORD_LIMIT:
+            raise ValueError(f"it is over {RECORD_LIMIT} bytes")
+        return parse_record(data.decode("utf-8"), path), ""
+    except (ValueError, UnicodeDecodeError) as exc:
+        return None, f"the engine record {path} is not engines.sh's: {exc}"
+
+
+def socket_answers(host: str, timeout: float = 2.0) -> bool:
+    """Whether something accepts a connection at DOCKER_HOST `host` (unix:// or tcp://; any
+    other scheme, ssh:// say, is left to the CLI)."""
+    scheme, _, rest = host.partition("://")
+    try:
+        if scheme == "unix":
+            with socket.socket(socket.AF_UNIX) as sock:
+                sock.settimeout(timeout)
+                sock.connect(rest)
+        elif scheme == "tcp":
+            name, _, port = rest.rpartition(":")
+            socket.create_connection((name, int(port.split("/")[0])), timeout).close()
+    except (OSError, ValueError):
+        return False
+    return True
+
+
+def unusable(record: Recorded, answers: Callable[[str], bool] = socket_answers) -> str:
+    """Why the recorded engine cannot serve now ("" where it can): its client gone (the
+    engines folder removed), or nothing answering on its socket (stopped, or a reboot)."""
+    client = Path(record.docker)
+    if not (client.is_absolute() and client.is_file() and os.access(client, os.X_OK)):
+        return f"its client {record.docker} is gone"
+    if not answers(record.host):
+        return f"nothing answers on {record.host}"
+    return ""
+
+
+def usable_record(env: Mapping[str, str]) -> tuple[Recorded | None, str]:
+    """The recorded engine where it can serve; else None and the note saying why not."""
+    record, why_not = read_record(record_path(env))
+    if record is None:
+        return None, why_not and f"{why_not}; using the docker CLI on PATH"
+    stale = unusable(record)
+    if stale:
+        name = f" ({record.engine})" if record.engine else ""
+        said = f"the engine record {record.path}{name} is stale: {stale}"
+        return None, f"{said}; using the docker CLI on PATH"
+    return record, ""
+
+
+def choose(
+    chosen: str | None,
+    env: Mapping[str, str],
+    recorded: Callable[[], tuple[Recorded | None, str]],
+) -> Choice:
+    """The discovery order (this module's docstring). `recorded` is asked last, and only
+    where nothing before it decided: it reads a file and tries a socket."""
+    if chosen:
+        return Choice(chosen, "--docker")
+    if env.get("IMAGEKIT_DOCKER"):
+        return Choice(env["IMAGEKIT_DOCKER"], "$IMAGEKIT_DOCKER")
+    explicit = [name for name in EXPLICIT if env.get(name)]
+    if explicit:
+        return Choice(None, f"PATH (${explicit[0]} is set, so no engine record is read)")
+    record, note = recorded()
+    if record is not None:
+        name = f"{record.engine} " if record.engine else ""
+        return Choice(record.docker, f"{name}recorded in {record.path}", record.environment())
+    return Choice(None, "PATH", note=note)
+
+
+def engine_choice(chosen: str | None = None) -> Choice:
+    return choose(chosen, os.environ, lambda: usable_record(os.environ))
+
+
+_NOTED: set[str] = set()
+
+
+def adopt(choice: Choice, say_note: bool = True) -> None:
+    """Use the chosen engine's environment in this process, as the README's eval would have
+    in the shell: the Docker SDK (DOCKER_HOST), the docker CLI and oras (DOCKER_CONFIG's
+    buildx plugin and registry credentials) all read it from there. A stale record's note
+    is said once."""
+    os.environ.update(choice.env)
+    if choice.note and choice.note not in _NOTED:
+        _NOTED.add(choice.note)
+        if say_note:
+            terminal.echo(f"imagekit: {choice.note}", err=True)
+
+
+def use_engine(chosen: str | None = None) -> Choice:
+    """Choose the engine's client and adopt its environment (before the SDK or CLI runs)."""
+    choice = engine_choice(chosen)
+    adopt(choice)
+    return choice
+
+
 def candidates(chosen: str | None) -> list[str]:
     if chosen:
         return [chosen]
@@ -81,11 +278,11 @@ def candidates(chosen: str | None) -> list[str]:
 
 
 def find_builder(chosen: str | None = None) -> Builder:
-    chosen = chosen or os.environ.get("IMAGEKIT_DOCKER") or None
+    choice = use_engine(chosen)
     tried: list[str] = []
-    for cli in candidates(chosen):
+    for cli in candidates(choice.cli):
         if not shutil.which(cli):
-            tried.append(f"{cli}: not found or not executable")
+            tried.append(f"{cli} ({choice.source}): not found or not executable")
             continue
         version = cli_version(cli)
         if has_buildx(cli):
@@ -101,12 +298,21 @@ def find_builder(chosen: str | None = None) -> Builder:
     raise EngineError("cannot build with BuildKit: " + "; ".join(tried) + ". To fix: " + HOW_TO_GET)
 
 
-def daemon_hint() -> str:
-    host = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
-    return (
+def daemon_hint(env: Mapping[str, str] | None = None) -> str:
+    env = os.environ if env is None else env
+    host = env.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+    hint = (
         f"cannot reach the Docker daemon at {host}. Start it (`sudo systemctl start docker`, "
         "or `sudo dockerd &` where there is no systemd), or set DOCKER_HOST to a running engine"
     )
+    record, _ = read_record(record_path(env))
+    if record is not None and record.engine and record.host == host:
+        # the engine imagekit's own setup started there, and stopped since (or a reboot)
+        hint += (
+            f"; {record.path} says .ci/engines.sh started {record.engine} there: "
+            f"`sudo bash .ci/engines.sh start {record.engine}` in imagekit's checkout"
+        )
+    return hint
 
 
 def check_engine_version(version: str) -> None:

@@ -32,6 +32,7 @@ from imagekit.engine.discover import (
     estargz_crash,
     find_builder,
     unsupported,
+    use_engine,
 )
 from imagekit.engine.image_files import TarIndex
 from imagekit.engine.interface import (
@@ -75,6 +76,7 @@ class DockerEngine:
         if self._client is None:
             import docker  # deferred: never contact the daemon at import time
 
+            use_engine(self._chosen_cli)  # the recorded engine's environment, before the SDK
             try:
                 client = docker.from_env(timeout=300)
                 version = client.version()
