@@ -196,7 +196,11 @@ def test_wheel_ships_templates_catalog_and_data(tmp_path: Path) -> None:
         "imagekit/_templates/Dockerfile.j2",
         "imagekit/_templates/context/entrypoint.sh",
         "imagekit/_envs/training.yaml",
+        "imagekit/_workflows/images.yml",
         "imagekit/data/compat.yaml",
+        "imagekit/data/init/matrix.yaml.j2",
+        "imagekit/data/init/dockerignore",
+        "imagekit/data/init/workflow-header.yml",
         "imagekit/selfcheck/registry.py",
         "imagekit/selfcheck/rules.py",
         "imagekit/runtime/threads.py",
@@ -207,8 +211,9 @@ def test_wheel_ships_templates_catalog_and_data(tmp_path: Path) -> None:
     install = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target"]
     assert subprocess.run([*install, str(target), str(wheel)], check=False).returncode == 0
     out = tmp_path / "out"
+    render = ["render", "--envs", "builtin:training", "--out", str(out), "--cuda", "12.6"]
     rendered = subprocess.run(
-        [sys.executable, "-m", "imagekit", "render", "--out", str(out), "--cuda", "12.6"],
+        [sys.executable, "-m", "imagekit", *render],
         cwd=tmp_path,
         env={**os.environ, "PYTHONPATH": str(target)},
         capture_output=True,
@@ -216,4 +221,16 @@ def test_wheel_ships_templates_catalog_and_data(tmp_path: Path) -> None:
         check=False,
     )
     assert rendered.returncode == 0, rendered.stderr
-    assert any(out.glob("cu126-*/Dockerfile"))
+    assert any(out.glob("*cu126-*/Dockerfile"))
+    # ... and `imagekit init` writes its workflow from the wheel's copy of images.yml
+    started = subprocess.run(
+        [sys.executable, "-c", "from imagekit.cli.init import init; init(['proj'])"],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(target)},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert started.returncode == 0, started.stderr
+    workflow = (tmp_path / "proj" / ".github" / "workflows" / "images.yml").read_text()
+    assert 'pip install "$IMAGEKIT_INSTALL"' in workflow

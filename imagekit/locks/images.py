@@ -26,6 +26,7 @@ from imagekit.matrix.cells import Cell
 from imagekit.matrix.ref_checks import DIGEST, check_image_ref
 from imagekit.paths import read_checked, write_atomic
 from imagekit.platforms import PLATFORMS
+from imagekit.resources import builtin
 
 NAME = "images.lock"
 
@@ -38,7 +39,9 @@ class Lock:
 
 
 def default_path(env_paths: Sequence[Path]) -> Path:
-    first = env_paths[0] if env_paths else Path("envs")
+    """images.lock beside the first matrix file or in the first matrix folder (a built-in
+    catalog's `builtin:NAME` as its packaged file)."""
+    first = builtin(env_paths[0]) if env_paths else Path("envs")
     folder = first if first.is_dir() else first.parent
     return folder / NAME
 

@@ -10,9 +10,9 @@ from pathlib import Path
 from imagekit.errors import UsageError
 from imagekit.locks import images
 from imagekit.matrix import compat as compat_mod
-from imagekit.matrix.cells import Cell, complete_all
+from imagekit.matrix.cells import Cell, complete_all, stack_of
 from imagekit.matrix.load import load_spec
-from imagekit.resources import default_envs_dir
+from imagekit.resources import BUILTIN, builtin
 
 
 @dataclass(frozen=True)
@@ -37,8 +37,15 @@ class Filters:
             and _version_in(cell.python, self.python)
             and (not self.os or cell.os in self.os)
             and (not self.flavor or cell.flavor in self.flavor)
-            and (not self.cell or any(fnmatch.fnmatchcase(cell.id, g) for g in self.cell))
+            and (not self.cell or _cell_matches(cell, self.cell))
         )
+
+
+def _cell_matches(cell: Cell, globs: tuple[str, ...]) -> bool:
+    """A --cell glob matches the whole id or its stack part alone, so 'cu126-*' keeps
+    meaning every CUDA 12.6 cell of every image."""
+    names = (cell.id, stack_of(cell))
+    return any(fnmatch.fnmatchcase(name, g) for g in globs for name in names)
 
 
 def _unknown_values(cells: Sequence[Cell], filters: Filters) -> str:
@@ -60,12 +67,25 @@ def _version_in(value: str, wanted: tuple[str, ...]) -> bool:
 
 
 def default_envs() -> list[Path]:
+    """./envs; no folder there is exit 2 naming `imagekit init` (never a silent fallback to
+    the built-in catalog: a command in the wrong folder would build its 53 cells)."""
     local = Path("envs")
-    return [local if local.is_dir() else default_envs_dir()]
+    if local.is_dir():
+        return [local]
+    raise UsageError(
+        f"no matrix here: {Path.cwd()} has no envs/ folder; run `imagekit init` to start "
+        f"one, or pass --envs FILE|DIR (the built-in example catalog: --envs {BUILTIN}training)"
+    )
+
+
+def matrix_paths(envs: Sequence[Path] = ()) -> list[Path]:
+    """The matrix files or folders to read: --envs as given (`builtin:NAME` as the packaged
+    file), else ./envs."""
+    return [builtin(path) for path in envs] or default_envs()
 
 
 def load_cells(envs: Sequence[Path] = (), lock: Path | None = None) -> list[Cell]:
-    paths = list(envs) or default_envs()
+    paths = matrix_paths(envs)
     spec = load_spec(paths)
     pins = images.read(lock or images.default_path(paths)).pins
     return complete_all(spec.cells, compat_mod.load(), pins, spec.problems)

@@ -6,13 +6,14 @@ file, the line, the field and the value, and says what would be valid.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 from pydantic import ValidationError
 
-from imagekit.errors import Problem, SpecError
+from imagekit.errors import Problem, UsageError
 from imagekit.matrix.envfile import EnvFile, describe
 from imagekit.matrix.expand import MAX_CELLS, RawCell, expand
 from imagekit.matrix.yamlsrc import Located, YamlSyntaxError, paused_gc
@@ -27,15 +28,31 @@ class Spec:
 
 
 def env_files(paths: Iterable[Path]) -> list[Path]:
+    """The matrix files: each file named, and each folder's *.yaml and *.yml. A path that
+    is not there, or a folder without one, is UsageError (exit 2) naming `imagekit init`."""
     found: list[Path] = []
     for path in paths:
         if path.is_dir():
             # not only regular files: a FIFO or a link named *.yaml is refused, not skipped
-            found.extend(sorted(p for p in path.glob("*.yaml") if not p.is_dir()))
-            found.extend(sorted(p for p in path.glob("*.yml") if not p.is_dir()))
+            inside = sorted(p for p in path.glob("*.yaml") if not p.is_dir())
+            inside += sorted(p for p in path.glob("*.yml") if not p.is_dir())
+            if not inside:
+                raise UsageError(
+                    f"no matrix in {path}: the folder has no matrix file (*.yaml or *.yml); "
+                    f"{_init_hint(path)}"
+                )
+            found.extend(inside)
+        elif not os.path.lexists(path):
+            raise UsageError(f"no matrix at {path}: no such file or folder; {_init_hint(path)}")
         else:
             found.append(path)
     return found
+
+
+def _init_hint(path: Path) -> str:
+    """How to start a matrix where `path` was looked for."""
+    where = f" {path.parent}" if path.name == "envs" and str(path.parent) != "." else ""
+    return f"run `imagekit init{where}` to start one, or pass --envs FILE|DIR"
 
 
 def load_spec(paths: Iterable[Path], root: Path | None = None) -> Spec:
@@ -45,8 +62,7 @@ def load_spec(paths: Iterable[Path], root: Path | None = None) -> Spec:
     cells: list[RawCell] = []
     files = env_files(paths)
     if not files:
-        listed = ", ".join(map(str, paths))
-        raise SpecError([Problem(f"no matrix files (*.yaml) found in {listed}")])
+        raise UsageError("no matrix: name matrix files or folders (--envs FILE|DIR)")
     for path in files:
         display = _display(path, root)
         file_cells, file_problems = _load_one(path, display, MAX_CELLS - len(cells))
