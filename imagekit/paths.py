@@ -60,6 +60,7 @@ LIMITS = {  # what each file may weigh; a real one is a small fraction of it
     "package lock": 4 * MiB,  # a few hundred pins, a few hashes each
     "Dockerfile": MiB,
     ".dockerignore": MiB,
+    "requirements file": MiB,  # a team's requirements.txt or pyproject.toml
 }
 
 

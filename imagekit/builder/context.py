@@ -9,13 +9,14 @@ imagekit/lib/imagekit-threads.pth  sets OMP_NUM_THREADS when the venv's Python s
 imagekit/labels.json       the io.imagekit.* labels of the cell, read by the self-check
 imagekit/groups.py         resolves the venv's package groups in the builder (bind-mounted)
 imagekit/sbom_writer.py    writes the image's SBOM in the runtime stage (bind-mounted)
+imagekit/team_install.py   installs the team's packages under the cell's stack (bind-mounted)
 imagekit/locked/           the cell's package lock as group files (arm64's in linux-arm64/), or
                            empty (bind-mounted)
 wheelhouse/                hard links to --wheelhouse wheels (bind-mounted, never a layer)
 source/                    the cell's `source` folder, copied last into /workspace
 
-groups.py, pyc_cache.py, venv_delta.py and sbom_writer.py are imagekit/buildtime/'s scripts,
-copied flat.
+groups.py, pyc_cache.py, venv_delta.py, sbom_writer.py and team_install.py are
+imagekit/buildtime/'s scripts, copied flat.
 """
 
 from __future__ import annotations
@@ -32,6 +33,13 @@ from imagekit.matrix.source import copy_source
 from imagekit.render.dockerfile import LAYER_EPOCH
 from imagekit.resources import PACKAGE_DIR, templates_dir
 
+BUILDTIME_SCRIPTS = (
+    "groups.py",
+    "pyc_cache.py",
+    "venv_delta.py",
+    "sbom_writer.py",
+    "team_install.py",
+)
 IGNORE = shutil.ignore_patterns(".git", "__pycache__", "*.pyc", ".venv", ".imagekit")
 
 
@@ -47,7 +55,7 @@ def stage(
     for name in ("build-env.sh", "entrypoint.sh"):
         shutil.copy2(templates_dir() / "context" / name, helpers / name)
     os.chmod(helpers / "entrypoint.sh", 0o755)
-    for name in ("groups.py", "pyc_cache.py", "venv_delta.py", "sbom_writer.py"):
+    for name in BUILDTIME_SCRIPTS:
         shutil.copy2(PACKAGE_DIR / "buildtime" / name, helpers / name)
     lib = helpers / "lib" / "imagekit"
     for package in ("contract", "selfcheck", "runtime"):

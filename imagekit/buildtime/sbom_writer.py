@@ -7,8 +7,9 @@ Runs inside the build with the image's Python, the writer library mounted for th
         --name CELL_ID --epoch SECONDS --out FILE
 
 Python packages are the distributions in SITE (never sys.path: the writer's own packages are
-not the image's), each with every sha256 the package lock (DIR/{cuda,torch,features}.txt; an
-aarch64 build's in DIR/linux-arm64/) allows for its pin; OS packages are dpkg's installed
+not the image's), each with every sha256 the package lock (DIR/{cuda,torch,features,team}.txt;
+an aarch64 build's in DIR/linux-arm64/) allows for its pin (the team's packages and the
+source package are distributions of SITE like any other); OS packages are dpkg's installed
 ones. The same packages give the same bytes: no clock, no random serial number or bom-ref;
 the timestamp and the file's mtime are --epoch. See docs/sbom.md. The one buildtime script
 beyond the standard library: it needs cyclonedx-python-lib and packageurl-python, which the
@@ -35,7 +36,7 @@ from cyclonedx.model.component import Component, ComponentType
 from cyclonedx.output.json import JsonV1Dot6
 from packageurl import PackageURL
 
-GROUPS = ("cuda", "torch", "features")
+GROUPS = ("cuda", "torch", "features", "team")
 _PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==(\S+)")
 _HASH = re.compile(r"--hash=sha256:([0-9a-f]{64})")
 # Where a staged lock keeps each machine's group files (groups.py's LOCKED_FOLDERS, which

@@ -14,7 +14,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from imagekit.buildtime import groups
+from imagekit.buildtime import groups, team_install
 from imagekit.contract.text import escape
 from imagekit.errors import UsageError
 from imagekit.matrix.cells import Cell
@@ -24,7 +24,15 @@ from imagekit.urls import mask
 FORMAT = 1
 
 
+# The venv's layer groups, then the team's packages (installed over them by the team's step;
+# a lock has the group only where the cell has team packages, its inputs' "team" key).
 GROUPS = groups.GROUPS
+TEAM = "team"
+LOCK_GROUPS = (*GROUPS, TEAM)
+
+
+def has_team(lock: PackageLock) -> bool:
+    return TEAM in lock.inputs
 
 
 _HEADER = re.compile(r"^# (?P<key>[a-z-]+): (?P<value>.*)$")
@@ -107,7 +115,9 @@ def render_text(lock: PackageLock) -> str:
         f"# inputs: {json.dumps(lock.inputs, sort_keys=True)}",
         *(f"# {key}: {value}" for key, value in sorted(lock.resolved_with.items())),
     ]
-    for group in GROUPS:
+    for group in LOCK_GROUPS:
+        if group == TEAM and not has_team(lock):
+            continue  # a lock without team packages reads as it did before the group
         lines.append(f"# [{group}]")
         lines.extend(pin.text() for pin in lock.groups.get(group, ()))
     return "\n".join(lines) + "\n"
@@ -138,11 +148,11 @@ def parse(text: str, cell_id: str, where: str = "", platform: str = AMD64) -> Pa
             continue
         if section := _SECTION.match(raw):
             group = section["group"]
-            if group not in GROUPS or group in sections:
+            if group not in LOCK_GROUPS or group in sections:
                 why = (
                     "a group twice"
                     if group in sections
-                    else f"no group {group} (only {', '.join(GROUPS)})"
+                    else f"no group {group} (only {', '.join(LOCK_GROUPS)})"
                 )
                 raise _bad_line(where, number, raw, why)
             current = sections[group] = []
@@ -183,7 +193,7 @@ def parse(text: str, cell_id: str, where: str = "", platform: str = AMD64) -> Pa
         raise unreadable(where, "its inputs are nested too deeply") from None
     if not isinstance(inputs, dict):
         raise unreadable(where, "its inputs are not a JSON object")
-    pins = {g: tuple(sections.get(g, ())) for g in GROUPS}
+    pins = {g: tuple(sections.get(g, ())) for g in LOCK_GROUPS if g != TEAM or TEAM in sections}
     lock = PackageLock(cell_id, inputs, header, pins, platform)
     if lock.fingerprint != stated:
         raise unreadable(where, "its fingerprint does not match its inputs (edited by hand?)")
@@ -257,6 +267,7 @@ def verify(lock: PackageLock, cell: Cell, where: str) -> None:
             if why:
                 raise _bad_line(where, pin.line, pin.requirement, why)
             seen[pin.name] = pin.line
+    _verify_team(lock, seen, where)
     torch_pins = {p.name: p for p in lock.groups.get("torch", ())}
     for name in ("torch", "torchvision"):
         pin = torch_pins.get(name)
@@ -270,6 +281,26 @@ def verify(lock: PackageLock, cell: Cell, where: str) -> None:
         why = _version_mismatch(pin.version, expected, cell.variant)
         if why:
             raise _bad_line(where, pin.line, pin.requirement, f"{name}: {why}")
+
+
+def _verify_team(lock: PackageLock, below: dict[str, int], where: str) -> None:
+    """The team group is installed over the groups below: it may pin another version of
+    their packages (numpy, a newer one), never of the stack (torch's family, a CUDA library
+    a group below pins): the build constrains those, so such a pin is a lock made by hand."""
+    seen: dict[str, int] = {}
+    for pin in lock.groups.get(TEAM, ()):
+        name = pin.name
+        why = ""
+        if name in seen:
+            why = f"{name} is pinned twice (first on line {seen[name]})"
+        elif team_install.is_stack(name) and name in below:
+            why = (
+                f"{name} is the cell's stack (pinned on line {below[name]}): the team's "
+                "packages install under it and never move it"
+            )
+        if why:
+            raise _bad_line(where, pin.line, pin.requirement, why)
+        seen[name] = pin.line
 
 
 def _misplaced(pin: Pin, group: str, allowed: set[str], seen: dict[str, int]) -> str:

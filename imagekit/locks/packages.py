@@ -18,7 +18,12 @@ is read for use (`lock --check`, `render --check`, `stage`, `build`; see `verify
 prove a wheel is the one locked, not that the lock pins what the cell asks for.
 
 Only cells whose venv is installed in layers (`venv_layers: split`) are locked: the others
-compile against the builder's torch step by step. Your `pip:` packages are not part of it.
+compile against the builder's torch step by step. The team's packages (`pip:`, the
+`requirements:` files, the source package's [project].dependencies) are the lock's `team`
+group, resolved last with the stack (torch's family and the CUDA libraries of the groups
+above, team_install.is_stack) as constraints, as the build installs them; their inputs are
+the lock's `team` and `source-package` keys (absent for a cell without them, so its lock
+reads as before). A source package whose dependencies are not static is not locked.
 """
 
 from __future__ import annotations
@@ -31,14 +36,16 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 from imagekit import terminal
-from imagekit.buildtime import groups
+from imagekit.buildtime import groups, team_install
 from imagekit.contract import exits
 from imagekit.errors import ImagekitError, StaleError, UsageError
 from imagekit.locks.package_file import (
     FORMAT,
-    GROUPS,
+    GROUPS,  # noqa: F401 - the venv's layer groups, read as packages.GROUPS
+    LOCK_GROUPS,
     PackageLock,
     Pin,
+    has_team,
     parse,
     render_text,
     unreadable,
@@ -70,6 +77,10 @@ class ResolveError(ImagekitError):
     exit_code = exits.RESOLVE
 
 
+class TeamConflict(ResolveError):
+    """The team's packages ask for another stack than the cell's (says who and what)."""
+
+
 # requirements, constraints (pins), index ("" none), wheelhouse, Python, platform (uv's
 # --python-platform, a PYTHON_PLATFORMS value) -> pins with hashes
 Resolver = Callable[[Sequence[str], Sequence[str], str, "Path | None", str, str], list[Pin]]
@@ -93,7 +104,17 @@ def file_of(name: str) -> tuple[str, str]:
 
 
 def lockable(cell: Cell) -> bool:
-    return cell.venv_layers == "split"
+    return cell.venv_layers == "split" and cell.source_dependencies is not None
+
+
+def not_locked_why(cell: Cell) -> str:
+    """Why lock --packages leaves an unlockable cell alone, for its note."""
+    if cell.venv_layers != "split":
+        return "its venv is one layer: it compiles"
+    return (
+        "its source package's dependencies are not static (setup.py, or dynamic in "
+        "pyproject.toml): list them in [project].dependencies to lock them"
+    )
 
 
 def cell_torch_index(cell: Cell, platform: str = AMD64) -> str:
@@ -115,7 +136,27 @@ def inputs_of(cell: Cell, platform: str = AMD64) -> dict[str, object]:
         "torch-index": cell_torch_index(cell, platform),
         "torch": list(cell.torch_requirements),
         "features": [list(step.requirements) for step in cell.feature_steps],
+        **team_inputs(cell),
     }
+
+
+def team_inputs(cell: Cell) -> dict[str, object]:
+    """The team's packages as the lock's inputs; none for a cell without them (its lock's
+    fingerprint is then what it was before the team group existed)."""
+    if not cell.team_packages:
+        return {}
+    inputs: dict[str, object] = {"team": list(cell.team_requirements)}
+    if cell.source_package:
+        deps = cell.source_dependencies
+        inputs["source-package"] = list(deps) if deps is not None else None
+    return inputs
+
+
+def team_requirements(cell: Cell) -> list[str]:
+    """What the team group resolves: the team's requirements, then the source package's."""
+    found = list(cell.team_requirements)
+    found += [d for d in cell.source_dependencies or () if d not in found]
+    return found
 
 
 def read(
@@ -177,8 +218,13 @@ def write(folder: Path, lock: PackageLock) -> bool:
 
 
 def group_files(lock: PackageLock) -> dict[str, str]:
-    """The group files groups.py copies (cuda.txt, torch.txt, features.txt)."""
-    return {g: "".join(p.text() + "\n" for p in lock.groups.get(g, ())) for g in GROUPS}
+    """The group files groups.py copies (cuda.txt, torch.txt, features.txt), and the team's
+    that team_install.py installs (team.txt, for a lock that has the group)."""
+    return {
+        g: "".join(p.text() + "\n" for p in lock.groups.get(g, ()))
+        for g in LOCK_GROUPS
+        if g != "team" or has_team(lock)
+    }
 
 
 def staged_files(locks: dict[str, PackageLock]) -> dict[str, str]:
@@ -222,15 +268,51 @@ def resolve(
         features = resolver(feature_reqs, constraints, used, wheelhouse, cell.python, tag)
     by_requirement = {p.requirement: p for p in [*features, *torch]}
     split = groups.split([p.requirement for p in torch], [p.requirement for p in features])
+    layered = {g: tuple(by_requirement[r] for r in split[g]) for g in groups.GROUPS}
+    if cell.team_packages:
+        layered["team"] = _team_pins(cell, resolver, [*torch, *features], used, wheelhouse, tag)
     return PackageLock(
         cell=cell.id,
         inputs=inputs_of(cell, platform),
         resolved_with={
             "resolved-from": (used or "PyPI") + (" + --wheelhouse" if wheelhouse else ""),
         },
-        groups={g: tuple(by_requirement[r] for r in split[g]) for g in GROUPS},
+        groups=layered,
         platform=platform,
     )
+
+
+def _team_pins(
+    cell: Cell,
+    resolver: Resolver,
+    below: list[Pin],
+    index: str,
+    wheelhouse: Path | None,
+    tag: str,
+) -> tuple[Pin, ...]:
+    """The team group: the team's requirements resolved with the stack pinned (as
+    team_install.py pins it in the build), less what the groups below already pin alike.
+    A pin of another version than below is kept: the team's step installs it over them."""
+    stack = [p.requirement for p in below if team_install.is_stack(p.name)]
+    try:
+        resolved = resolver(team_requirements(cell), stack, index, wheelhouse, cell.python, tag)
+    except ResolveError as exc:
+        held = {p.name: p.version for p in below if team_install.is_stack(p.name)}
+        named = team_install.diagnose("\n".join(exc.lines), held, cell.python)
+        raise TeamConflict(
+            f"{cell.id}: the team's packages could not be resolved under the cell's stack "
+            f"({', '.join(f'{n} {v}' for n, v in held.items())}; Python {cell.python}); "
+            "nothing was written. Fix: relax the requirement named below, or lock them in a "
+            "cell whose stack they accept.",
+            *named,
+            *exc.lines,
+        ) from None
+    already = {p.requirement for p in below}
+    return tuple(sorted((p for p in resolved if p.requirement not in already), key=_by_name))
+
+
+def _by_name(pin: Pin) -> str:
+    return pin.name
 
 
 def uv_binary() -> str:
@@ -334,7 +416,7 @@ def lock_cells(
     locks, notes = [], []
     for cell in cells:
         if not lockable(cell):
-            notes.append(f"{cell.id}: packages not locked (its venv is one layer: it compiles)")
+            notes.append(f"{cell.id}: packages not locked ({not_locked_why(cell)})")
             continue
         for platform in cell.platforms:
             lock = _resolved(cell, resolver, index, wheelhouse, platform)
@@ -352,6 +434,8 @@ def _resolved(
 ) -> PackageLock:
     try:
         return resolve(cell, resolver, index, wheelhouse, platform)
+    except TeamConflict:
+        raise
     except ResolveError as exc:
         raise ResolveError(
             f"{cell.id}{_on(cell, platform)}: its packages could not be resolved from "
@@ -414,11 +498,13 @@ def _lock_problems(lock: PackageLock, cell: Cell, path: Path) -> list[str]:
             f"{path}: {cell.id} is not built for {lock.platform} (its `platform`: "
             f"{', '.join(cell.platforms)}); delete the lock"
         ]
-    if not lockable(cell):
+    if cell.venv_layers != "split":
         return [
             f"{path}: {cell.id} installs its venv in one layer, which a lock cannot pin; "
             "delete the lock"
         ]
+    if not lockable(cell):
+        return [f"{path}: {cell.id} cannot be locked ({not_locked_why(cell)}); delete the lock"]
     current = inputs_of(cell, lock.platform)
     moved = [
         k for k in sorted(set(current) | set(lock.inputs)) if current.get(k) != lock.inputs.get(k)

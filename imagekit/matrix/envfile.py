@@ -7,6 +7,7 @@ Expansion into raw cells is in `expand.py`; loading the files in `load.py`.
 from __future__ import annotations
 
 import difflib
+import json
 import re
 from collections.abc import Iterable
 from typing import Annotated, Any, Literal
@@ -98,6 +99,77 @@ def _pip(value: str) -> str:
     return value
 
 
+check_pip = _pip  # requirements files' lines are checked as `pip:` entries are
+
+
+# -- the team's own layer -----------------------------------------------------------------
+# Values that land in the Dockerfile as they are written (a `run:` step, the WORKDIR) or in
+# its JSON CMD: one line of printable text each, so none can end its instruction early.
+MAX_STEP = 16_384  # BuildKit parses lines up to 64 KiB
+_WORKDIR = re.compile(r"/(?:[A-Za-z0-9._@+-]+/?)*")
+
+
+def _one_line(what: str, value: str) -> str:
+    bad = _CONTROL.search(value)
+    if bad:
+        name = {"\x00": "a NUL", "\n": "a newline", "\r": "a carriage return"}.get(
+            bad.group(), f"control character U+{ord(bad.group()):04X}"
+        )
+        raise ValueError(
+            f"{name} at position {bad.start()}: {what} is one line of printable text (write "
+            "several steps as several entries, or chain commands with &&)"
+        )
+    if len(value) > MAX_STEP:
+        raise ValueError(f"{len(value)} characters; {what} may have {MAX_STEP}")
+    return value
+
+
+def _run_step(value: str) -> str:
+    if not value.strip():
+        raise ValueError('an empty step; write the shell command, e.g. "python -m app.setup"')
+    return _one_line("a run step", value)
+
+
+def _workdir(value: str) -> str:
+    if not _WORKDIR.fullmatch(value) or "/../" in f"{value}/" or "/./" in f"{value}/":
+        raise ValueError(
+            "an absolute path of letters, digits and . _ @ + - between slashes, without . or "
+            "..; e.g. /workspace or /app"
+        )
+    return value.rstrip("/") or "/"
+
+
+def _command_word(value: str) -> str:
+    if not value:
+        raise ValueError(
+            'an empty word; write the program and its arguments, e.g. ["python", "-m", "app"]'
+        )
+    return _one_line("a command word", value)
+
+
+def _command_list(value: Any) -> Any:
+    if isinstance(value, str):
+        raise ValueError(
+            f"write the command as a list, e.g. {json.dumps(value.split() or ['python'])}: the "
+            "image runs it without a shell (exec form), behind imagekit's entrypoint"
+        )
+    return value
+
+
+def _command(value: list[str]) -> list[str]:
+    if not value:
+        raise ValueError('name the program and its arguments, e.g. ["python", "-m", "app"]')
+    return value
+
+
+def _requirements_path(value: str) -> str:
+    if not value.strip() or _CONTROL.search(value):
+        raise ValueError(
+            "a path relative to the matrix file, e.g. ../requirements.txt or ../pyproject.toml"
+        )
+    return value
+
+
 # Names imagekit owns, or that break the image for everything in it. Why, for the message.
 RESERVED_ENV = {
     "PATH": "the venv's bin must come first; add tools with apt or pip instead",
@@ -175,9 +247,14 @@ Size = Annotated[int, BeforeValidator(parse_size)]
 ImageRef = Annotated[str, AfterValidator(check_image_ref)]
 Platform = Annotated[str, BeforeValidator(_platform)]
 Platforms = Annotated[list[Platform], BeforeValidator(_listify), AfterValidator(_platforms)]
+RunStep = Annotated[str, AfterValidator(_run_step)]
+WorkDir = Annotated[str, AfterValidator(_workdir)]
+CommandWord = Annotated[str, AfterValidator(_command_word)]
+Command = Annotated[list[CommandWord], BeforeValidator(_command_list), AfterValidator(_command)]
+RequirementsPath = Annotated[str, AfterValidator(_requirements_path)]
 
 
-InheritField = Literal["apt", "build_apt", "pip", "features"]
+InheritField = Literal["apt", "build_apt", "pip", "features", "requirements", "run"]
 
 
 class _Strict(BaseModel):
@@ -216,6 +293,15 @@ class Options(_Strict):
     # How this layer's lists combine with the layer below (cibuildwheel's inherit rule):
     # replace them (default), or add to them: {apt: append, pip: prepend}.
     inherit: dict[InheritField, Literal["append", "prepend", "replace"]] | None = None
+    # The team's own layer (docs/your-layer.md): requirements files (or pyproject.toml
+    # files) relative to the matrix file, installed with `pip` under the cell's stack;
+    # `source:` installed as a package; shell steps after the packages; the folder the
+    # image starts in; its CMD (imagekit's entrypoint stays in front).
+    requirements: Annotated[list[RequirementsPath], BeforeValidator(_listify)] | None = None
+    source_package: StrictBool | None = None
+    run: Annotated[list[RunStep], BeforeValidator(_listify)] | None = None
+    workdir: WorkDir | None = None
+    command: Command | None = None
 
 
 class Axes(_Strict):
