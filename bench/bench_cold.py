@@ -98,7 +98,8 @@ def cold_build(root: Path, push: bool) -> tuple[float, dict, list[tuple[float, s
     seconds = time.perf_counter() - started
     if process.returncode != 0:
         raise SystemExit("\n".join(text for _, text in lines[-60:]))
-    report = json.loads((root / "reports" / CELL / "build.json").read_text())
+    # reports are keyed by cell id, <repository>-<stack>; the image's tag is the stack ({id})
+    report = json.loads((root / "reports" / f"{REPO}-{CELL}" / "build.json").read_text())
     return seconds, report, lines
 
 

@@ -249,8 +249,14 @@ def test_target_packages_needs_a_packages_stage(
     assert info.value.code == 0
     assert " --target packages " in capsys.readouterr().out
     for envs, reason in [
-        (ROOT / "envs", "cu126-torch2.7.1-py3.11-debian12-slim has no packages stage"),  # pip only
-        (ROOT / "tests/data/envs", "cpu-torch2.13.0-py3.11-debian12-slim has no packages stage"),
+        (
+            ROOT / "envs",
+            "pytorch-train-cu126-torch2.7.1-py3.11-debian12-slim has no packages stage",
+        ),  # pip only
+        (
+            ROOT / "tests/data/envs",
+            "imagekit-test-cpu-torch2.13.0-py3.11-debian12-slim has no packages stage",
+        ),
     ]:
         with pytest.raises(SystemExit) as info:
             main([*args, "--envs", str(envs), "--cell", "*-py3.11-debian12-slim"])

@@ -14,7 +14,7 @@ import yaml
 
 from imagekit.errors import UsageError
 from imagekit.matrix.catalog import Filters, load_cells, select
-from imagekit.matrix.cells import Cell
+from imagekit.matrix.cells import Cell, stack_of
 from imagekit.platforms import AMD64, ARM64
 from imagekit.render.ci import bake, github_builds, github_matrix, github_merges
 
@@ -311,7 +311,7 @@ def test_build_jobs_per_mode(
     for b in built:
         assert b["id"] == cell.id and b["split"] is split
         arch = b["suffix"]  # a split job's cache is its platform's own: no overwriting
-        assert b["cache"] == f"{cell.repository}:buildcache-{cell.id}{arch}"
+        assert b["cache"] == f"{cell.repository}:buildcache-{stack_of(cell)}{arch}"
         assert b["tag"] == cell.tags[0] and b["gpu_runner"] == "h100"
 
 

@@ -353,10 +353,10 @@ def test_archs_are_keyed_by_release_where_builds_differ() -> None:
 def test_nvidia_flavor_runs_on_the_base_image_and_compiles_on_devel() -> None:
     """No cuDNN image anywhere: the wheels bring cuDNN, and nvcc needs none."""
     cells = {c.id: c for c in load_cells([ENVS])}
-    plain = cells["cu126-torch2.7.1-py3.11-ubuntu24.04-nvidia"]
+    plain = cells["pytorch-train-cu126-torch2.7.1-py3.11-ubuntu24.04-nvidia"]
     assert plain.runtime_image == "nvidia/cuda:12.6.3-base-ubuntu24.04"
     assert plain.builder_image is None
-    compiled = cells["cu128-torch2.10.0-py3.12-ubuntu24.04-nvidia"]
+    compiled = cells["pytorch-train-cu128-torch2.10.0-py3.12-ubuntu24.04-nvidia"]
     assert compiled.runtime_image == "nvidia/cuda:12.8.1-base-ubuntu24.04"
     assert compiled.builder_image == "nvidia/cuda:12.8.1-devel-ubuntu24.04"
 

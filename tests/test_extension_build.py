@@ -167,13 +167,15 @@ def test_a_wheelhouse_wheel_is_installed_instead_of_compiling(
 
 def test_flash_attn_compiles_only_for_the_cells_gpus() -> None:
     cells = {c.id: c for c in load_cells([ROOT / "envs"])}
-    hopper = cells["cu126-torch2.10.0-py3.12-ubuntu24.04-nvidia"]  # cu126: up to sm_90
+    hopper = cells[
+        "pytorch-train-cu126-torch2.10.0-py3.12-ubuntu24.04-nvidia"
+    ]  # cu126: up to sm_90
     (step,) = [s for s in hopper.feature_steps if s.name == "flash-attn"]
     env = dict(step.env)
     assert env["FLASH_ATTN_CUDA_ARCHS"] == "80;90"
     assert env["TORCH_CUDA_ARCH_LIST"] == "5.0;6.0;7.0;7.5;8.0;8.6;9.0"
     assert env["MAX_JOBS"] == "${MAX_JOBS:-$(imagekit_max_jobs)}"
-    blackwell = cells["cu128-torch2.10.0-py3.12-ubuntu24.04-nvidia"]
+    blackwell = cells["pytorch-train-cu128-torch2.10.0-py3.12-ubuntu24.04-nvidia"]
     (step,) = [s for s in blackwell.feature_steps if s.name == "flash-attn"]
     assert dict(step.env)["FLASH_ATTN_CUDA_ARCHS"] == "80;90;100;120"
     text = (ROOT / "dockerfiles" / blackwell.id / "Dockerfile").read_text()

@@ -97,11 +97,11 @@ def test_cuda13_nvidia_image_starts_on_r535_datacenter_but_not_on_geforce() -> N
 
 def test_labels_carry_the_branches_only_for_the_nvidia_flavor() -> None:
     cells = {c.id: c for c in load_cells([ROOT / "envs"])}
-    nvidia = dict(cells["cu130-torch2.11.0-py3.12-ubuntu24.04-nvidia"].labels)
-    slim = dict(cells["cu130-torch2.11.0-py3.12-ubuntu24.04-slim"].labels)
+    nvidia = dict(cells["pytorch-train-cu130-torch2.11.0-py3.12-ubuntu24.04-nvidia"].labels)
+    slim = dict(cells["pytorch-train-cu130-torch2.11.0-py3.12-ubuntu24.04-slim"].labels)
     assert nvidia["io.imagekit.forward-branches"] == "535 550 565 570 575"
     assert slim["io.imagekit.forward-branches"] == ""
-    env = dict(cells["cu130-torch2.11.0-py3.12-ubuntu24.04-slim"].env)
+    env = dict(cells["pytorch-train-cu130-torch2.11.0-py3.12-ubuntu24.04-slim"].env)
     assert env["NVIDIA_REQUIRE_CUDA"] == "cuda>=13.0"
 
 

@@ -59,10 +59,12 @@ def test_pins_are_read_from_uv_compile_output_and_pip_reports() -> None:
 
 def test_cells_that_compile_in_the_builder_keep_one_venv_layer() -> None:
     cells = {c.id: c for c in load_cells([ROOT / "envs"])}
-    assert cells["cu126-torch2.7.1-py3.11-debian12-slim"].venv_layers == "split"
-    assert cells["cu128-torch2.10.0-py3.12-ubuntu24.04-nvidia"].venv_layers == "single"
+    assert cells["pytorch-train-cu126-torch2.7.1-py3.11-debian12-slim"].venv_layers == "split"
+    assert (
+        cells["pytorch-train-cu128-torch2.10.0-py3.12-ubuntu24.04-nvidia"].venv_layers == "single"
+    )
     text = (
-        ROOT / "dockerfiles" / "cu126-torch2.7.1-py3.11-debian12-slim" / "Dockerfile"
+        ROOT / "dockerfiles" / "pytorch-train-cu126-torch2.7.1-py3.11-debian12-slim" / "Dockerfile"
     ).read_text()
     assert "--target /opt/imagekit/cuda" in text and "groups.py --installer uv" in text
     assert "COPY --from=builder /opt/venv /opt/venv" in text  # the bare venv only
@@ -85,7 +87,7 @@ def test_uv_groups_unpack_beside_their_target_and_link_not_copy() -> None:
     written twice. Each group step brings an unpack cache on the layer's own filesystem,
     links from it, and removes it in the same step, so no cache reaches a layer."""
     cells = {c.id: c for c in load_cells([ROOT / "envs"])}
-    cell = cells["cu126-torch2.7.1-py3.11-debian12-slim"]
+    cell = cells["pytorch-train-cu126-torch2.7.1-py3.11-debian12-slim"]
     runtime = render(cell).split("FROM os-base AS runtime")[1]
     steps = [s for s in runtime.split("\nRUN ") if "/run/imagekit/groups/" in s and " -r" in s]
     assert len(steps) == 3  # cuda, torch, features

@@ -29,7 +29,7 @@ from imagekit.matrix.profiles import PROFILE_ENV, PROFILE_SHM
 from imagekit.platforms import AMD64, ARM64
 
 SCHEMAS = Path(__file__).parent / "schemas"
-CELL = "cu128-torch2.10.0-py3.12-ubuntu24.04-nvidia"
+CELL = "pytorch-train-cu128-torch2.10.0-py3.12-ubuntu24.04-nvidia"
 REPO = "ghcr.io/example-org/pytorch-train"
 TAG = f"{REPO}:2.10.0-cu128-py3.12-ubuntu24.04-nvidia"
 DIGEST = "sha256:" + "ab" * 32

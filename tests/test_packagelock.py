@@ -29,7 +29,7 @@ from imagekit.matrix.cells import FeatureStep
 
 from .conftest import ROOT
 
-CELL = "cpu-torch2.13.0-py3.11-debian12-slim"
+CELL = "imagekit-test-cpu-torch2.13.0-py3.11-debian12-slim"
 H = {c: c * 64 for c in "abcdef"}
 TORCH_PINS = {
     "torch==2.13.0": H["a"],
@@ -112,7 +112,7 @@ def test_a_lock_the_matrix_moved_away_from_is_stale_and_says_which_field(tmp_pat
     assert "torch: locked" in problem and "torchvision==0.28.0" in problem
     assert "run `imagekit lock --packages`" in problem
     # a lock whose cell left the matrix: only a whole-matrix check can tell
-    other = replace(this, id="cpu-torch2.13.0-py3.12-debian12-slim")
+    other = replace(this, id="imagekit-test-cpu-torch2.13.0-py3.12-debian12-slim")
     assert packages.stale([other], tmp_path, whole_matrix=False) == []
     (orphan,) = packages.stale([other], tmp_path, whole_matrix=True)
     assert f"no cell {CELL} in the matrix" in orphan

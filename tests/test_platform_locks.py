@@ -300,7 +300,7 @@ def test_the_sbom_takes_the_hashes_of_its_machines_lock(staged: Path) -> None:
 
 # --- package locks through the CLI ----------------------------------------------------------
 
-BOTH = "cpu-torch2.7.1-py3.11-debian12-slim"
+BOTH = "imagekit-test-cpu-torch2.7.1-py3.11-debian12-slim"
 
 
 @pytest.fixture

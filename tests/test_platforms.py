@@ -42,7 +42,7 @@ def test_a_cell_is_amd64_alone_unless_it_says_otherwise(write_env: WriteEnv) -> 
     assert cell.platforms == (AMD64,)
     (cell,) = load_cells([write_env(cell_block(platform=["linux/arm64", "linux/amd64"]))])
     assert cell.platforms == (AMD64, ARM64)  # one order, whatever the file's
-    assert cell.id == "cpu-torch2.7.1-py3.11-debian12-slim"  # one image per cell, not two
+    assert cell.id == "imagekit-cpu-torch2.7.1-py3.11-debian12-slim"  # one image per cell, not two
 
 
 def test_platform_cascades_from_defaults_and_overrides(write_env: WriteEnv) -> None:

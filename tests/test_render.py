@@ -16,17 +16,18 @@ from imagekit.errors import StaleError, UsageError
 from imagekit.matrix.catalog import Filters, load_cells, select
 from imagekit.paths import write_atomic
 from imagekit.render import dockerfile as render_mod
+from imagekit.render import owned
 from imagekit.render.dockerfile import dockerfile_quote, render, render_all
 
 from .conftest import ROOT
 
 GOLDEN = Path(__file__).parent / "golden"
 GOLDEN_CELLS = [
-    "cu126-torch2.7.1-py3.11-debian12-slim",  # the README cell: pip, onnx, system Python
-    "cu128-torch2.10.0-py3.12-ubuntu24.04-nvidia",  # devel builder, flash-attn, multi-node-ib
-    "cu126-torch2.11.0-py3.11-ubuntu24.04-slim",  # uv-managed Python, cu126 index
-    "cu130-torch2.11.0-py3.13-ubuntu24.04-nvidia",  # CUDA 13 line
-    "cu130-torch2.14.1-py3.12-ubuntu24.04-nvidia",  # amd64 + arm64: a runtime stage each
+    "pytorch-train-cu126-torch2.7.1-py3.11-debian12-slim",  # the README cell: pip, onnx, system Python
+    "pytorch-train-cu128-torch2.10.0-py3.12-ubuntu24.04-nvidia",  # devel builder, flash-attn, multi-node-ib
+    "pytorch-train-cu126-torch2.11.0-py3.11-ubuntu24.04-slim",  # uv-managed Python, cu126 index
+    "pytorch-train-cu130-torch2.11.0-py3.13-ubuntu24.04-nvidia",  # CUDA 13 line
+    "pytorch-train-cu130-torch2.14.1-py3.12-ubuntu24.04-nvidia",  # amd64 + arm64: a runtime stage each
 ]
 
 
@@ -55,7 +56,7 @@ def test_test_cell_matches_golden() -> None:
 
 
 def test_structure_of_the_readme_cell(catalog: dict[str, object]) -> None:
-    text = render(catalog["cu126-torch2.7.1-py3.11-debian12-slim"])  # type: ignore[arg-type]
+    text = render(catalog["pytorch-train-cu126-torch2.7.1-py3.11-debian12-slim"])  # type: ignore[arg-type]
     lines = text.splitlines()
     assert not text.startswith("# syntax")  # Docker 20.10's built-in frontend only
     stages = [line for line in lines if line.startswith("FROM ")]
@@ -88,7 +89,7 @@ def test_pip_packages_install_in_the_runtime_after_the_builder_venv(
     features), then installs the pip packages in place, so their layer is exactly their
     change. Bytecode comes from pyc_cache.py and its cache mount; torch compiles as usual."""
     # the README cell with pip, whose steps are the easier to read here (uv: same layout)
-    cell = replace(catalog["cu126-torch2.7.1-py3.11-debian12-slim"], installer="pip")  # type: ignore[type-var]
+    cell = replace(catalog["pytorch-train-cu126-torch2.7.1-py3.11-debian12-slim"], installer="pip")  # type: ignore[type-var]
     text = render(cell)
     builder, runtime = text.split(" AS builder")[1].split("FROM os-base AS runtime")
     builder = builder.split("FROM builder AS sbom-tool")[0]
@@ -108,7 +109,7 @@ def test_pip_packages_install_in_the_runtime_after_the_builder_venv(
 
 def test_uv_runs_in_the_runtime_from_the_builder(catalog: dict[str, object]) -> None:
     """The runtime has no uv of its own: the install step mounts the builder's, read-only."""
-    text = render(catalog["cu126-torch2.11.0-py3.11-ubuntu24.04-slim"])  # type: ignore[arg-type]
+    text = render(catalog["pytorch-train-cu126-torch2.11.0-py3.11-ubuntu24.04-slim"])  # type: ignore[arg-type]
     runtime = text.split("FROM os-base AS runtime")[1]
     assert "--mount=type=bind,from=builder,source=/opt/uv,target=/opt/uv" in runtime
     assert "/opt/uv/bin/uv pip install --python /opt/venv/bin/python" in runtime
@@ -150,39 +151,62 @@ def test_syntax_line_is_opt_in(catalog: dict[str, object]) -> None:
 
 
 def test_committed_dockerfiles_are_current() -> None:
-    rendered = render_all(load_cells([ROOT / "envs"]))
-    render_mod.check(rendered, ROOT / "dockerfiles")
+    every = load_cells([ROOT / "envs"])
+    owners = render_mod.matrices(every, [ROOT / "envs" / "training.yaml"], ROOT)
+    owned.check(render_all(every, root=ROOT), ROOT / "dockerfiles", owners)
+
+
+def write_cells(cells: list[object], out: Path) -> tuple[dict[str, str], dict[str, frozenset[str]]]:
+    """Render `cells` into `out` (a folder of a repository at out's parent) as the command
+    does; returns what was rendered and the matrix files' cells."""
+    (out.parent / ".git").mkdir(exist_ok=True)
+    rendered = render_all(cells, root=out.parent)  # type: ignore[arg-type]
+    owners = render_mod.matrices(cells, [], out.parent)  # type: ignore[arg-type]
+    result = owned.plan(rendered, out, owners)
+    owned.refuse(result)
+    owned.apply(result, out)
+    return rendered, owners
 
 
 def test_check_reports_a_diff_and_orphans(tmp_path: Path, catalog: dict[str, object]) -> None:
-    cell = catalog[GOLDEN_CELLS[0]]
-    rendered = render_all([cell])  # type: ignore[list-item]
-    render_mod.write_all(rendered, tmp_path)
-    render_mod.check(rendered, tmp_path)
-    path = tmp_path / GOLDEN_CELLS[0] / "Dockerfile"
+    out = tmp_path / "dockerfiles"
+    rendered, owners = write_cells([catalog[GOLDEN_CELLS[0]], catalog[GOLDEN_CELLS[1]]], out)
+    owned.check(rendered, out, owners)
+    (out / "hand-made").mkdir()
+    (out / "hand-made" / "Dockerfile").write_text("FROM scratch\n")  # not ours
+    # the second cell leaves the matrix: its folder is an orphan
+    kept = [catalog[GOLDEN_CELLS[0]]]
+    rendered = render_all(kept, root=tmp_path)  # type: ignore[arg-type]
+    owners = render_mod.matrices(kept, [], tmp_path)  # type: ignore[arg-type]
+    (matrix,) = owners
+    path = out / GOLDEN_CELLS[0] / "Dockerfile"
     path.write_text(path.read_text().replace("numpy<3", "numpy<2"))
-    (tmp_path / "gone-cell").mkdir()
-    (tmp_path / "gone-cell" / "Dockerfile").write_text("# Rendered by imagekit for cell gone\n")
-    (tmp_path / "hand-made").mkdir()
-    (tmp_path / "hand-made" / "Dockerfile").write_text("FROM scratch\n")  # not ours
     with pytest.raises(StaleError) as info:
-        render_mod.check(rendered, tmp_path)
-    assert "-       'numpy<2'" in str(info.value) and "+       'numpy<3'" in str(info.value)
-    assert "gone-cell/Dockerfile: no cell in the matrix renders this any more" in str(info.value)
-    assert "hand-made" not in str(info.value)
-    # render repairs all of it: rewrites the changed file, prunes only its own orphan
-    changed = render_mod.write_all(rendered, tmp_path, prune=True)
-    assert GOLDEN_CELLS[0] in changed and not (tmp_path / "gone-cell").exists()
-    assert (tmp_path / "hand-made" / "Dockerfile").is_file()
+        owned.check(rendered, out, owners)
+    said = str(info.value)
+    assert "-       'numpy<2'" in said and "+       'numpy<3'" in said
+    assert f"{out / GOLDEN_CELLS[1]}/: its cell left {matrix}" in said
+    assert "was edited by hand" in said and "hand-made" not in said
+    # the edit is refused (exit 2), nothing written, nothing pruned
+    result = owned.plan(rendered, out, owners)
+    with pytest.raises(UsageError, match="edited by hand"):
+        owned.refuse(result)
+    path.write_text(path.read_text().replace("numpy<2", "numpy<3"))  # the edit undone
+    result = owned.plan(rendered, out, owners)
+    owned.refuse(result)
+    owned.apply(result, out)
+    assert result.removals == [(out / GOLDEN_CELLS[1], f"its cell left {matrix}")]
+    assert not (out / GOLDEN_CELLS[1]).exists()
+    assert (out / "hand-made" / "Dockerfile").is_file()
+    owned.check(rendered, out, owners)
 
 
 @pytest.mark.parametrize("corrupt", [b"\r\n", b"\r"])
-def test_check_compares_bytes_and_render_repairs(
-    tmp_path: Path, catalog: dict[str, object], corrupt: bytes
-) -> None:
-    rendered = render_all([catalog[GOLDEN_CELLS[0]]])  # type: ignore[list-item]
-    render_mod.write_all(rendered, tmp_path)
-    path = tmp_path / GOLDEN_CELLS[0] / "Dockerfile"
+def test_check_compares_bytes(tmp_path: Path, catalog: dict[str, object], corrupt: bytes) -> None:
+    """A CRLF or a stray carriage return is drift, and an edit: render refuses it."""
+    out = tmp_path / "dockerfiles"
+    rendered, owners = write_cells([catalog[GOLDEN_CELLS[0]]], out)
+    path = out / GOLDEN_CELLS[0] / "Dockerfile"
     data = path.read_bytes()
     if corrupt == b"\r\n":
         path.write_bytes(data.replace(b"\n", b"\r\n"))
@@ -190,16 +214,14 @@ def test_check_compares_bytes_and_render_repairs(
         at = data.index(b"\nARG ")
         path.write_bytes(data[:at] + b"\r" + data[at + 1 :])
     with pytest.raises(StaleError):
-        render_mod.check(rendered, tmp_path)
-    assert render_mod.write_all(rendered, tmp_path) == [GOLDEN_CELLS[0]]
-    assert path.read_bytes() == data
+        owned.check(rendered, out, owners)
+    assert owned.plan(rendered, out, owners).refused
 
 
 def test_render_writes_all_cells_or_none(
     tmp_path: Path, catalog: dict[str, object], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     cells = [catalog[c] for c in GOLDEN_CELLS[:3]]
-    rendered = render_all(cells)  # type: ignore[arg-type]
     real = paths.temp_beside
 
     def full_disk(path: Path, text: str) -> Path:
@@ -209,7 +231,7 @@ def test_render_writes_all_cells_or_none(
 
     monkeypatch.setattr(paths, "temp_beside", full_disk)
     with pytest.raises(UsageError, match="No space left on device.*nothing was written"):
-        render_mod.write_all(rendered, tmp_path)
+        write_cells(cells, tmp_path / "dockerfiles")
     assert not list(tmp_path.rglob("Dockerfile"))  # the first two were not renamed in
     assert not list(tmp_path.rglob(".Dockerfile.*"))  # and no temp file is left
 
@@ -279,10 +301,15 @@ def test_filters_select_by_prefix(catalog: dict[str, object]) -> None:
     cells = list(catalog.values())
     chosen = select(cells, Filters(cuda=("12.6",), torch=("2.7",), flavor=("slim",)))  # type: ignore[arg-type]
     assert {c.id for c in chosen} == {  # type: ignore[attr-defined]
-        "cu126-torch2.7.1-py3.11-debian12-slim",
-        "cu126-torch2.7.1-py3.11-ubuntu24.04-slim",
-        "cu126-torch2.7.1-py3.12-ubuntu24.04-slim",
+        "pytorch-train-cu126-torch2.7.1-py3.11-debian12-slim",
+        "pytorch-train-cu126-torch2.7.1-py3.11-ubuntu24.04-slim",
+        "pytorch-train-cu126-torch2.7.1-py3.12-ubuntu24.04-slim",
     }
+    # a --cell glob matches the whole id or the stack part alone
+    by_stack = select(cells, Filters(cell=("cu126-torch2.7.1-*-slim",)))  # type: ignore[arg-type]
+    by_id = select(cells, Filters(cell=("pytorch-train-cu126-torch2.7.1-*-slim",)))  # type: ignore[arg-type]
+    assert by_stack == by_id == chosen
+    assert not select_or_none(cells, Filters(cell=("train-cu126-*",)))
 
 
 def test_benchmark_baseline_drops_only_the_installer_cache(catalog: dict[str, object]) -> None:
@@ -306,3 +333,10 @@ def test_build_apt_reaches_the_builder_stage_only(tmp_path: Path) -> None:
     assert "       cmake" in builder and "       build-essential" in builder
     assert "cmake" not in runtime and "cmake" not in os_base
     assert "       jq" in runtime and "jq" not in builder
+
+
+def select_or_none(cells: list[object], filters: Filters) -> list[object]:
+    try:
+        return select(cells, filters)  # type: ignore[arg-type]
+    except UsageError:
+        return []

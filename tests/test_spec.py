@@ -34,7 +34,7 @@ def problems(folder: Path) -> list[str]:
 
 def test_good_file_gives_one_cell(write_env: WriteEnv) -> None:
     cells = load_cells([write_env(GOOD_BLOCK)])
-    assert [c.id for c in cells] == ["cu126-torch2.7.1-py3.11-debian12-slim"]
+    assert [c.id for c in cells] == ["imagekit-cu126-torch2.7.1-py3.11-debian12-slim"]
 
 
 def test_unknown_key_has_did_you_mean_and_line(write_env: WriteEnv) -> None:
@@ -152,7 +152,11 @@ def test_missing_axis_and_duplicate_cell(write_env: WriteEnv) -> None:
     assert "matrix[0]: no value for python, os, flavor" in msg
     folder = write_env(GOOD_BLOCK + GOOD_BLOCK.replace("matrix:\n", ""))
     (msg,) = problems(folder)
-    assert "cell cu126-torch2.7.1-py3.11-debian12-slim is already defined at envs/m.yaml:2" in msg
+    assert (
+        "cell imagekit-cu126-torch2.7.1-py3.11-debian12-slim is already defined at envs/m.yaml:2"
+        in msg
+    )
+    assert "drop the combination from one of the blocks" in msg
 
 
 def test_exclude_overrides_and_include(write_env: WriteEnv) -> None:
@@ -175,11 +179,11 @@ def test_exclude_overrides_and_include(write_env: WriteEnv) -> None:
         """)
     cells = {c.id: c for c in load_cells([folder])}
     assert len(cells) == 7  # 8 - 2 excluded + 1 included
-    assert "cu126-torch2.8.0-py3.11-ubuntu24.04-slim" not in cells
-    nvidia = cells["cu126-torch2.8.0-py3.12-ubuntu24.04-nvidia"]
+    assert "imagekit-cu126-torch2.8.0-py3.11-ubuntu24.04-slim" not in cells
+    nvidia = cells["imagekit-cu126-torch2.8.0-py3.12-ubuntu24.04-nvidia"]
     assert nvidia.pip == ("numpy", "scipy") and ("EXTRA", "1") in nvidia.env
-    assert cells["cu126-torch2.7.1-py3.12-ubuntu24.04-slim"].pip == ("numpy",)
-    assert cells["cpu-torch2.13.0-py3.11-debian12-slim"].installer == "uv"
+    assert cells["imagekit-cu126-torch2.7.1-py3.12-ubuntu24.04-slim"].pip == ("numpy",)
+    assert cells["imagekit-cpu-torch2.13.0-py3.11-debian12-slim"].installer == "uv"
 
 
 def test_profile_env_and_labels(write_env: WriteEnv) -> None:
@@ -196,7 +200,7 @@ def test_default_catalog_is_valid_and_covers_the_cuda_lines() -> None:
     cells = load_cells()
     assert {c.cuda for c in cells} == {"12.4", "12.6", "12.8", "13.0", "13.2"}
     assert {c.flavor for c in cells} == {"nvidia", "slim"}
-    readme = [c for c in cells if c.id == "cu126-torch2.7.1-py3.11-debian12-slim"]
+    readme = [c for c in cells if c.id == "pytorch-train-cu126-torch2.7.1-py3.11-debian12-slim"]
     assert readme and readme[0].torch_index is None  # torch 2.7.1's PyPI wheel is CUDA 12.6
 
 

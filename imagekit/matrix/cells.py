@@ -7,6 +7,7 @@ is deterministic and nobody can mutate a shared cell.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -19,6 +20,7 @@ from imagekit import __version__
 from imagekit.contract import labels as label
 from imagekit.contract.refs import parse
 from imagekit.errors import CompatError, Problem, SpecError
+from imagekit.matrix import requirements as requirements_mod
 from imagekit.matrix import source as source_mod
 from imagekit.matrix.compat import (
     CPU,
@@ -100,6 +102,17 @@ class Cell:
     # arm64's archs where the cell builds arm64 beside amd64 and they differ (PyTorch compiles
     # its aarch64 wheels for fewer GPUs); None where nothing differs
     arm64_archs: tuple[str, ...] | None = None
+    # The team's own layer (docs/your-layer.md). `requirements`: the lines of the
+    # `requirements:` files, in order, without duplicates; `requirement_files`: those files,
+    # relative to the repository. `source_dependencies`: the source package's
+    # [project].dependencies, None where they are not static (then no lock can hold them).
+    requirements: tuple[str, ...] = ()
+    requirement_files: tuple[str, ...] = ()
+    source_package: bool = False
+    source_dependencies: tuple[str, ...] | None = ()
+    run: tuple[str, ...] = ()
+    workdir: str = "/workspace"
+    command: tuple[str, ...] = ("python",)
 
     @property
     def repository(self) -> str:
@@ -114,9 +127,25 @@ class Cell:
         """Where the pip packages install: straight into the runtime, whose layer then holds
         exactly what they add; or, when they need `build_apt` (a compiler for sdists), in a
         `packages` stage on the builder, whose changes the runtime copies as a delta."""
-        if not self.pip:
+        if not self.team_packages:
             return None
         return "packages" if self.build_apt else "runtime"
+
+    @property
+    def team_packages(self) -> bool:
+        """Whether the team installs packages of its own (pip, requirements, source)."""
+        return bool(self.pip or self.requirements or self.source_package)
+
+    @property
+    def team_requirements(self) -> tuple[str, ...]:
+        """What the team's packages step installs (the source package aside): `pip:`, then
+        the requirements files' lines that `pip:` does not already hold."""
+        return self.pip + tuple(r for r in self.requirements if r not in self.pip)
+
+    @property
+    def command_json(self) -> str:
+        """The CMD's exec form: a JSON array, so no word can end the instruction."""
+        return json.dumps(list(self.command))
 
     def label(self, key: str) -> str:
         return dict(self.labels)[key]
@@ -136,8 +165,21 @@ class Cell:
         return ((label.ARCHS, " ".join(self.arm64_archs)),)
 
 
-def cell_id(cuda: str, torch: str, python: str, os_name: str, flavor: str) -> str:
+def stack_id(cuda: str, torch: str, python: str, os_name: str, flavor: str) -> str:
+    """The stack part of a cell id: cu126-torch2.7.1-py3.11-debian12-slim."""
     return f"{variant_of(cuda)}-torch{torch}-py{python}-{os_name}-{flavor}"
+
+
+def cell_id(repository: str, stack: str) -> str:
+    """<repository>-<stack>: unique per image, so a training and an inference image of one
+    stack live side by side. The repository's slashes become '-' (a folder, file and bake
+    target name holds none); its other characters (letters, digits, . _ -) stay."""
+    return f"{repository.replace('/', '-')}-{stack}"
+
+
+def stack_of(cell: Cell) -> str:
+    """The stack part of the cell's id (what `--cell` globs may match alone)."""
+    return stack_id(cell.cuda, cell.torch, cell.python, cell.os, cell.flavor)
 
 
 # The first layer of the options cascade: built-in defaults, then the file's defaults, its
@@ -184,7 +226,8 @@ def complete(raw: RawCell, compat: Compat, pins: dict[str, str] | None = None) -
     for platform in platforms:
         _check_platform(raw, compat, features, platform)
 
-    ident = cell_id(raw.cuda, torch.version, raw.python, raw.os, raw.flavor)
+    stack = stack_id(raw.cuda, torch.version, raw.python, raw.os, raw.flavor)
+    ident = cell_id(raw.env_file.repository, stack)
     runtime_image, builder_image = _images(raw, rec, needs_devel)
     pins = pins or {}
     forward = raw.flavor == "nvidia"  # its images carry CUDA's forward-compatibility package
@@ -196,7 +239,7 @@ def complete(raw: RawCell, compat: Compat, pins: dict[str, str] | None = None) -
     )
     env.update(opts.env or {})
     fields = {
-        "id": ident,
+        "id": stack,  # a tag's {id}: the repository is already the image's name
         "cuda": raw.cuda,
         "variant": variant_of(raw.cuda),
         "torch": torch.version,
@@ -250,8 +293,35 @@ def complete(raw: RawCell, compat: Compat, pins: dict[str, str] | None = None) -
         platforms=platforms,
         arm64_torch_index=_arm64_index(compat, raw, platforms),
         arm64_archs=arm64_archs,
+        **_team_layer(raw, opts),
     )
     return _with_labels(cell, repo)
+
+
+def _team_layer(raw: RawCell, opts: Options) -> dict[str, object]:
+    """The Cell fields of the team's own layer; RequirementsError names a file or line that
+    cannot be used."""
+    read = [requirements_mod.read(raw.base_dir, entry) for entry in opts.requirements or ()]
+    fields: dict[str, object] = {
+        "requirements": tuple(dict.fromkeys(line for r in read for line in r.lines)),
+        "requirement_files": tuple(dict.fromkeys(r.shown for r in read)),
+        "run": tuple(opts.run or ()),
+    }
+    if opts.source_package:
+        if not opts.source:
+            raise requirements_mod.RequirementsError(
+                "true installs the `source:` folder as a package, and this cell has no "
+                "`source:`; set it to the folder of its pyproject.toml or setup.py",
+                "source_package",
+            )
+        source = source_mod.resolve_source(raw.base_dir, opts.source)
+        fields["source_package"] = True
+        fields["source_dependencies"] = requirements_mod.source_package(source)
+    if opts.workdir:
+        fields["workdir"] = opts.workdir
+    if opts.command:
+        fields["command"] = tuple(opts.command)
+    return fields
 
 
 def render_tag(template: str, fields: dict[str, str]) -> str:
@@ -491,23 +561,35 @@ def complete_all(
             axes = " ".join(f"{a}={getattr(raw, a)}" for a in AXES)
             found.append(Problem(str(exc), raw.origin.file, raw.origin.line, axes))
             continue
+        except requirements_mod.RequirementsError as exc:
+            found.append(Problem(str(exc), raw.origin.file, raw.origin.line, exc.field))
+            continue
         except source_mod.SourceError as exc:
             found.append(Problem(str(exc), raw.origin.file, raw.origin.line, "source"))
             continue
         if cell.id in seen:
-            found.append(
-                Problem(
-                    f"cell {cell.id} is already defined at {seen[cell.id]}",
-                    raw.origin.file,
-                    raw.origin.line,
-                )
-            )
+            found.append(_duplicate(cell, raw, seen[cell.id]))
             continue
         seen[cell.id] = cell.origin
         cells.append(cell)
     if found:
         raise SpecError(found)
     return sorted(cells, key=sort_key)
+
+
+def _duplicate(cell: Cell, raw: RawCell, first: str) -> Problem:
+    """Two cells with one id: one image (repository) on one stack, twice. Within a file a
+    block repeats another's combination; across files two images share a repository."""
+    here = f"cell {cell.id} is already defined at {first}"
+    if first.rsplit(":", 1)[0] == raw.origin.file:
+        fix = "drop the combination from one of the blocks (or `exclude:` it)"
+        return Problem(f"{here}; {fix}", raw.origin.file, raw.origin.line)
+    fix = (
+        f"both files build repository {raw.env_file.repository} on that stack: give one of "
+        "the images its own `repository:` (a cell id is <repository>-<stack>), or drop the "
+        "cell from one file"
+    )
+    return Problem(f"{here}; {fix}", raw.origin.file, raw.origin.line, "repository")
 
 
 def sort_key(cell: Cell) -> tuple[object, ...]:

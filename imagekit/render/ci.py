@@ -7,7 +7,7 @@ from typing import Any
 
 from imagekit import paths
 from imagekit.errors import UsageError
-from imagekit.matrix.cells import Cell
+from imagekit.matrix.cells import Cell, stack_of
 from imagekit.platforms import AMD64, ARM64
 from imagekit.text_table import render_table
 
@@ -128,7 +128,7 @@ def _cell_entry(cell: Cell, gpu_runner: str, arm64_runner: str) -> dict[str, Any
         "runner": next(iter(runners.values())) if len(runners) == 1 else X86_RUNNER,
         "gpu_runner": gpu_runner if cell.cuda != "cpu" else "ubuntu-latest",
         "requires_gpu": cell.cuda != "cpu",
-        "cache": f"{cell.repository}:buildcache-{cell.id}",
+        "cache": f"{cell.repository}:buildcache-{stack_of(cell)}",
         "platforms": ",".join(cell.platforms),
         # an arm64 image built on an x86-64 runner runs its steps under QEMU
         "emulated": any(p != AMD64 and r == X86_RUNNER for p, r in runners.items()),
@@ -183,7 +183,7 @@ def bake(cells: Sequence[Cell]) -> dict[str, Any]:
     groups: dict[str, list[str]] = {}
     for cell in cells:
         name = cell.id.replace(".", "_")  # bake target names: letters, digits, _ and -
-        cache_ref = f"{cell.repository}:buildcache-{cell.id}"
+        cache_ref = f"{cell.repository}:buildcache-{stack_of(cell)}"
         context = paths.context_dir(paths.WORK, cell.id)
         targets[name] = {
             "context": context.as_posix(),

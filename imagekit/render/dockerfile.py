@@ -1,4 +1,5 @@
-"""Rendering: Cell -> Dockerfile text (deterministic), and committed-file upkeep.
+"""Rendering: Cell -> Dockerfile text (deterministic), and the `render` command, which keeps
+the committed files (owned.py: what each file's ownership line lets it touch).
 
 Templates hold layout only; every decision is made in `cells.complete` and handed in as
 plain data, so the same cell always renders the same bytes.
@@ -6,21 +7,37 @@ plain data, so the same cell always renders the same bytes.
 
 from __future__ import annotations
 
-import contextlib
-import difflib
-import os
 import shlex
 from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
 
 import jinja2
 
 from imagekit import paths
-from imagekit.errors import StaleError, UsageError
+from imagekit.errors import StaleError
 from imagekit.matrix.cells import USER, Cell
+from imagekit.render import owned
 from imagekit.resources import templates_dir
+
+if TYPE_CHECKING:
+    from imagekit.matrix.catalog import Filters
+
+
+class Selection(Protocol):
+    """What `command` reads of the command line's selection (cli.common.Selection; the
+    model layers import nothing of the CLI)."""
+
+    @property
+    def envs(self) -> tuple[Path, ...]: ...
+    @property
+    def lock(self) -> Path | None: ...
+    @property
+    def filters(self) -> Filters: ...
+    def package_locks(self) -> Path: ...
+
 
 # The one date every file of the venv's package layers gets: 1980-01-01, the earliest a
 # wheel (a zip) can hold. Fixed, not the commit's time, so a layer's digest depends on its
@@ -140,88 +157,82 @@ def render(
     )
 
 
-def render_all(cells: Iterable[Cell], syntax: str | None = None) -> dict[str, str]:
-    """Render everything first, so a template error leaves no file written."""
-    return {cell.id: render(cell, syntax) for cell in cells}
+def render_all(
+    cells: Iterable[Cell], syntax: str | None = None, root: Path | None = None
+) -> dict[str, str]:
+    """Every cell's file to commit, ownership line included (owned.py), keyed by cell id.
+    Everything is rendered first, so a template error leaves no file written. `root`: the
+    repository the matrix files are named from (default: the working directory's)."""
+    top = root or paths.repository_of(Path.cwd())
+    return {
+        cell.id: owned.stamp(render(cell, syntax), matrix_of(cell, top), cell.id) for cell in cells
+    }
 
 
-HEADER = "# Rendered by imagekit for cell "
+def matrix_of(cell: Cell, root: Path) -> str:
+    """The cell's matrix file as its ownership line names it: relative to the repository
+    root, / separated; a file outside the repository by its absolute path."""
+    return matrix_name(Path(cell.origin.rsplit(":", 1)[0]), root)
 
 
-def write_all(rendered: dict[str, str], out_dir: Path, prune: bool = False) -> list[str]:
-    """Write every changed Dockerfile or none: each goes to a temp file beside its target
-    first, and only when all are written are they renamed into place. With `prune`, the
-    Dockerfiles imagekit rendered for cells that left the matrix are removed."""
-    pending: list[tuple[Path, Path]] = []
+def matrix_name(path: Path, root: Path) -> str:
+    full = path.resolve()
     try:
-        for cell_id, text in sorted(rendered.items()):
-            path = paths.committed_dockerfile(out_dir, cell_id)
-            if paths.read_checked(path, "Dockerfile") != text.encode("utf-8"):
-                path.parent.mkdir(parents=True, exist_ok=True)
-                pending.append((paths.temp_beside(path, text), path))
-    except (OSError, UsageError) as exc:
-        for tmp, _ in pending:
-            tmp.unlink(missing_ok=True)
-        if isinstance(exc, UsageError):
-            raise
-        raise UsageError(
-            f"cannot write under {out_dir}: {exc.strerror} ({exc.filename}); nothing was written"
-        ) from None
-    for tmp, path in pending:
-        os.replace(tmp, path)
-    changed = [path.parent.name for _, path in pending]
-    return changed + (_prune(rendered, out_dir) if prune else [])
+        return full.relative_to(root.resolve()).as_posix()
+    except ValueError:
+        return full.as_posix()
 
 
-def orphans(rendered: dict[str, str], out_dir: Path) -> list[Path]:
-    """Dockerfiles imagekit rendered (by their header) for cells no longer in the matrix."""
-    if not out_dir.is_dir():
-        return []
-    found = []
-    for path in sorted(out_dir.glob("*/Dockerfile")):
-        if path.parent.name in rendered:
-            continue
-        if HEADER.encode() in (paths.read_checked(path, "Dockerfile") or b"")[:4096]:
-            found.append(path)
-    return found
+def matrices(every: Iterable[Cell], files: Iterable[Path], root: Path) -> dict[str, frozenset[str]]:
+    """Each matrix file rendered -> every cell id it defines, the filtered-out ones too (a
+    cell merely filtered out has not left its matrix); a file with no cell left maps to none."""
+    found: dict[str, set[str]] = {matrix_name(f, root): set() for f in files}
+    for cell in every:
+        found.setdefault(matrix_of(cell, root), set()).add(cell.id)
+    return {name: frozenset(ids) for name, ids in found.items()}
 
 
-def _prune(rendered: dict[str, str], out_dir: Path) -> list[str]:
-    removed = []
-    for path in orphans(rendered, out_dir):
-        path.unlink()
-        with contextlib.suppress(OSError):
-            path.parent.rmdir()  # only when nothing else is in it
-        removed.append(f"{path.parent.name} (removed: no longer in the matrix)")
-    return removed
+def command(selection: Selection, out: Path, syntax: str | None, check: bool) -> list[str]:
+    """`imagekit render`: write the selected cells' files into `out` and prune the folders of
+    cells that left the rendered matrix files; with `check`, write nothing and raise
+    StaleError (exit 4) on drift, package locks included. Returns the lines to print."""
+    from imagekit.matrix.catalog import load_cells, matrix_paths, select
+    from imagekit.matrix.load import env_files
+
+    every = load_cells(selection.envs, selection.lock)
+    cells = select(every, selection.filters)
+    root = paths.repository_of(out)
+    rendered = render_all(cells, syntax, root)
+    files = env_files(matrix_paths(selection.envs))
+    owners = matrices(every, files, root)
+    if check:
+        _check(cells, rendered, out, owners, selection)
+        return [f"{len(rendered)} Dockerfiles are current."]
+    result = owned.plan(rendered, out, owners)
+    owned.refuse(result)
+    owned.apply(result, out)
+    changed = len(result.writes) + len(result.removals)
+    return [
+        f"rendered {len(rendered)} cells into {out}/ ({changed} changed)",
+        *owned.report(result),
+    ]
 
 
-def check(rendered: dict[str, str], out_dir: Path, prune: bool = True) -> None:
-    """Raise StaleError with a unified diff when committed files differ from a fresh render,
-    byte for byte (a CRLF or a stray carriage return that hides an instruction from BuildKit
-    is stale too). With `prune`, a Dockerfile for a cell that left the matrix is stale."""
-    diffs: list[str] = []
-    for cell_id, text in sorted(rendered.items()):
-        path = paths.committed_dockerfile(out_dir, cell_id)
-        current = paths.read_checked(path, "Dockerfile") or b""
-        if current == text.encode("utf-8"):
-            continue
-        # split at newlines only: a carriage return stays in its line and shows as \\r
-        lines = list(
-            difflib.unified_diff(
-                current.decode("utf-8", "replace").split("\n"),
-                text.split("\n"),
-                fromfile=f"{path} (committed)",
-                tofile=f"{path} (rendered)",
-                lineterm="",
-            )
-        )
-        diffs.extend(lines or [f"{path}: differs in bytes (line endings or a carriage return)"])
-    if prune:
-        for path in orphans(rendered, out_dir):
-            diffs.append(f"{path}: no cell in the matrix renders this any more")
-    if diffs:
-        raise StaleError(
-            "committed Dockerfiles are stale; run `imagekit render` and commit the result:",
-            *diffs,
-        )
+def _check(
+    cells: list[Cell],
+    rendered: dict[str, str],
+    out: Path,
+    owners: dict[str, frozenset[str]],
+    selection: Selection,
+) -> None:
+    from imagekit.locks import packages
+
+    locks = packages.stale(cells, selection.package_locks(), selection.filters.empty)
+    try:
+        owned.check(rendered, out, owners)
+    except StaleError as exc:
+        if locks:
+            raise StaleError(*exc.lines, *packages.stale_message(locks)) from None
+        raise
+    if locks:
+        raise StaleError(*packages.stale_message(locks))

@@ -19,7 +19,7 @@ from ..realengine import (
     require_engine,
 )
 
-CELL = "cpu-torch2.13.0-py3.11-debian12-slim"
+CELL = "imagekit-test-cpu-torch2.13.0-py3.11-debian12-slim"
 
 TAG = f"{REGISTRY}/imagekit-test:2.13.0-cpu-py3.11-debian12-slim"
 

@@ -48,7 +48,9 @@ def test_a_cell_whose_base_cannot_be_had_stops_the_run_before_building(
     assert time.monotonic() - started < 60
     assert "cells cannot be built here; nothing was built" in result.stderr
     assert "127.0.0.1:9/nothing/here:1: not on this engine; its registry:" in result.stderr
-    assert "Buildable here: cpu-torch2.13.0-py3.11-debian12-slim" in result.stderr
+    assert (
+        "Buildable here: imagekit-preflight-cpu-torch2.13.0-py3.11-debian12-slim" in result.stderr
+    )
     assert "imagekit-preflight" not in docker("images", "--format", "{{.Repository}}").stdout
 
 
@@ -108,10 +110,12 @@ def test_keep_going_builds_the_rest_and_names_the_failed_cell(
         cwd=root,
     )
     assert result.returncode == 6
-    assert "of 2 cells, 1 failed: cpu-torch2.13.0-py3.12-debian12-slim" in result.stderr
+    assert (
+        "of 2 cells, 1 failed: imagekit-test-cpu-torch2.13.0-py3.12-debian12-slim" in result.stderr
+    )
     lines = result.stdout.splitlines()
     assert any(line.startswith(CELL) and " built " in line for line in lines)
-    assert "cpu-torch2.13.0-py3.12-debian12-slim failed:" in result.stdout
+    assert "imagekit-test-cpu-torch2.13.0-py3.12-debian12-slim failed:" in result.stdout
     assert "exit code" in result.stdout  # the tail of its log
 
 

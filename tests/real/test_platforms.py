@@ -248,7 +248,7 @@ def lying_base_fails_the_content_check(tmp_path: Path, run: str) -> None:
 
 ROOT = Path(__file__).resolve().parents[2]
 # A committed cell of both platforms whose torch wheels are built for other GPUs on each.
-TWO_ARCH_CELL = "cu130-torch2.14.1-py3.12-ubuntu24.04-slim"
+TWO_ARCH_CELL = "pytorch-train-cu130-torch2.14.1-py3.12-ubuntu24.04-slim"
 AMD64_ARCHS = "7.5 8.0 8.6 9.0 10.0 12.0"
 ARM64_ARCHS = "8.0 9.0 10.0 11.0 12.0"
 
