@@ -44,9 +44,11 @@ def test_list_and_matrix_json(capsys: pytest.CaptureFixture[str]) -> None:
     code, _ = run("list", "--cuda", "13.0", "--torch", "2.11.0")
     out = capsys.readouterr().out
     assert code == 0 and "cu130-torch2.11.0-py3.13-ubuntu24.04-nvidia" in out and "4 cells" in out
-    code, _ = run("matrix", "--format", "json", "--cuda", "12.6", "--os", "debian12")
+    code, _ = run("list", "--json", "-", "--cuda", "12.6", "--os", "debian12")
     data = json.loads(capsys.readouterr().out)
-    assert code == 0 and [c["id"] for c in data] == ["cu126-torch2.7.1-py3.11-debian12-slim"]
+    assert code == 0 and [c["id"] for c in data] == [
+        "pytorch-train-cu126-torch2.7.1-py3.11-debian12-slim"
+    ]
     assert data[0]["labels"]["io.imagekit.cuda"] == "12.6"
 
 
@@ -74,7 +76,7 @@ def test_render_then_check_then_stale(
     )
     assert run("render")[0] == 0
     assert (
-        "wrote dockerfiles/cu126-torch2.7.1-py3.11-debian12-slim/Dockerfile"
+        "wrote dockerfiles/imagekit-cu126-torch2.7.1-py3.11-debian12-slim/Dockerfile"
         in capsys.readouterr().out
     )
     assert run("render", "--check")[0] == 0

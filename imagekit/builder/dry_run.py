@@ -1,55 +1,167 @@
-"""`imagekit build --dry-run`: the CA bundle and each planned build's command (and push), printed;
-nothing is contacted."""
+"""`imagekit build --dry-run`: the CA bundle and each planned build's commands, printed;
+nothing is contacted.
+
+How a push goes depends on the engine (whether BuildKit pushes the layers, whether the
+image can carry a provenance attestation), which a dry run does not ask. So it pictures
+each kind of engine, asks it the run's own questions (session.py's pushes_straight,
+pushed_request, engine_pushes, sbom_status; orchestrate.py's resolve_compression;
+DockerEngine's own build and push arguments) and prints what each would do, the kinds that
+would do the same under one heading. Nothing it prints is decided anywhere else.
+"""
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Sequence
+from pathlib import Path
 
 from imagekit import terminal
 from imagekit.builder.inputs import Inputs
-from imagekit.builder.session import BuildOptions, PlannedBuild, plan
-from imagekit.engine.interface import image_output
+from imagekit.builder.session import (
+    BuildOptions,
+    PlannedBuild,
+    engine_pushes,
+    plan,
+    provenance_state,
+    pushed_request,
+    pushes_straight,
+    sbom_status,
+)
+from imagekit.engine.discover import Builder, unsupported
+from imagekit.engine.docker import DockerEngine
+from imagekit.engine.interface import BuildRequest, Compression, build_push_flags
 from imagekit.matrix.cells import Cell
 from imagekit.supply.sbom import MEDIA_TYPE
+
+# the engine's scratch files, which a real run names in a temporary folder
+IIDFILE, METADATA = Path("<iidfile>"), Path("<metadata>")
+
+
+class PicturedEngine(DockerEngine):
+    """DockerEngine with its builder and image store given instead of discovered: what it
+    says of a build and a push is the real engine's own code, and asking contacts nothing."""
+
+    def __init__(self, where: str, builder: Builder, containerd_store: bool) -> None:
+        super().__init__()
+        self.where = where
+        self._builder = builder
+        self._containerd_store = containerd_store
+
+
+def _buildx(driver: str) -> Builder:
+    return Builder(cli="docker", kind="buildx", cli_version="", driver=driver)
+
+
+ENGINES = (
+    PicturedEngine(
+        "buildx with a builder of its own (docker-container, remote)",
+        _buildx("docker-container"),
+        containerd_store=False,
+    ),
+    PicturedEngine("buildx's docker driver on the containerd image store", _buildx("docker"), True),
+    PicturedEngine("buildx's docker driver on the classic image store", _buildx("docker"), False),
+    PicturedEngine(
+        "Docker 20.10's built-in BuildKit (no buildx)",
+        Builder(cli="docker", kind="buildkit", cli_version=""),
+        containerd_store=False,
+    ),
+)
 
 
 def print_dry_run(cells: Sequence[Cell], options: BuildOptions, resolved: Inputs) -> None:
     lines = [f"CA bundle: {resolved.ca_bundle or 'none'} (from {resolved.ca_source})"]
     for b in plan(cells, options, resolved):
-        lines += [f"{b.cell.id}:", f"  {b.command()}"]
+        lines.append(f"{b.cell.id}:")
         if options.push:
-            lines += push_lines(b, options)
-            lines += supply_lines(options)
+            lines += by_engine(b.cell, options, resolved)
+        else:
+            lines.append(f"  {b.command()}")
     terminal.echo(lines)
 
 
-def push_lines(build: PlannedBuild, options: BuildOptions) -> list[str]:
-    """How the push goes; which way depends on the engine, which a dry run does not ask."""
-    asked = options.compression
-    lines = []
-    if asked.auto:
-        lines.append("  compression: auto (zstd where BuildKit pushes the layers, else gzip)")
-    builder, engine = asked.for_engine(True), asked.for_engine(False)
-    if options.load:
-        return [*lines, f"  push: {build.push_command(builder)}"]
-    return [
-        *lines,
-        "  build and push in one, nothing loaded (where BuildKit pushes): "
-        + build.build_push_command(builder),
-        "  elsewhere (Docker 20.10, buildx's docker driver on the classic store): the build "
-        f"above, then {build.push_command(engine)}",
-    ]
-
-
-def supply_lines(options: BuildOptions) -> list[str]:
-    """What goes with the push: the engine decides provenance, which a dry run cannot ask."""
-    lines = []
-    if options.provenance:
-        output = image_output(options.compression.for_engine(True), push=True)
-        lines.append(
-            f"  provenance: mode=min, pushed by `docker buildx build --output {output}` "
-            "where the engine can hold it"
+def by_engine(cell: Cell, options: BuildOptions, resolved: Inputs) -> list[str]:
+    """Each engine kind's lines; kinds that would do the same share a heading."""
+    groups: dict[tuple[str, ...], list[str]] = {}
+    for engine in ENGINES:
+        groups.setdefault(tuple(engine_lines(cell, options, resolved, engine)), []).append(
+            engine.where
         )
-    if options.attach_sbom:
-        lines.append(f"  sbom: oras attach --artifact-type {MEDIA_TYPE} <pushed digest>")
+    if len(groups) == 1:
+        return [f"  {line}" for line in next(iter(groups))]
+    out = []
+    for lines, where in groups.items():
+        out += [f"  on {'; '.join(where)}:", *(f"    {line}" for line in lines)]
+    return out
+
+
+def engine_lines(
+    cell: Cell, options: BuildOptions, resolved: Inputs, engine: PicturedEngine
+) -> list[str]:
+    """What a push of `cell` does on `engine`, decided as the run decides it."""
+    from imagekit.builder.orchestrate import resolve_compression
+
+    options = resolve_compression(engine, options)
+    build = plan([cell], options, resolved)[0]
+    refused = refusals(engine, build, options)
+    if refused:
+        return [f"refused before anything builds: {problem}" for problem in refused]
+    compression = options.compression
+    request = pushed_request(build.request, options, engine)
+    lines = [f"compression: {compression}"]
+    if pushes_straight(options, engine):
+        flags = build_push_flags(request, build.tags, compression)
+        lines.append(
+            "build and push in one, nothing loaded: "
+            + shlex.join(engine._buildx_build(METADATA, flags))
+        )
+    else:
+        built = shlex.join(engine.build_args(build.request, IIDFILE, METADATA))
+        lines.append(f"build: {built}   # then tag {', '.join(build.tags)}")
+        lines.append(f"push: {push_command(engine, build.tags, request, compression)}")
+    asked = provenance_state(options.provenance, request.provenance)
+    lines.append(f"provenance: {PROVENANCE[asked]}")
+    lines.append(f"sbom: {sbom_line(sbom_status(options, build.request.target))}")
     return lines
+
+
+PROVENANCE = {
+    "attached": "attached (BuildKit's SLSA provenance, mode=min)",
+    "off": "off (--no-provenance)",
+    "unsupported": "none: this engine cannot hold the attestation (the report says unsupported)",
+}
+
+
+def sbom_line(status: str) -> str:
+    if status == "attached":
+        return f"oras attach --artifact-type {MEDIA_TYPE} <pushed digest>"
+    if status == "off":
+        return "off (--no-attach-sbom)"
+    return "none: only the runtime stage writes one (the report says not-in-stage)"
+
+
+def push_command(
+    engine: PicturedEngine, tags: Sequence[str], request: BuildRequest, compression: Compression
+) -> str:
+    """The loaded image's push: the engine's `docker push`, or BuildKit's exporter again."""
+    if engine_pushes(engine, compression, request.provenance):
+        return "; ".join(shlex.join([engine.builder.cli, "push", tag]) for tag in tags)
+    return shlex.join(engine.push_args(request, tags, compression, METADATA))
+
+
+def refusals(engine: PicturedEngine, build: PlannedBuild, options: BuildOptions) -> list[str]:
+    """What the real run refuses on this engine before it builds anything (exit 2)."""
+    problems = unsupported(
+        engine.builder, options.cache_to, options.compression, engine.containerd_store
+    )
+    several = len(build.platforms) > 1
+    if several and options.load:
+        problems.append(
+            f"--platform {','.join(build.platforms)} with --load: an image of several "
+            "platforms is pushed, not loaded"
+        )
+    elif several and not (engine.pushes_from_builder() and engine.holds_multi_platform()):
+        problems.append(
+            f"--platform {','.join(build.platforms)}: this engine cannot build and push an "
+            "image of several platforms"
+        )
+    return problems

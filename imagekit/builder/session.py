@@ -21,6 +21,7 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Protocol
 
 from imagekit import paths, terminal
 from imagekit.builder import context as context_mod
@@ -403,17 +404,15 @@ class Runner:
         report.tags.clear()
 
     def pushes_straight(self) -> bool:
-        """--push without --load, where BuildKit pushes: one build, nothing loaded."""
-        o = self.options
-        return o.push and not o.load and self.engine.pushes_from_builder()
+        return pushes_straight(self.options, self.engine)
 
     def _push_request(self, build: PlannedBuild, report: CellReport, path: str) -> BuildRequest:
         """The cell's request as pushed (provenance where the engine can hold it), and what
         the report says of the push before it starts."""
-        provenance = self.options.provenance and self.engine.attaches_provenance()
+        request = pushed_request(build.request, self.options, self.engine)
         report.push_compression, report.push_path = str(self.options.compression), path
-        report.provenance = provenance_state(self.options.provenance, provenance)
-        return replace(build.request, provenance=provenance)
+        report.provenance = provenance_state(self.options.provenance, request.provenance)
+        return request
 
     def _build_push(self, build: PlannedBuild, report: CellReport, steps: StepLog) -> None:
         """Build and push in one BuildKit run; the report is read back from the registry."""
@@ -488,9 +487,7 @@ class Runner:
 
     def _sbom_status(self, build: PlannedBuild) -> str:
         """Whether the pushed image's SBOM is attached: only the runtime stage writes one."""
-        if not self.options.attach_sbom:
-            return "off"
-        return "attached" if sbom.in_stage(build.request.target) else "not-in-stage"
+        return sbom_status(self.options, build.request.target)
 
     def _attach_pushed_sbom(
         self,
@@ -568,8 +565,7 @@ class Runner:
         provenance = request.provenance
         started = time.monotonic()
         try:
-            # the engine's own push writes no attestation: provenance goes through BuildKit
-            if self.engine.pushes_as_stored(compression) and not provenance:
+            if engine_pushes(self.engine, compression, provenance):
                 for ref in build.tags:
                     report.pushed.append(self.engine.push(ref))
             else:
@@ -610,6 +606,39 @@ def layer_summary(in_order: Sequence[Layer]) -> dict[str, object]:
             {"size_bytes": x.size, "created_by": x.created_by[:160]} for x in largest
         ],
     }
+
+
+# The push's decisions, one function each, read by the run (Runner) and by the dry run
+# (dry_run.py), which asks them of the engines it pictures instead of the real one.
+class PushEngine(Protocol):
+    def pushes_from_builder(self) -> bool: ...
+    def attaches_provenance(self) -> bool: ...
+    def pushes_as_stored(self, compression: Compression) -> bool: ...
+
+
+def pushes_straight(options: BuildOptions, engine: PushEngine) -> bool:
+    """--push without --load, where BuildKit pushes: one build, nothing loaded."""
+    return options.push and not options.load and engine.pushes_from_builder()
+
+
+def pushed_request(
+    request: BuildRequest, options: BuildOptions, engine: PushEngine
+) -> BuildRequest:
+    """The request as pushed: BuildKit's provenance where asked and the engine can hold it."""
+    return replace(request, provenance=options.provenance and engine.attaches_provenance())
+
+
+def engine_pushes(engine: PushEngine, compression: Compression, provenance: bool) -> bool:
+    """Whether the engine's own `docker push` sends the loaded image; else BuildKit exports
+    it again and pushes. The engine's push writes no attestation: provenance needs BuildKit."""
+    return engine.pushes_as_stored(compression) and not provenance
+
+
+def sbom_status(options: BuildOptions, target: str) -> str:
+    """Whether the pushed image's SBOM is attached: only the runtime stage writes one."""
+    if not options.attach_sbom:
+        return "off"
+    return "attached" if sbom.in_stage(target) else "not-in-stage"
 
 
 def provenance_state(asked: bool, attached: bool) -> str:

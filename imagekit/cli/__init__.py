@@ -5,7 +5,6 @@ Errors are ImagekitError subclasses with an exit code each; only `main` exits.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import sys
@@ -15,7 +14,15 @@ from typing import Any
 import click
 
 from imagekit import __version__, terminal
-from imagekit.cli.common import Selection, examples, filter_options
+from imagekit.cli.common import (
+    Selection,
+    examples,
+    filter_options,
+    json_option,
+    json_to_stdout,
+    list_option,
+    write_json,
+)
 from imagekit.cli.params import (
     ARM64_RUNNER_LABEL,
     IMAGE_REF,
@@ -26,7 +33,7 @@ from imagekit.cli.params import (
 )
 from imagekit.contract import exits
 from imagekit.contract.text import escape
-from imagekit.errors import ImagekitError, StaleError
+from imagekit.errors import ImagekitError
 from imagekit.urls import mask
 
 EPILOG_RENDER = """\b
@@ -44,6 +51,8 @@ def cli() -> None:
 
     \b
     Typical flow:
+      imagekit init                         # a matrix, a workflow, .dockerignore here
+      imagekit doctor                       # is this machine ready for it
       imagekit list                         # what the matrix holds
       imagekit render                       # Dockerfiles into dockerfiles/
       imagekit build --cuda 12.6            # build those cells with BuildKit
@@ -76,49 +85,39 @@ def render(**kwargs: Any) -> None:
     """Render one Dockerfile per selected cell."""
     from imagekit.render import dockerfile as render_mod
 
-    out, check, syntax = kwargs["out"], kwargs["check"], kwargs["syntax"]
     selection = Selection.of(kwargs)
-    cells = selection.cells()
-    rendered = render_mod.render_all(cells, syntax)
-    whole_matrix = selection.filters.empty  # only then can it tell a cell left the matrix
-    if check:
-        from imagekit.locks import packages
-
-        locks = packages.stale(cells, selection.package_locks(), whole_matrix)
-        try:
-            render_mod.check(rendered, out, prune=whole_matrix)
-        except StaleError as exc:
-            if locks:
-                raise StaleError(*exc.lines, *packages.stale_message(locks)) from None
-            raise
-        if locks:
-            raise StaleError(*packages.stale_message(locks))
-        terminal.echo(f"{len(rendered)} Dockerfiles are current.")
-        return
-    changed = render_mod.write_all(rendered, out, prune=whole_matrix)
-    terminal.echo(
-        [
-            f"rendered {len(rendered)} cells into {out}/ ({len(changed)} changed)",
-            *(f"  wrote {out / cell_id / 'Dockerfile'}" for cell_id in changed),
-        ]
-    )
+    terminal.echo(render_mod.command(selection, kwargs["out"], kwargs["syntax"], kwargs["check"]))
 
 
 @cli.command(
-    name="list", epilog=examples("imagekit list", "imagekit list --cuda 13.0 --flavor slim")
+    name="list",
+    epilog=examples(
+        "imagekit list",
+        "imagekit list --cuda 12.8,13.0 --flavor slim",
+        "imagekit list --json - | jq -r '.[].id'     # the cells as JSON (docs/cli.md)",
+    ),
 )
 @filter_options
-def list_cells(**kwargs: Any) -> None:
-    """Print the selected cells as a table."""
-    from imagekit.render.ci import matrix_table
+@json_option("Write the cells as JSON too: one object per cell, every field of the cell.")
+def list_cells(json_path: Path | None, **kwargs: Any) -> None:
+    """Print the selected cells as a table (with --json, as JSON too)."""
+    from imagekit.render.ci import cells_json, matrix_table
 
-    terminal.echo(matrix_table(Selection.of(kwargs).cells()))
+    cells = Selection.of(kwargs).cells()
+    if json_path is not None:
+        write_json(json_path, cells_json(cells))
+    if not json_to_stdout(json_path):
+        terminal.echo(matrix_table(cells))
+
+
+# `matrix --format json` printed what `list --json -` prints; it still does, with a note,
+# so that `--json` is the one name for a command's JSON and `matrix` the CI files' emitter.
+MATRIX_FORMATS = ["github", "github-build", "github-merge", "bake"]
 
 
 @cli.command(
-    short_help="Print the cells as JSON, a GitHub Actions matrix or a bake file.",
+    short_help="Print a GitHub Actions matrix or a bake file of the cells.",
     epilog=examples(
-        "imagekit matrix --format json",
         "imagekit matrix --format github --cuda 12.6",
         "imagekit matrix --format github-build --arm64-runner ubuntu-24.04-arm",
         "imagekit matrix --format bake > docker-bake.json",
@@ -128,12 +127,12 @@ def list_cells(**kwargs: Any) -> None:
 @click.option(
     "--format",
     "fmt",
-    type=click.Choice(["json", "github", "github-build", "github-merge", "bake"]),
-    default="json",
-    show_default=True,
-    help="json: one object per cell; github: a strategy matrix of the cells (self-test jobs); "
-    "github-build: one entry per build job; github-merge: the cells whose platforms are "
-    "built apart and merged into one index; bake: a docker-bake file.",
+    type=click.Choice([*MATRIX_FORMATS, "json"], case_sensitive=False),
+    default=None,
+    metavar=f"[{'|'.join(MATRIX_FORMATS)}]",
+    help="github: a strategy matrix of the cells (self-test jobs); github-build: one entry "
+    "per build job; github-merge: the cells whose platforms are built apart and merged into "
+    "one index; bake: a docker-bake file. The cells as JSON: `imagekit list --json -`.",
 )
 @click.option(
     "--gpu-runner",
@@ -152,10 +151,17 @@ def list_cells(**kwargs: Any) -> None:
     "the x86-64 runner, 6-8.5x slower per step (github formats).",
 )
 def matrix(**kwargs: Any) -> None:
-    """Print the selected cells as data: JSON, a GitHub Actions matrix, or a bake file."""
+    """Print the selected cells as the data CI reads, on stdout: a GitHub Actions strategy
+    matrix (--format github, github-build, github-merge) or a docker-bake file (bake)."""
     from imagekit.render import ci as emit
 
-    fmt = kwargs["fmt"]
+    fmt = kwargs["fmt"] or "json"
+    if fmt == "json":
+        terminal.echo(
+            "imagekit: note: the cells as JSON are now `imagekit list --json -`; "
+            "`imagekit matrix` needs --format " + "|".join(MATRIX_FORMATS),
+            err=True,
+        )
     cells = Selection.of(kwargs).cells()
     github = {
         "github": emit.github_matrix,
@@ -168,8 +174,7 @@ def matrix(**kwargs: Any) -> None:
         data = github[fmt](cells, kwargs["gpu_runner"], kwargs["arm64_runner"] or "")
     else:
         data = emit.bake(cells)
-    # JSON escapes every control character itself; its line breaks are its own
-    terminal.echo(json.dumps(data, indent=2, sort_keys=False).splitlines())
+    write_json(Path("-"), data)
 
 
 @cli.group()
@@ -190,7 +195,7 @@ def compat() -> None:
 @click.option("--gpu", default=None, help="Compute capability (sm_90, 9.0) or a model (H100).")
 @click.option(
     "--platform",
-    type=click.Choice(["linux/amd64", "linux/arm64"]),
+    type=click.Choice(["linux/amd64", "linux/arm64"], case_sensitive=False),
     default="linux/amd64",
     show_default=True,
     help="Whose builds: the x86-64 or the aarch64 (Grace) ones.",
@@ -211,12 +216,12 @@ def compat_show(driver: str | None, gpu: str | None, platform: str) -> None:
     ),
 )
 @click.option("--write", is_flag=True, help="Write the changes (default: only print the diff).")
-@click.option(
+@list_option(
     "--torch",
     "versions",
-    multiple=True,
-    type=TORCH_VERSION,
-    help="Only these torch versions (new ones too).",
+    item=TORCH_VERSION,
+    metavar="VERSION[,...]",
+    help="Only these torch versions (new ones too), comma list or repeated.",
 )
 @click.option(
     "--index",

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,11 @@ from imagekit.cli.common import (
     examples,
     filter_options,
     filter_options_writing_lock,
+    json_option,
+    json_to_stdout,
+    list_option,
+    renamed,
+    renamed_option,
 )
 from imagekit.cli.params import (
     CACHE_SPEC,
@@ -28,6 +34,7 @@ from imagekit.cli.params import (
     TAG_SUFFIX,
     URL,
     URL_OR_NONE,
+    merge_platforms,
 )
 
 
@@ -48,7 +55,7 @@ from imagekit.cli.params import (
     "--target",
     default="runtime",
     show_default=True,
-    type=click.Choice(["runtime", "packages", "builder", "os-base"]),
+    type=click.Choice(["runtime", "packages", "builder", "os-base"], case_sensitive=False),
     help="Stage to build.",
 )
 @click.option("--push", is_flag=True, help="Push every tag after a successful build.")
@@ -78,7 +85,7 @@ from imagekit.cli.params import (
 @click.option("--no-cache", is_flag=True, help="Ignore BuildKit's layer cache.")
 @click.option(
     "--network",
-    type=click.Choice(["default", "host", "none"]),
+    type=click.Choice(["default", "host", "none"], case_sensitive=False),
     default="default",
     show_default=True,
     help="Network for RUN steps; host reaches a mirror on this machine's 127.0.0.1.",
@@ -100,20 +107,22 @@ from imagekit.cli.params import (
 )
 @click.option(
     "--compression",
-    type=click.Choice(["auto", "zstd", "gzip", "estargz"]),
+    type=click.Choice(["auto", "zstd", "gzip", "estargz"], case_sensitive=False),
     default="auto",
     show_default=True,
     help="Layer compression of --push. auto: zstd where BuildKit pushes the layers (buildx, "
     "not the docker driver on the classic store), else gzip; gzip for pullers older than "
-    "Docker 23 / containerd 1.5. See the README's Layer compression.",
+    "Docker 23 / containerd 1.5. See docs/supply-chain.md (Layer compression).",
 )
 @click.option(
     "--platform",
     "platforms",
     type=PLATFORM_LIST,
-    default=None,
-    metavar="LIST",
-    help="linux/amd64, linux/arm64 or both, each one the cell's (`platform:` in envs/). "
+    multiple=True,
+    callback=merge_platforms,
+    metavar="PLATFORM[,...]",
+    help="linux/amd64, linux/arm64 or both (comma list or repeated), each one the cell's "
+    "(`platform:` in envs/). "
     "Several make one image index, built with --push; a foreign one runs under QEMU. "
     "Default: this host's platform, where the cell has it.",
 )
@@ -140,7 +149,7 @@ from imagekit.cli.params import (
 @click.option("--dry-run", is_flag=True, help="Print the plan; build nothing, contact nothing.")
 @click.option(
     "--progress",
-    type=click.Choice(["auto", "plain", "quiet"]),
+    type=click.Choice(["auto", "plain", "quiet"], case_sensitive=False),
     default="auto",
     show_default=True,
     help="auto: a live table on a terminal, plain lines in CI.",
@@ -186,14 +195,17 @@ from imagekit.cli.params import (
 @click.option("--mirror", default=None, type=URL, help="Debian mirror for --bootstrap-base.")
 @docker_option
 @click.option(
-    "--report-dir",
+    "--out",
+    "report_dir",
     type=OUT_DIR,
     default=Path("reports"),
     show_default=True,
-    help="Where <cell>/build.json reports go.",
+    help="Folder for the reports, <cell>/build.json (docs/build-report.md).",
 )
+@renamed_option("--report-dir", "--out", "old_report_dir", type=OUT_DIR)
 def build(**kwargs: Any) -> None:
     """Build the selected cells with BuildKit and report on each."""
+    renamed(kwargs, "--report-dir", "--out", "old_report_dir", "report_dir")
     from imagekit.builder import inputs
     from imagekit.builder.orchestrate import run_build
     from imagekit.cli.build_options import build_run_from, options_from
@@ -327,9 +339,11 @@ def base_group() -> None:
     "--platform",
     "platforms",
     type=PLATFORM_LIST,
-    default=None,
-    metavar="LIST",
-    help="linux/amd64, linux/arm64 or both (one image index; foreign ones under QEMU). "
+    multiple=True,
+    callback=merge_platforms,
+    metavar="PLATFORM[,...]",
+    help="linux/amd64, linux/arm64 or both, comma list or repeated (one image index; "
+    "foreign ones under QEMU). "
     "Default: this host's.",
 )
 @docker_option
@@ -392,11 +406,23 @@ def report_option(flag: str, dest: str, text: str) -> Callable[[Any], Any]:
 @click.option(
     "--ipc-host", is_flag=True, help="Share the host IPC namespace instead of --shm-size."
 )
-@click.option("--shm-size", default="8g", show_default=True)
 @click.option(
-    "--require", default="", help="Comma list: gpu, flash, flash-attn, onnx, tensorrt, compile."
+    "--shm-size",
+    default="8g",
+    show_default=True,
+    metavar="SIZE",
+    help="/dev/shm of the container(s) (docker run --shm-size, e.g. 16g); NCCL and "
+    "DataLoader workers need GBs.",
 )
-@click.option("--checks", default="", help="Comma list of checks to run (default: all).")
+@list_option(
+    "--require",
+    metavar="NAME[,...]",
+    help="Fail, not skip, unless these work: gpu, flash, flash-attn, onnx, tensorrt, "
+    "compile; comma list or repeated.",
+)
+@list_option(
+    "--checks", metavar="NAME[,...]", help="Checks to run, comma list or repeated (default: all)."
+)
 @click.option(
     "--timeout",
     type=float,
@@ -404,9 +430,7 @@ def report_option(flag: str, dest: str, text: str) -> Callable[[Any], Any]:
     help="Seconds per check before it is killed (default: each check's own limit); "
     "with --nodes, for the check once every node has joined (default: 120).",
 )
-@report_option(
-    "--json", "json_path", "Write every check's status, reason and measurements as JSON."
-)
+@json_option("Write every check's status, reason and measurements as JSON.")
 @report_option("--junit", "junit_path", "Write the results as JUnit XML (a test case per check).")
 @report_option(
     "--snapshot",
@@ -470,12 +494,40 @@ def test_image(image: str, docker_cli: str | None, **kwargs: Any) -> None:
     from imagekit.imagetest.one_container import SelfCheckOptions, check_image
 
     kwargs["env"] = env_pairs(kwargs["env"])
+    # the self-check takes its lists as it prints them: comma-joined
+    kwargs["require"], kwargs["checks"] = ",".join(kwargs["require"]), ",".join(kwargs["checks"])
     multi = {k: kwargs.pop(k) for k in ("nodes", "procs_per_node", "join_timeout", "subnet")}
-    if multi["nodes"] is not None:
-        terminal.echo(test_nodes(DockerEngine(docker_cli), image, multi, kwargs))
+    with json_through_file(kwargs) as people:
+        if multi["nodes"] is not None:
+            people(test_nodes(DockerEngine(docker_cli), image, multi, kwargs))
+            return
+        output, validated = check_image(DockerEngine(docker_cli), image, SelfCheckOptions(**kwargs))
+        people([*output, *([f"stamped: {validated}"] if validated else [])])
+
+
+@contextmanager
+def json_through_file(kwargs: dict[str, Any]) -> Iterator[Callable[[list[str]], None]]:
+    """`--json -`: the report is written to a scratch file, then printed on stdout, pass or
+    fail, and the lines for people (the table, a failure's report) go to stderr."""
+    if not json_to_stdout(kwargs["json_path"]):
+        yield terminal.echo
         return
-    output, validated = check_image(DockerEngine(docker_cli), image, SelfCheckOptions(**kwargs))
-    terminal.echo([*output, *([f"stamped: {validated}"] if validated else [])])
+    import tempfile
+
+    from imagekit.errors import ImagekitError
+
+    with tempfile.TemporaryDirectory(prefix="imagekit-json-") as tmp:
+        kwargs["json_path"] = scratch = Path(tmp) / "report.json"
+        try:
+            yield lambda lines: terminal.echo(lines, err=True)
+        except ImagekitError as exc:
+            if getattr(exc, "report", ()):
+                terminal.echo(exc.report, err=True)
+                exc.report = []
+            raise
+        finally:
+            if scratch.is_file():
+                terminal.echo(scratch.read_text(encoding="utf-8").splitlines())
 
 
 def env_pairs(values: tuple[str, ...]) -> dict[str, str]:
@@ -536,7 +588,13 @@ def test_nodes(engine: Any, image: str, multi: dict[str, Any], kwargs: dict[str,
     ),
 )
 @filter_options
-@click.option("--wheelhouse", type=click.Path(path_type=Path), default=None)
+@click.option(
+    "--wheelhouse",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Folder of wheels offered to every install step, linked into each context's "
+    "wheelhouse/ (as `imagekit build --wheelhouse`).",
+)
 def stage(**kwargs: Any) -> None:
     """Write the build contexts (.imagekit/context/<cell>) that a bake file points at."""
     from imagekit import paths
@@ -555,6 +613,8 @@ def stage(**kwargs: Any) -> None:
 
 
 def register(cli: click.Group) -> None:
+    from imagekit.cli.doctor import doctor
+    from imagekit.cli.init import init
     from imagekit.cli.launch import launch
     from imagekit.cli.supply import sbom, verify
 
@@ -566,3 +626,5 @@ def register(cli: click.Group) -> None:
     cli.add_command(test_image)
     cli.add_command(stage)
     cli.add_command(launch)
+    cli.add_command(doctor)
+    cli.add_command(init)

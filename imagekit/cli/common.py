@@ -3,6 +3,7 @@ them without importing the CLI group)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -10,6 +11,9 @@ from typing import Any
 
 import click
 
+from imagekit import terminal
+from imagekit.cli.params import OUT_FILE, CommaList, flatten
+from imagekit.errors import UsageError
 from imagekit.matrix.catalog import Filters, load_cells, select
 from imagekit.matrix.cells import Cell
 
@@ -20,7 +24,7 @@ def examples(*lines: str) -> str:
 
 
 def filter_options(func: Callable[..., Any]) -> Callable[..., Any]:
-    """--cuda/--torch/--python/--os/--flavor/--cell, repeatable; plus --envs and --lock
+    """--cuda/--torch/--python/--os/--flavor/--cell, comma lists or repeated; plus --envs and --lock
     (which must be an existing file: a mistyped one would build unpinned, silently)."""
     return _filter_options(func, lock_exists=True)
 
@@ -30,6 +34,12 @@ def filter_options_writing_lock(func: Callable[..., Any]) -> Callable[..., Any]:
     return _filter_options(func, lock_exists=False)
 
 
+def list_option(*decls: str, item: click.ParamType = click.STRING, **kwargs: Any) -> Any:
+    """An option that takes a comma list and is repeatable, the two alike: `--cuda 12.8,13.0`
+    is `--cuda 12.8 --cuda 13.0`. Its value is one tuple of items."""
+    return click.option(*decls, multiple=True, type=CommaList(item), callback=flatten, **kwargs)
+
+
 def _filter_options(func: Callable[..., Any], lock_exists: bool) -> Callable[..., Any]:
     options = [
         click.option(
@@ -37,7 +47,10 @@ def _filter_options(func: Callable[..., Any], lock_exists: bool) -> Callable[...
             "envs",
             multiple=True,
             type=click.Path(path_type=Path),
-            help="Matrix file or folder (repeatable). Default: ./envs, else the built-in catalog.",
+            metavar="PATH",
+            # repeated only: a path may hold a comma
+            help="Matrix file or folder (repeatable; a path may hold commas, so no comma "
+            "list). Default: ./envs; the built-in catalog is --envs builtin:training.",
         ),
         click.option(
             "--lock",
@@ -45,17 +58,39 @@ def _filter_options(func: Callable[..., Any], lock_exists: bool) -> Callable[...
             default=None,
             help="Digest lock file. Default: images.lock beside the matrix files.",
         ),
-        click.option("--cuda", multiple=True, help="CUDA version(s), e.g. 12.6, or cpu."),
-        click.option("--torch", multiple=True, help="torch version(s); 2.7 matches 2.7.1."),
-        click.option("--python", multiple=True, help="Python version(s), e.g. 3.11."),
-        click.option("--os", "os_", multiple=True, help="OS, e.g. ubuntu24.04 or debian12."),
-        click.option(
-            "--flavor",
-            multiple=True,
-            type=click.Choice(["nvidia", "slim"]),
-            help="nvidia (nvidia/cuda bases, nvcc in the builder) or slim (plain OS base).",
+        list_option(
+            "--cuda",
+            metavar="VERSION[,...]",
+            help="CUDA versions, comma list or repeated, e.g. 12.8,13.0 or cpu.",
         ),
-        click.option("--cell", multiple=True, help="Cell id glob, e.g. 'cu126-*-slim'."),
+        list_option(
+            "--torch",
+            metavar="VERSION[,...]",
+            help="torch versions, comma list or repeated; 2.7 matches 2.7.1.",
+        ),
+        list_option(
+            "--python",
+            metavar="VERSION[,...]",
+            help="Python versions, comma list or repeated, e.g. 3.11,3.12.",
+        ),
+        list_option(
+            "--os",
+            "os_",
+            metavar="OS[,...]",
+            help="OS names, comma list or repeated, e.g. ubuntu24.04,debian12.",
+        ),
+        list_option(
+            "--flavor",
+            item=click.Choice(["nvidia", "slim"], case_sensitive=False),
+            metavar="FLAVOR[,...]",
+            help="nvidia (nvidia/cuda bases, nvcc in the builder) or slim (plain OS base); "
+            "comma list or repeated.",
+        ),
+        list_option(
+            "--cell",
+            metavar="GLOB[,...]",
+            help="Cell id globs, comma list or repeated, e.g. 'cu126-*-slim'.",
+        ),
     ]
     for option in reversed(options):
         func = option(func)
@@ -109,3 +144,50 @@ docker_option = click.option(
     metavar="PATH",
     help="Docker CLI to use (default: $IMAGEKIT_DOCKER, else discovered).",
 )
+
+
+def json_option(text: str) -> Callable[[Any], Any]:
+    """--json FILE, the one name for a command's report as JSON; `-` writes it to stdout."""
+    return click.option(
+        "--json",
+        "json_path",
+        type=OUT_FILE,
+        default=None,
+        metavar="FILE",
+        help=f"{text} '-': to stdout (then the lines for people go to stderr).",
+    )
+
+
+def json_to_stdout(path: Path | None) -> bool:
+    return path is not None and str(path) == "-"
+
+
+def write_json(path: Path, data: Any, sort_keys: bool = False) -> None:
+    """--json FILE: the report to FILE (written whole or not at all), or to stdout for `-`."""
+    from imagekit.paths import write_atomic
+
+    text = json.dumps(data, indent=2, sort_keys=sort_keys)
+    if json_to_stdout(path):
+        # JSON escapes every control character itself; its line breaks are its own
+        terminal.echo(text.splitlines())
+    else:
+        write_atomic(path, text + "\n")
+
+
+def renamed_option(old: str, new: str, dest: str, **kwargs: Any) -> Callable[[Any], Any]:
+    """An option's old name, still taken but hidden from help; `renamed` merges it into the
+    new one's value and says once, on stderr, what it is called now."""
+    return click.option(old, dest, hidden=True, default=None, **kwargs)
+
+
+def renamed(values: dict[str, Any], old: str, new: str, dest: str, new_dest: str) -> None:
+    """Move an old option's value (`dest`) to the new one's (`new_dest`), with a note; both
+    given is a usage error (which one was meant?)."""
+    value = values.pop(dest)
+    if value is None:
+        return
+    source = click.get_current_context().get_parameter_source(new_dest)
+    if source is click.core.ParameterSource.COMMANDLINE:
+        raise UsageError(f"{old} is the old name of {new}: give {new} alone")
+    terminal.echo(f"imagekit: note: {old} is now {new}; the old name will go away", err=True)
+    values[new_dest] = value

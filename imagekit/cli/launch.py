@@ -7,7 +7,7 @@ from typing import Any
 import click
 
 from imagekit import terminal
-from imagekit.cli.common import Selection, examples, filter_options
+from imagekit.cli.common import Selection, examples, filter_options, list_option
 from imagekit.cli.params import ENV, IMAGE_REF, OUT_DIR
 from imagekit.errors import UsageError
 from imagekit.matrix.cells import Cell
@@ -30,12 +30,15 @@ from imagekit.platforms import PLATFORMS
 )
 @filter_options
 @click.option(
-    "--engine", required=True, type=click.Choice(["kubernetes", "slurm"]), help="Where it runs."
+    "--engine",
+    required=True,
+    type=click.Choice(["kubernetes", "slurm"], case_sensitive=False),
+    help="Where it runs.",
 )
 @click.option(
     "--kind",
     default=None,
-    type=click.Choice(["trainjob", "jobset", "pyxis", "apptainer"]),
+    type=click.Choice(["trainjob", "jobset", "pyxis", "apptainer"], case_sensitive=False),
     help="kubernetes: trainjob (Kubeflow Trainer, default) or jobset; "
     "slurm: pyxis (default) or apptainer.",
 )
@@ -46,7 +49,7 @@ from imagekit.platforms import PLATFORMS
 @click.option(
     "--profile",
     default=None,
-    type=click.Choice(sorted(PROFILE_ENV)),
+    type=click.Choice(sorted(PROFILE_ENV), case_sensitive=False),
     help="NCCL, /dev/shm and RDMA settings (default: the cell's profile).",
 )
 @click.option("--name", default=None, help="Job name (default: train-<variant>-torch<v>-py<v>).")
@@ -74,12 +77,11 @@ from imagekit.platforms import PLATFORMS
     metavar="NAME[=COUNT]",
     help="RDMA device resource per node for multi-node-ib (default rdma/ib; none: omit).",
 )
-@click.option(
+@list_option(
     "--checks",
-    default=None,
-    metavar="LIST",
-    help="Self-check before training, on every node (default: stack,gpus,health,perf,ddp,"
-    "links; with --gpus-per-node 0: stack,ddp; none: skip).",
+    metavar="NAME[,...]",
+    help="Self-check before training, on every node, comma list or repeated (default: stack,"
+    "gpus,health,perf,ddp,links; with --gpus-per-node 0: stack,ddp; none: skip).",
 )
 @click.option(
     "--drain-on-fail",
@@ -90,7 +92,7 @@ from imagekit.platforms import PLATFORMS
 @click.option(
     "--platform",
     default=None,
-    type=click.Choice(PLATFORMS),
+    type=click.Choice(PLATFORMS, case_sensitive=False),
     help="The nodes' platform, one the cell's image has (default: the image's only one; an "
     "image of several runs on any). kubernetes: a kubernetes.io/arch node selector; slurm: "
     "each node checks its machine first.",
@@ -183,7 +185,7 @@ def options_from(kwargs: dict[str, Any]) -> Any:
         env=tuple(kwargs["env"]),
         shm_size=kwargs["shm_size"],
         rdma_resource=kwargs["rdma_resource"],
-        checks=kwargs["checks"],
+        checks=",".join(kwargs["checks"]) or None,
         drain_on_fail=kwargs["drain_on_fail"],
         platform=kwargs["platform"],
         partition=kwargs["partition"],

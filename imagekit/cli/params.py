@@ -248,3 +248,47 @@ class PlatformList(click.ParamType):
 
 
 PLATFORM_LIST = PlatformList()
+
+
+def merge_platforms(
+    ctx: click.Context, param: click.Parameter, value: Any
+) -> tuple[str, ...] | None:
+    """--platform given once (a comma list) or repeated: one tuple in PLATFORMS' order; None
+    where it was not given (the command's default)."""
+    from imagekit.platforms import PLATFORMS
+
+    named = {p for group in value or () for p in group}
+    return tuple(p for p in PLATFORMS if p in named) or None
+
+
+class CommaList(click.ParamType):
+    """A list option's value: items separated by commas, each stripped and checked by `item`
+    (click's own type: a Choice, a version ...). The option is also repeatable, so
+    `--cuda 12.8,13.0` and `--cuda 12.8 --cuda 13.0` are the same: `flatten` joins them."""
+
+    def __init__(self, item: click.ParamType = click.STRING) -> None:
+        self.item = item
+        self.name = f"{item.name} list"
+
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> tuple[Any, ...]:
+        if isinstance(value, tuple):  # a default, converted already
+            return value
+        if value == "":  # an empty CI variable, `--require "$REQUIRE"`: nothing asked
+            return ()
+        items = [part.strip(" ") for part in str(value).split(",")]  # not a control character
+        if not all(items):
+            self.fail(
+                f"{mask(_short(str(value)))}: an empty item; separate the items with single "
+                "commas, e.g. 12.8,13.0 (or repeat the option)",
+                param,
+                ctx,
+            )
+        return tuple(self.item.convert(item, param, ctx) for item in items)
+
+
+def flatten(ctx: click.Context, param: click.Parameter, value: Any) -> tuple[Any, ...]:
+    """A repeated list option's values as one tuple, each item once, in the order given."""
+    items = [item for group in value or () for item in group]
+    return tuple(dict.fromkeys(items))

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import click
 
 from imagekit import terminal
-from imagekit.cli.common import docker_option, examples
-from imagekit.cli.params import IMAGE_REF, OUT_FILE
+from imagekit.cli.common import docker_option, examples, json_option, json_to_stdout, write_json
+from imagekit.cli.params import IMAGE_REF
 
 
 @click.command(
@@ -26,7 +25,7 @@ from imagekit.cli.params import IMAGE_REF, OUT_FILE
 @click.option(
     "--from",
     "source",
-    type=click.Choice(["auto", "image", "registry"]),
+    type=click.Choice(["auto", "image", "registry"], case_sensitive=False),
     default="auto",
     show_default=True,
     help="image: the file in the local image; registry: the SBOM attached to the image "
@@ -71,9 +70,7 @@ def sbom(image: str, summary: bool, source: str, docker_cli: str | None) -> None
     metavar="NAME",
     help="Pass only if a passing run on this GPU model (NVML's name) is attested.",
 )
-@click.option(
-    "--json", "json_path", type=OUT_FILE, default=None, help="Write the verdicts as JSON."
-)
+@json_option("Write the verdicts as JSON.")
 def verify(image: str, key: str, gpu_model: str, json_path: Path | None) -> None:
     """Exit 0 only when IMAGE's digest carries a valid attestation, signed by KEY, of a
     passing self-check (on --gpu-model where given); print the verdicts it carries."""
@@ -82,17 +79,13 @@ def verify(image: str, key: str, gpu_model: str, json_path: Path | None) -> None
     digest, found = attestation.verify(image, key, gpu_model)
     pinned = _pinned(image, digest)
     if json_path:
-        _write_json(json_path, {"image": pinned, "verdicts": [v.predicate for v in found]})
-    terminal.echo([f"verified: {pinned}", *(line for v in found for line in v.lines())])
+        verdicts = {"image": pinned, "verdicts": [v.predicate for v in found]}
+        write_json(json_path, verdicts, sort_keys=True)
+    lines = [f"verified: {pinned}", *(line for v in found for line in v.lines())]
+    terminal.echo(lines, err=json_to_stdout(json_path))
 
 
 def _pinned(image: str, digest: str) -> str:
     from imagekit.contract import refs
 
     return str(refs.parse(image).by_digest(digest))
-
-
-def _write_json(path: Path, data: dict[str, Any]) -> None:
-    from imagekit.paths import write_atomic
-
-    write_atomic(path, json.dumps(data, indent=2, sort_keys=True) + "\n")

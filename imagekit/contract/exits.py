@@ -1,7 +1,7 @@
 """Every exit code imagekit and the image's programs end with, defined once.
 
 The CLI's codes (errors.py gives each ImagekitError subclass one) are what CI scripts and
-the README's table branch on. The self-check's (`python -m imagekit.selfcheck`, the
+docs/cli.md's exit-code table branch on. The self-check's (`python -m imagekit.selfcheck`, the
 multi-node rank program, the drain-reason helper) are read by the host: `imagekit test`
 treats anything but CHECK_PASSED as a failed image, and the launch scripts' preflight
 drains a node on it. The build helpers copied into the build context as single files
