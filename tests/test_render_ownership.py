@@ -262,3 +262,164 @@ def test_a_matrix_file_name_is_one_token_in_the_ownership_line(
     assert found.owner is not None and found.owner.matrix == "my envs/serve é.yaml"
     assert found.intact
     assert run(capsys, "--envs", "my envs", "--check")[0] == 0
+
+
+def test_a_deleted_matrix_files_dockerfiles_are_removed(
+    repo: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A matrix file deleted from envs/: its intact files are drift, and render removes
+    them; rendering a single file of that folder with --envs too."""
+    assert run(capsys)[0] == 0
+    (repo / "envs" / "serve.yaml").unlink()
+    code, _, err = run(capsys, "--check")
+    assert code == 4
+    assert (
+        f"dockerfiles/serve-{STACK}/: its matrix envs/serve.yaml is gone; `imagekit render` "
+        "removes it" in err
+    )
+    code, _, err = run(capsys, "--envs", "envs/training.yaml", "--check")
+    assert code == 4 and f"dockerfiles/serve-{STACK}/: its matrix envs/serve.yaml is gone" in err
+    code, out, _ = run(capsys, "--envs", "envs/training.yaml")
+    assert code == 0
+    assert f"  removed dockerfiles/serve-{STACK}/ (its matrix envs/serve.yaml is gone)" in out
+    assert not (repo / "dockerfiles" / f"serve-{STACK}").exists()
+    assert (repo / "dockerfiles" / f"team-train-{STACK}" / "Dockerfile").is_file()
+    assert run(capsys, "--check")[0] == 0
+
+
+def test_a_deleted_matrix_files_edited_dockerfile_is_refused(
+    repo: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert run(capsys)[0] == 0
+    edited = repo / "dockerfiles" / f"serve-{STACK}" / "Dockerfile"
+    edited.write_text(edited.read_text() + "RUN echo mine\n")
+    (repo / "envs" / "serve.yaml").unlink()
+    before = files(repo)
+    code, _, err = run(capsys)
+    assert code == 2 and f"dockerfiles/serve-{STACK}/Dockerfile was edited by hand" in err
+    assert "its matrix envs/serve.yaml is gone, but render never deletes an edit" in err
+    assert files(repo) == before
+
+
+def test_a_deleted_matrix_file_elsewhere_is_not_this_renders(
+    repo: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Only a matrix file gone from a folder render reads: a render of other/ leaves the
+    files of envs/serve.yaml, gone or not."""
+    assert run(capsys)[0] == 0
+    (repo / "other").mkdir()
+    (repo / "other" / "cpu.yaml").write_text(matrix("cpu", OTHER))
+    (repo / "envs" / "serve.yaml").unlink()
+    before = files(repo)
+    code, out, _ = run(capsys, "--envs", "other")
+    assert code == 0 and "removed" not in out
+    after = files(repo)
+    assert {k: after[k] for k in before} == before
+    assert run(capsys, "--envs", "other", "--check")[0] == 0
+
+
+def test_without_git_a_deleted_matrix_files_dockerfiles_are_removed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The reported case: no .git, two matrix files, one deleted: not current, pruned."""
+    (tmp_path / "envs").mkdir()
+    (tmp_path / "envs" / "training.yaml").write_text(matrix("team/train", CELL))
+    (tmp_path / "envs" / "infer.yaml").write_text(matrix("infer", CELL))
+    monkeypatch.chdir(tmp_path)
+    assert run(capsys)[0] == 0
+    (tmp_path / "envs" / "infer.yaml").unlink()
+    assert run(capsys, "--check")[0] == 4
+    code, out, _ = run(capsys)
+    assert code == 0
+    assert f"  removed dockerfiles/infer-{STACK}/ (its matrix envs/infer.yaml is gone)" in out
+    assert set(files(tmp_path)) == {f"dockerfiles/team-train-{STACK}/Dockerfile"}
+
+
+def first_line(path: Path) -> str:
+    return path.read_text().split("\n", 1)[0]
+
+
+def claim(path: Path) -> str:
+    """The ownership line less its digest (which covers the line below, and that names the
+    matrix file as it was given on the command line)."""
+    return first_line(path).split(" sha256=")[0]
+
+
+def test_without_git_the_matrix_name_does_not_depend_on_the_working_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The root is the repository of the matrix files (without git, the folder above
+    envs/), not the working directory nor --out: rendered from envs/, then from the root,
+    the file is the same matrix's and is not refused."""
+    (tmp_path / "envs").mkdir()
+    (tmp_path / "envs" / "serve.yaml").write_text(matrix("serve", CELL))
+    path = tmp_path / "dockerfiles" / f"serve-{STACK}" / "Dockerfile"
+    monkeypatch.chdir(tmp_path / "envs")
+    assert run(capsys, "--envs", ".", "--out", "../dockerfiles")[0] == 0
+    assert claim(path) == f"# imagekit: matrix=envs/serve.yaml cell=serve-{STACK}"
+    monkeypatch.chdir(tmp_path)
+    assert run(capsys)[0] == 0
+    assert claim(path) == f"# imagekit: matrix=envs/serve.yaml cell=serve-{STACK}"
+    assert run(capsys, "--out", str(tmp_path / "dockerfiles"))[0] == 0
+    assert claim(path) == f"# imagekit: matrix=envs/serve.yaml cell=serve-{STACK}"
+    assert run(capsys, "--check")[0] == 0
+
+
+def test_owners_are_compared_as_files(repo: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A file whose line names its matrix file by its absolute path is that matrix's own."""
+    assert run(capsys)[0] == 0
+    path = repo / "dockerfiles" / f"serve-{STACK}" / "Dockerfile"
+    body = owned.unstamped(path.read_text())
+    path.write_text(owned.stamp(body, str(repo / "envs" / "serve.yaml"), f"serve-{STACK}"))
+    assert owned.read(path.read_bytes()).intact
+    code, out, _ = run(capsys)
+    assert code == 0 and f"  wrote dockerfiles/serve-{STACK}/Dockerfile" in out
+    assert first_line(path).startswith("# imagekit: matrix=envs/serve.yaml ")
+
+
+def test_a_builtin_matrix_is_named_builtin(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--envs builtin:training`: the line names `builtin:training`, not the install path."""
+    monkeypatch.chdir(tmp_path)
+    args = ("--envs", "builtin:training", "--cell", f"pytorch-train-{STACK}")
+    assert run(capsys, *args)[0] == 0
+    path = tmp_path / "dockerfiles" / f"pytorch-train-{STACK}" / "Dockerfile"
+    assert first_line(path).startswith(
+        f"# imagekit: matrix=builtin:training cell=pytorch-train-{STACK} sha256="
+    )
+    assert run(capsys, *args, "--check")[0] == 0
+
+
+def test_an_intact_file_in_another_cells_folder_is_not_called_an_edit(
+    repo: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A person renamed (or copied) a folder: the file is intact, but names another cell."""
+    assert run(capsys)[0] == 0
+    serve = repo / "dockerfiles" / f"serve-{STACK}"
+    (serve / "Dockerfile").unlink()
+    serve.rmdir()
+    (repo / "dockerfiles" / f"team-train-{CPU}").rename(serve)
+    before = files(repo)
+    code, _, err = run(capsys)
+    assert code == 2 and "edited by hand" not in err
+    assert (
+        f"dockerfiles/serve-{STACK}/Dockerfile is imagekit's file for cell team-train-{CPU} of "
+        "envs/training.yaml (its ownership line, intact), but it is in folder "
+        f"serve-{STACK}/: the folder was renamed or copied by hand" in " ".join(err.split())
+    )
+    assert f"Move it back to dockerfiles/team-train-{CPU}/" in " ".join(err.split())
+    assert files(repo) == before
+
+
+def test_a_file_is_the_same_bytes_from_whichever_folder_render_runs(
+    repo: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert run(capsys)[0] == 0
+    from_root = files(repo)
+    monkeypatch.chdir(repo / "envs")
+    code, out, err = run(capsys, "--envs", ".", "--out", "../dockerfiles", "--check")
+    assert code == 0, out + err
+    assert files(repo) == from_root
+    second = next(iter(from_root.values())).decode().splitlines()[1]
+    assert "(envs/" in second  # the matrix file named from the repository's root

@@ -8,17 +8,18 @@ plain data, so the same cell always renders the same bytes.
 from __future__ import annotations
 
 import shlex
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 import jinja2
 
-from imagekit import paths
+from imagekit import paths, resources
 from imagekit.errors import StaleError
 from imagekit.matrix.cells import USER, Cell
+from imagekit.matrix.source import repo_root
 from imagekit.render import owned
 from imagekit.resources import templates_dir
 
@@ -158,57 +159,101 @@ def render(
 
 
 def render_all(
-    cells: Iterable[Cell], syntax: str | None = None, root: Path | None = None
+    cells: Iterable[Cell],
+    syntax: str | None = None,
+    root: Path | None = None,
+    builtins: Mapping[Path, str] | None = None,
 ) -> dict[str, str]:
     """Every cell's file to commit, ownership line included (owned.py), keyed by cell id.
     Everything is rendered first, so a template error leaves no file written. `root`: the
-    repository the matrix files are named from (default: the working directory's)."""
+    repository the matrix files are named from (`root_of`; default: the working
+    directory's); `builtins`: the packaged matrix files named `builtin:NAME` (`builtin_names`)."""
     top = root or paths.repository_of(Path.cwd())
+    stamped = {}
+    for cell in cells:
+        mine = matrix_of(cell, top, builtins)
+        stamped[cell.id] = owned.stamp(render(named(cell, mine), syntax), mine, cell.id)
+    return stamped
+
+
+def named(cell: Cell, matrix: str) -> Cell:
+    """The cell with its origin (`file:line`, the file's second line) naming the matrix file
+    as its ownership line does: the same bytes from whichever folder render runs."""
+    line = cell.origin.rsplit(":", 1)[-1]
+    return replace(cell, origin=f"{matrix}:{line}")
+
+
+def builtin_names(envs: Iterable[Path]) -> dict[Path, str]:
+    """Each `--envs builtin:NAME` given, as its packaged file (resolved) -> `builtin:NAME`: the
+    name its ownership lines carry, the same on every machine."""
     return {
-        cell.id: owned.stamp(render(cell, syntax), matrix_of(cell, top), cell.id) for cell in cells
+        resources.builtin(path).resolve(): str(path) for path in envs if resources.is_builtin(path)
     }
 
 
-def matrix_of(cell: Cell, root: Path) -> str:
+def root_of(files: Iterable[Path], builtins: Mapping[Path, str], out: Path) -> Path:
+    """The repository the matrix files are named from: that of the first matrix file read
+    that is not a built-in one, as `source.repo_root` finds it (the nearest folder with .git;
+    without git, the folder above envs/, else the matrix file's own folder). So the names do
+    not depend on the working directory or on --out. With built-in matrices alone, the
+    repository of --out (`paths.repository_of`)."""
+    for path in files:
+        full = path.resolve()
+        if full not in builtins:
+            return repo_root(full.parent)
+    return paths.repository_of(out).resolve()
+
+
+def matrix_of(cell: Cell, root: Path, builtins: Mapping[Path, str] | None = None) -> str:
     """The cell's matrix file as its ownership line names it: relative to the repository
-    root, / separated; a file outside the repository by its absolute path."""
-    return matrix_name(Path(cell.origin.rsplit(":", 1)[0]), root)
+    root, / separated; a file outside the repository by its absolute path; a built-in one
+    as `builtin:NAME`."""
+    return matrix_name(Path(cell.origin.rsplit(":", 1)[0]), root, builtins)
 
 
-def matrix_name(path: Path, root: Path) -> str:
+def matrix_name(path: Path, root: Path, builtins: Mapping[Path, str] | None = None) -> str:
     full = path.resolve()
+    if builtins and full in builtins:
+        return builtins[full]
     try:
         return full.relative_to(root.resolve()).as_posix()
     except ValueError:
         return full.as_posix()
 
 
-def matrices(every: Iterable[Cell], files: Iterable[Path], root: Path) -> dict[str, frozenset[str]]:
+def matrices(
+    every: Iterable[Cell],
+    files: Iterable[Path],
+    root: Path,
+    builtins: Mapping[Path, str] | None = None,
+) -> dict[str, frozenset[str]]:
     """Each matrix file rendered -> every cell id it defines, the filtered-out ones too (a
     cell merely filtered out has not left its matrix); a file with no cell left maps to none."""
-    found: dict[str, set[str]] = {matrix_name(f, root): set() for f in files}
+    found: dict[str, set[str]] = {matrix_name(f, root, builtins): set() for f in files}
     for cell in every:
-        found.setdefault(matrix_of(cell, root), set()).add(cell.id)
+        found.setdefault(matrix_of(cell, root, builtins), set()).add(cell.id)
     return {name: frozenset(ids) for name, ids in found.items()}
 
 
 def command(selection: Selection, out: Path, syntax: str | None, check: bool) -> list[str]:
     """`imagekit render`: write the selected cells' files into `out` and prune the folders of
-    cells that left the rendered matrix files; with `check`, write nothing and raise
-    StaleError (exit 4) on drift, package locks included. Returns the lines to print."""
+    cells that left the rendered matrix files (and of matrix files deleted from a folder it
+    reads); with `check`, write nothing and raise StaleError (exit 4) on drift, package
+    locks included. Returns the lines to print."""
     from imagekit.matrix.catalog import load_cells, matrix_paths, select
     from imagekit.matrix.load import env_files
 
     every = load_cells(selection.envs, selection.lock)
     cells = select(every, selection.filters)
-    root = paths.repository_of(out)
-    rendered = render_all(cells, syntax, root)
     files = env_files(matrix_paths(selection.envs))
-    owners = matrices(every, files, root)
+    builtins = builtin_names(selection.envs)
+    root = root_of(files, builtins, out)
+    rendered = render_all(cells, syntax, root, builtins)
+    owners = matrices(every, files, root, builtins)
     if check:
-        _check(cells, rendered, out, owners, selection)
+        _check(cells, rendered, out, owners, selection, root)
         return [f"{len(rendered)} Dockerfiles are current."]
-    result = owned.plan(rendered, out, owners)
+    result = owned.plan(rendered, out, owners, root)
     owned.refuse(result)
     owned.apply(result, out)
     changed = len(result.writes) + len(result.removals)
@@ -224,12 +269,13 @@ def _check(
     out: Path,
     owners: dict[str, frozenset[str]],
     selection: Selection,
+    root: Path,
 ) -> None:
     from imagekit.locks import packages
 
     locks = packages.stale(cells, selection.package_locks(), selection.filters.empty)
     try:
-        owned.check(rendered, out, owners)
+        owned.check(rendered, out, owners, root)
     except StaleError as exc:
         if locks:
             raise StaleError(*exc.lines, *packages.stale_message(locks)) from None

@@ -4,7 +4,8 @@ Each file `imagekit render` writes carries one ownership line near its top:
 
     # imagekit: matrix=envs/training.yaml cell=pytorch-train-cu126-... sha256=<64 hex>
 
-`matrix` is the matrix file that defines the cell (relative to the repository root), `cell`
+`matrix` is the matrix file that defines the cell (relative to the repository root, or
+`builtin:NAME`), `cell`
 the cell's id, `sha256` the digest of the whole file as it would read with that value
 written as 64 zeros, so any edit, to the body or to the line itself, shows. From these,
 render writes only what its own matrix files own, and never deletes or overwrites another
@@ -22,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from imagekit import paths
+from imagekit import paths, resources
 from imagekit.errors import StaleError, UsageError
 
 PREFIX = "# imagekit: "
@@ -140,29 +141,72 @@ class Plan:
     kept: list[str] = field(default_factory=list)  # an older imagekit's files left in place
 
 
+@dataclass(frozen=True)
+class Names:
+    """The matrix files an ownership line may name, seen from this render. `root`: the
+    repository the names are relative to; `rendered`: each matrix file read (as the file
+    it names) -> its name; `folders`: the folders those files are in."""
+
+    root: Path
+    rendered: Mapping[Path, str]
+    folders: frozenset[Path]
+
+    @classmethod
+    def of(cls, matrices: Mapping[str, frozenset[str]], root: Path) -> Names:
+        rendered = {where(name, root): name for name in matrices}
+        return cls(root, rendered, frozenset(path.parent for path in rendered))
+
+    def rendered_as(self, name: str) -> str | None:
+        """The name render gives the matrix file `name` names, when render read that file
+        (compared as files, not as strings: `envs/x.yaml` and `/repo/envs/x.yaml` are one)."""
+        return self.rendered.get(where(name, self.root))
+
+    def gone(self, name: str) -> bool:
+        """The matrix file `name` names no longer exists, and was in a folder this render
+        reads: nobody owns its files any more. One gone from elsewhere (another folder,
+        another repository, a name resolved against another root) is not this render's to
+        judge."""
+        path = where(name, self.root)
+        return not os.path.lexists(path) and path.parent in self.folders
+
+
+def where(name: str, root: Path) -> Path:
+    """The file an ownership line's `matrix` names: `builtin:NAME` the packaged file (where
+    it would be when the catalog no longer has it), an absolute name itself, any other
+    relative to `root`; resolved."""
+    if name.startswith(resources.BUILTIN):
+        stem = name.removeprefix(resources.BUILTIN)
+        found = resources.builtin_catalogs().get(stem)
+        return (found or resources.default_envs_dir() / f"{stem}.yaml").resolve()
+    return (root / name).resolve()
+
+
 def plan(
-    rendered: Mapping[str, str], out_dir: Path, matrices: Mapping[str, frozenset[str]]
+    rendered: Mapping[str, str],
+    out_dir: Path,
+    matrices: Mapping[str, frozenset[str]],
+    root: Path | None = None,
 ) -> Plan:
-    """Decide every write, refusal and removal; nothing is touched here."""
+    """Decide every write, refusal and removal; nothing is touched here. `root`: the
+    repository the ownership lines' names are relative to (dockerfile.root_of; default the
+    repository of `out_dir`)."""
     result = Plan()
-    root = paths.repository_of(out_dir)
+    names = Names.of(matrices, root or paths.repository_of(out_dir))
     for cell_id, text in sorted(rendered.items()):
         path = paths.committed_dockerfile(out_dir, cell_id)
         data = paths.read_checked(path, "Dockerfile")
         if data == text.encode("utf-8"):
             continue
-        problem = None if data is None else _refusal(path, data, text, matrices, root)
+        problem = None if data is None else _refusal(path, data, text, names)
         if problem:
             result.refused.append(problem)
         else:
             result.writes.append((path, text))
-    _orphans(rendered, out_dir, matrices, result)
+    _orphans(rendered, out_dir, matrices, names, result)
     return result
 
 
-def _refusal(
-    path: Path, data: bytes, text: str, matrices: Mapping[str, frozenset[str]], root: Path
-) -> str | None:
+def _refusal(path: Path, data: bytes, text: str, names: Names) -> str | None:
     """Why `path` may not be overwritten with `text`, or None when it may."""
     mine = read(text.encode("utf-8")).owner
     assert mine is not None  # rendered text always has its line
@@ -176,11 +220,13 @@ def _refusal(
             "never overwrites it: delete it if imagekit should own it, or render into another "
             "folder with --out DIR"
         )
-    if not found.intact or found.owner.cell != mine.cell:
+    if not found.intact:
         return _edited(path, found.owner.matrix, "render never overwrites an edit")
+    if found.owner.cell != mine.cell:
+        return _moved(path, found.owner, "render never overwrites it")
     owner = found.owner.matrix
-    if owner == mine.matrix or owner in matrices or not (root / owner).exists():
-        return None  # ours; or its matrix is rendered too, or gone: nobody else owns it
+    if names.rendered_as(owner) is not None or names.gone(owner):
+        return None  # ours, or its matrix is rendered too, or gone: nobody else owns it
     return (
         f"{path} belongs to {owner} (its ownership line), and {mine.matrix} renders the same "
         f"cell {mine.cell}; render never overwrites another matrix's file. Give one of the "
@@ -199,13 +245,25 @@ def _edited(path: Path, matrix: str, rule: str) -> str:
     )
 
 
+def _moved(path: Path, owner: Owner, rule: str) -> str:
+    return (
+        f"{path} is imagekit's file for cell {owner.cell} of {owner.matrix} (its ownership "
+        f"line, intact), but it is in folder {path.parent.name}/: the folder was renamed or "
+        f"copied by hand; {rule}. Move it back to {path.parent.parent / owner.cell}/ if you "
+        "still need it, or delete it, and render again; or render into another folder with "
+        "--out DIR"
+    )
+
+
 def _orphans(
     rendered: Mapping[str, str],
     out_dir: Path,
     matrices: Mapping[str, frozenset[str]],
+    names: Names,
     result: Plan,
 ) -> None:
-    """Folders whose file names a rendered matrix file that no longer defines its cell."""
+    """Folders whose file names a rendered matrix file that no longer defines its cell, or
+    a matrix file deleted from a folder render reads."""
     if not out_dir.is_dir():
         return
     for path in sorted(out_dir.glob("*/Dockerfile")):
@@ -214,30 +272,37 @@ def _orphans(
             continue
         found = read(paths.read_checked(path, "Dockerfile") or b"")
         if found.owner is not None:
-            _owned_orphan(path, found, matrices, result)
+            _owned_orphan(path, found, matrices, names, result)
         elif found.legacy is not None and found.legacy[1] in matrices:
             _legacy_orphan(path, found.legacy, rendered, matrices, result)
 
 
 def _owned_orphan(
-    path: Path, found: Found, matrices: Mapping[str, frozenset[str]], result: Plan
+    path: Path,
+    found: Found,
+    matrices: Mapping[str, frozenset[str]],
+    names: Names,
+    result: Plan,
 ) -> None:
     owner = found.owner
     assert owner is not None
-    if owner.matrix not in matrices or owner.cell in matrices[owner.matrix]:
-        return  # another matrix's, or a cell merely filtered out
+    matrix = names.rendered_as(owner.matrix)
+    if matrix is not None:
+        if owner.cell in matrices[matrix]:
+            return  # a cell merely filtered out
+        why = f"its cell left {owner.matrix}"
+    elif names.gone(owner.matrix):
+        why = f"its matrix {owner.matrix} is gone"
+    else:
+        return  # another matrix's
     if owner.cell != path.parent.name:
         return  # a copy a person made under another name: theirs
     if not found.intact:
         result.refused.append(
-            _edited(
-                path,
-                owner.matrix,
-                f"its cell left {owner.matrix}, but render never deletes an edit",
-            )
+            _edited(path, owner.matrix, f"{why}, but render never deletes an edit")
         )
         return
-    result.removals.append((path.parent, f"its cell left {owner.matrix}"))
+    result.removals.append((path.parent, why))
 
 
 def _legacy_orphan(
@@ -345,10 +410,13 @@ def _diff(path: Path, current: bytes, text: str) -> list[str]:
 
 
 def check(
-    rendered: Mapping[str, str], out_dir: Path, matrices: Mapping[str, frozenset[str]]
+    rendered: Mapping[str, str],
+    out_dir: Path,
+    matrices: Mapping[str, frozenset[str]],
+    root: Path | None = None,
 ) -> None:
     """StaleError (exit 4) when the committed files drift from a fresh render."""
-    lines = drift(rendered, out_dir, plan(rendered, out_dir, matrices))
+    lines = drift(rendered, out_dir, plan(rendered, out_dir, matrices, root))
     if lines:
         raise StaleError(
             "committed Dockerfiles are stale; run `imagekit render` and commit the result:",
