@@ -9,6 +9,7 @@ import functools
 import hashlib
 import json
 import os
+import platform
 import subprocess
 import venv
 from dataclasses import replace
@@ -162,8 +163,8 @@ def test_source_package_needs_a_source_that_is_a_package(repo: Path) -> None:
     assert "no pyproject.toml or setup.py" in found and "source_package" in found
     (repo / "app" / "setup.py").write_text("from setuptools import setup\nsetup()\n")
     (cell,) = cells(repo, "    source: ../app\n    source_package: true\n")
-    assert cell.source_package and cell.source_dependencies is None  # not static: not lockable
-    assert not packages.lockable(cell)
+    assert cell.source_package and cell.source_dependencies is None  # not static
+    assert packages.lockable(cell) and not packages.team_locked(cell)  # the stack still is
 
 
 # --- the cascade -------------------------------------------------------------------------
@@ -297,7 +298,7 @@ def stack_venv(where: Path, wheels: Path) -> Path:
 
 
 def team_install_run(
-    python: Path, installer: str, wheels: Path, *requirements: str
+    python: Path, installer: str, wheels: Path, *requirements: str, options: tuple[str, ...] = ()
 ) -> subprocess.CompletedProcess[str]:
     if installer == "pip":
         command = [str(python), "-m", "pip", "install"]
@@ -305,7 +306,7 @@ def team_install_run(
         command = [packages.uv_binary(), "pip", "install", "--python", str(python)]
     command += ["--no-index", "--find-links", str(wheels)]
     return subprocess.run(
-        [str(python), "-B", team_install.__file__, *command, "--", *requirements],
+        [str(python), "-B", team_install.__file__, *options, *command, "--", *requirements],
         capture_output=True, text=True, env=clean_env(), check=False,
     )  # fmt: skip
 
@@ -430,13 +431,136 @@ def test_a_lock_without_team_packages_reads_as_before(repo: Path) -> None:
     assert set(packages.group_files(lock)) == {"cuda", "torch", "features"}
 
 
-def test_team_install_installs_a_staged_lock_with_hashes(tmp_path: Path) -> None:
+def test_a_source_package_without_static_dependencies_keeps_the_stack_locked(
+    repo: Path, tmp_path: Path
+) -> None:
+    (repo / "app" / "pyproject.toml").unlink()
+    (repo / "app" / "setup.py").write_text("from setuptools import setup\nsetup()\n")
+    block = '    pip: ["numpy>=2.4"]\n    source: ../app\n    source_package: true\n'
+    (cell,) = cells(repo, block)
+    assert cell.source_dependencies is None
+    calls: list[tuple[list[str], list[str]]] = []
+    folder = tmp_path / "locks"
+    notes = packages.lock_cells([cell], folder, team_resolver(calls), "", None)
+    assert len(calls) == 1  # torch's resolution only: the team's is not resolved
+    assert any("the team's packages are not locked" in n and "setup.py" in n for n in notes)
+    assert any(n.endswith(": written") for n in notes)
+    text = packages.lock_path(folder, cell.id).read_text()
+    assert "# [torch]\n" in text and "\ntorch==2.13.0+cpu" in text and "# [team]" not in text
+    lock = packages.read(folder, cell.id, cell)
+    assert lock is not None and lock.inputs["source-package"] is None
+    assert lock.inputs["team"] == ["numpy>=2.4"]
+    assert packages.stale([cell], folder, True) == []  # a lock, not "cannot be locked"
+    # the build stages the stack's groups (hashes and all) and no team.txt: the team's step
+    # resolves the team's packages and the source package under the stack's constraints
+    staged = context.stage(cell, tmp_path / "ctx", locks=folder) / "imagekit" / "locked"
+    assert sorted(p.name for p in staged.iterdir()) == ["cuda.txt", "features.txt", "torch.txt"]
+    assert "--hash=sha256:" + "a" * 64 in (staged / "torch.txt").read_text()
+    dockerfile_text = render(cell)
+    assert "--out /opt/imagekit/groups --locked /run/imagekit/locked" in dockerfile_text
+    assert "team_install.py --locked /run/imagekit/locked --source /run/imagekit/source" in (
+        " ".join(dockerfile_text.split())
+    )
+    # a team group in such a lock is one made by hand (the writer writes none)
+    forged_text = packages.render_text(lock).replace(
+        "# [features]\n", "# [features]\n# [team]\nnumpy==2.4.0 --hash=sha256:" + "d" * 64 + "\n"
+    )
+    with pytest.raises(UsageError, match="a team group in a lock whose team packages are not"):
+        packages.verify(packages.parse(forged_text, cell.id), cell, "lock")
+
+
+def test_team_install_finds_this_machines_staged_team_file(tmp_path: Path) -> None:
     locked = tmp_path / "locked"
     locked.mkdir()
     assert team_install.locked_team(locked, "x86_64") is None
     (locked / "team.txt").write_text("okpkg==1.0 \\\n    --hash=sha256:" + "a" * 64 + "\n")
     assert team_install.locked_team(locked, "x86_64") == locked / "team.txt"
     assert team_install.locked_team(locked, "aarch64") is None  # arm64's is its own folder
+
+
+# A source package built by a backend of its own (no build requirements: the test is offline)
+SOURCE_BACKEND = """\
+import base64, hashlib, zipfile
+
+DIST = "teamsrc-0.2.0"
+FILES = {
+    "teamsrc/__init__.py": "X = 2\\n",
+    DIST + ".dist-info/METADATA": "Metadata-Version: 2.1\\nName: teamsrc\\nVersion: 0.2.0\\n"
+    "Requires-Dist: numpyish\\nRequires-Dist: teamlib\\n",
+    DIST + ".dist-info/WHEEL": "Wheel-Version: 1.0\\nGenerator: test\\n"
+    "Root-Is-Purelib: true\\nTag: py3-none-any\\n",
+}
+
+
+def _digest(data):
+    raw = hashlib.sha256(data.encode()).digest()
+    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
+
+
+def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
+    name = DIST + "-py3-none-any.whl"
+    record = "".join(f"{p},sha256={_digest(d)},{len(d)}\\n" for p, d in FILES.items())
+    with zipfile.ZipFile(wheel_directory + "/" + name, "w") as whl:
+        for path, data in FILES.items():
+            whl.writestr(path, data)
+        whl.writestr(DIST + ".dist-info/RECORD", record + DIST + ".dist-info/RECORD,,\\n")
+    return name
+"""
+SOURCE_PYPROJECT = """\
+[build-system]
+requires = []
+build-backend = "backend"
+backend-path = ["."]
+
+[project]
+name = "teamsrc"
+version = "0.2.0"
+dependencies = ["numpyish", "teamlib"]
+"""
+
+
+def sha256_of(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.mark.subprocess
+@pytest.mark.parametrize("installer", ["pip", "uv"])
+def test_team_install_installs_a_staged_lock_with_hashes(
+    tmp_path: Path, wheels: Path, installer: str
+) -> None:
+    """The build's locked path, as the Dockerfile runs it: team.txt with --no-deps
+    --require-hashes, then the source package with --no-deps (nothing resolved: teamlib, which
+    the source package asks for and the lock does not hold, is not installed)."""
+    python = stack_venv(tmp_path / "venv", wheels)
+    source = tmp_path / "src"
+    source.mkdir()
+    (source / "backend.py").write_text(SOURCE_BACKEND)
+    (source / "pyproject.toml").write_text(SOURCE_PYPROJECT)
+    machine = platform.machine()
+    if machine not in team_install.LOCKED_FOLDERS:
+        pytest.skip(f"team_install.py locks only x86_64 and aarch64, not {machine}")
+    locked = tmp_path / "locked"
+    team_file = locked / team_install.LOCKED_FOLDERS[machine] / "team.txt"
+    team_file.parent.mkdir(parents=True, exist_ok=True)
+    okpkg = sha256_of(wheels / "okpkg-1.0-py3-none-any.whl")
+    numpyish = sha256_of(wheels / "numpyish-2.0-py3-none-any.whl")
+    team_file.write_text(
+        f"numpyish==2.0 \\\n    --hash=sha256:{numpyish}\nokpkg==1.0 \\\n    --hash=sha256:{okpkg}\n"
+    )
+    options = ("--locked", str(locked), "--source", str(source))
+    result = team_install_run(python, installer, wheels, options=options)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "installing the team's locked packages" in result.stdout
+    after = installed(python)
+    assert after["okpkg"] == "1.0" and after["numpyish"] == "2.0" and after["teamsrc"] == "0.2.0"
+    assert after["torch"] == "2.13.0+cpu" and "teamlib" not in after  # --no-deps: no resolving
+    # a wheel that is not the one locked fails the step and installs nothing
+    fresh = stack_venv(tmp_path / "venv2", wheels)
+    team_file.write_text(f"okpkg==1.0 \\\n    --hash=sha256:{'0' * 64}\n")
+    bad = team_install_run(fresh, installer, wheels, options=options)
+    assert bad.returncode != 0, bad.stdout + bad.stderr
+    assert "hash" in (bad.stdout + bad.stderr).lower()
+    assert "okpkg" not in installed(fresh) and "teamsrc" not in installed(fresh)
 
 
 # --- the SBOM ----------------------------------------------------------------------------

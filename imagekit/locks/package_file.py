@@ -31,8 +31,16 @@ TEAM = "team"
 LOCK_GROUPS = (*GROUPS, TEAM)
 
 
+# The lock's input holding the source package's [project].dependencies; null where they are
+# not static (setup.py, dynamic): the team's packages are then not locked (team_locked).
+SOURCE_PACKAGE = "source-package"
+
+
 def has_team(lock: PackageLock) -> bool:
-    return TEAM in lock.inputs
+    """Whether the lock holds a team group: the cell has team packages and all their
+    requirements are known (a source package's dependencies that are not static are not:
+    its lock keeps the stack's groups, and the team's step resolves under the stack)."""
+    return TEAM in lock.inputs and lock.inputs.get(SOURCE_PACKAGE, ()) is not None
 
 
 _HEADER = re.compile(r"^# (?P<key>[a-z-]+): (?P<value>.*)$")
@@ -288,7 +296,14 @@ def _verify_team(lock: PackageLock, below: dict[str, int], where: str) -> None:
     their packages (numpy, a newer one), never of the stack (torch's family, a CUDA library
     a group below pins): the build constrains those, so such a pin is a lock made by hand."""
     seen: dict[str, int] = {}
-    for pin in lock.groups.get(TEAM, ()):
+    team = lock.groups.get(TEAM, ())
+    if team and not has_team(lock):
+        raise _bad_line(
+            where, team[0].line, team[0].requirement,
+            "a team group in a lock whose team packages are not locked (the source "
+            "package's dependencies are not static; a lock made by hand?)",
+        )  # fmt: skip
+    for pin in team:
         name = pin.name
         why = ""
         if name in seen:

@@ -23,7 +23,11 @@ compile against the builder's torch step by step. The team's packages (`pip:`, t
 group, resolved last with the stack (torch's family and the CUDA libraries of the groups
 above, team_install.is_stack) as constraints, as the build installs them; their inputs are
 the lock's `team` and `source-package` keys (absent for a cell without them, so its lock
-reads as before). A source package whose dependencies are not static is not locked.
+reads as before). A source package whose dependencies are not static (setup.py, dynamic)
+leaves the team's packages unlocked: the lock holds the cuda, torch and features groups with
+their hashes as ever, its inputs say `"source-package": null`, it has no team group, and the
+build's team step resolves the team's packages and the source package under the stack's
+constraints, without hashes (team_install.py, as for a cell without a lock).
 """
 
 from __future__ import annotations
@@ -104,16 +108,27 @@ def file_of(name: str) -> tuple[str, str]:
 
 
 def lockable(cell: Cell) -> bool:
-    return cell.venv_layers == "split" and cell.source_dependencies is not None
+    return cell.venv_layers == "split"
+
+
+def team_locked(cell: Cell) -> bool:
+    """Whether the cell's lock holds a team group: it has team packages, and a source
+    package's dependencies (if it has one) are static."""
+    return cell.team_packages and cell.source_dependencies is not None
 
 
 def not_locked_why(cell: Cell) -> str:
     """Why lock --packages leaves an unlockable cell alone, for its note."""
-    if cell.venv_layers != "split":
-        return "its venv is one layer: it compiles"
+    return "its venv is one layer: it compiles"
+
+
+def team_not_locked_note(cell: Cell) -> str:
+    """The note of a locked cell whose team packages stay unlocked (team_locked)."""
     return (
-        "its source package's dependencies are not static (setup.py, or dynamic in "
-        "pyproject.toml): list them in [project].dependencies to lock them"
+        f"{cell.id}: the team's packages are not locked (its source package's dependencies "
+        "are not static: setup.py, or dynamic in pyproject.toml; list them in "
+        "[project].dependencies to lock them): the build installs them under the stack's "
+        "constraints without hashes; cuda, torch and features are locked"
     )
 
 
@@ -269,7 +284,7 @@ def resolve(
     by_requirement = {p.requirement: p for p in [*features, *torch]}
     split = groups.split([p.requirement for p in torch], [p.requirement for p in features])
     layered = {g: tuple(by_requirement[r] for r in split[g]) for g in groups.GROUPS}
-    if cell.team_packages:
+    if team_locked(cell):
         layered["team"] = _team_pins(cell, resolver, [*torch, *features], used, wheelhouse, tag)
     return PackageLock(
         cell=cell.id,
@@ -418,6 +433,8 @@ def lock_cells(
         if not lockable(cell):
             notes.append(f"{cell.id}: packages not locked ({not_locked_why(cell)})")
             continue
+        if cell.team_packages and not team_locked(cell):
+            notes.append(team_not_locked_note(cell))
         for platform in cell.platforms:
             lock = _resolved(cell, resolver, index, wheelhouse, platform)
             _verify_resolved(lock, cell)
@@ -503,8 +520,6 @@ def _lock_problems(lock: PackageLock, cell: Cell, path: Path) -> list[str]:
             f"{path}: {cell.id} installs its venv in one layer, which a lock cannot pin; "
             "delete the lock"
         ]
-    if not lockable(cell):
-        return [f"{path}: {cell.id} cannot be locked ({not_locked_why(cell)}); delete the lock"]
     current = inputs_of(cell, lock.platform)
     moved = [
         k for k in sorted(set(current) | set(lock.inputs)) if current.get(k) != lock.inputs.get(k)

@@ -105,7 +105,8 @@ class Cell:
     # The team's own layer (docs/your-layer.md). `requirements`: the lines of the
     # `requirements:` files, in order, without duplicates; `requirement_files`: those files,
     # relative to the repository. `source_dependencies`: the source package's
-    # [project].dependencies, None where they are not static (then no lock can hold them).
+    # [project].dependencies, None where they are not static (then the lock holds the stack's
+    # groups only, and the team's packages install unhashed under the stack's constraints).
     requirements: tuple[str, ...] = ()
     requirement_files: tuple[str, ...] = ()
     source_package: bool = False

@@ -231,8 +231,8 @@ def _project_table(path: Path, root: Path, entry: str) -> dict[str, object] | No
 def source_package(source: Path) -> tuple[str, ...] | None:
     """The dependencies of the source folder's package as its pyproject.toml declares them;
     None where they are not static (setup.py, dynamic): then the build resolves them, and
-    `imagekit lock --packages` cannot lock the cell. RequirementsError when the folder is
-    not a package."""
+    `imagekit lock --packages` locks the cell's stack groups but not the team's packages.
+    RequirementsError when the folder is not a package."""
     root = repo_root(source).resolve()
     pyproject = source / "pyproject.toml"
     if not pyproject.is_file() and not (source / "setup.py").is_file():
