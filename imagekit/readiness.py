@@ -90,7 +90,8 @@ class EngineFacts:
     cli: str = ""  # the docker CLI that builds
     cli_version: str = ""
     builder_kind: str = ""  # "buildx", "buildkit" (a pre-23 CLI), "": none usable
-    builder_error: str = ""  # why none is usable, with the fix
+    builder_error: str = ""  # why none is usable (with the fix where builder_fix is "")
+    builder_fix: str = ""  # what makes one usable (discover.NoBuilder's fix)
     buildx_version: str = ""
     driver: str = ""  # the selected buildx builder's driver
 
@@ -213,7 +214,8 @@ def judge_buildx(e: EngineFacts, needs: Needs) -> Check:
     why = "several platforms in one image" if needs.multi_platform else "zstd layers, cache export"
     via = f"via {e.cli} {e.cli_version} ({e.source})"
     if not e.builder_kind:
-        return _check("buildx", False, True, e.builder_error, e.builder_error, "every build")
+        fix = e.builder_fix or e.builder_error
+        return _check("buildx", False, True, e.builder_error, fix, "every build")
     if e.builder_kind == "buildkit":
         found = f"none: Docker's built-in BuildKit (DOCKER_BUILDKIT=1) {via}"
         fix = (
@@ -399,6 +401,8 @@ def gather_engine(docker_cli: str | None) -> EngineFacts:
         facts["server_error"] = exc.lines[0]
     try:
         builder = engine.builder
+    except discover.NoBuilder as exc:  # what each CLI answered, and the fix on its own line
+        return EngineFacts(**facts, builder_error=exc.problem, builder_fix=exc.fix)
     except ImagekitError as exc:
         return EngineFacts(**facts, builder_error=exc.lines[0])
     facts.update(cli=builder.cli, cli_version=builder.cli_version, builder_kind=builder.kind)

@@ -115,6 +115,42 @@ def test_a_missing_record_is_silent_and_a_broken_one_has_a_note(tmp_path: Path) 
     assert "over 65536 bytes" in read_record(broken)[1]
 
 
+NOT_REGULAR = "not a regular file (a FIFO, a device or a folder)"
+
+
+@pytest.mark.subprocess
+@pytest.mark.timeout(20)
+def test_a_fifo_a_folder_or_a_device_at_the_record_path_is_ignored_with_a_note(
+    tmp_path: Path,
+) -> None:
+    """Opened non-blocking and checked before a byte is read: a FIFO would hang every
+    command (open blocks until a writer comes), /dev/zero would never end."""
+    fifo = tmp_path / "fifo.env"
+    os.mkfifo(fifo)
+    folder = tmp_path / "folder.env"
+    folder.mkdir()
+    device = tmp_path / "zero.env"
+    device.symlink_to("/dev/zero")
+    for path in (fifo, folder, device):
+        assert read_record(path) == (
+            None,
+            f"the engine record {path} cannot be read: {NOT_REGULAR}; ignored",
+        )
+    choice = choose(None, {}, lambda: usable_record({"IMAGEKIT_ENGINE_FILE": str(fifo)}))
+    assert choice.cli is None and choice.source == "PATH"
+    assert NOT_REGULAR in choice.note and choice.note.endswith("using the docker CLI on PATH")
+    # a whole process that reads the record (as every command does) ends
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k not in ("IMAGEKIT_DOCKER", *discover.EXPLICIT)}
+    code = "from imagekit.engine.discover import engine_choice as c; print(c().note)"
+    done = subprocess.run(
+        [sys.executable, "-c", code], env={**env, "IMAGEKIT_ENGINE_FILE": str(fifo)},
+        capture_output=True, text=True, timeout=15, check=True,
+    )  # fmt: skip
+    assert NOT_REGULAR in done.stdout, done.stderr
+
+
 def test_where_the_record_is_looked_for(tmp_path: Path) -> None:
     named = {"IMAGEKIT_ENGINE_FILE": "/somewhere/e.env", "HOME": str(tmp_path)}
     assert record_path(named) == Path("/somewhere/e.env")

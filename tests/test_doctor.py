@@ -164,6 +164,35 @@ def test_no_usable_client_is_missing_with_discovery_s_fix() -> None:
     assert check.status == MISSING and check.required and check.fix == error
 
 
+@pytest.mark.subprocess
+def test_a_docker_path_that_is_no_docker_cli_is_named_with_its_answer_and_the_fix_alone(
+    tmp_path: Path,
+) -> None:
+    """`doctor --docker /bin/false`: the path given and what it answered, never "Docker CLI
+    None"; the fix line holds the fix only."""
+    script = tmp_path / "notdocker"
+    script.write_text('#!/bin/sh\necho "hello from $1"\nexit 3\n')
+    script.chmod(0o755)
+    with pytest.raises(discover.NoBuilder) as raised:
+        discover.find_builder(str(script))
+    problem, fix = raised.value.problem, raised.value.fix
+    assert problem == (
+        f"cannot build with BuildKit: {script} (--docker) is not a Docker CLI: `{script} "
+        f"--version` exited 3 and printed 'hello from --version', and `{script} buildx "
+        "version` failed"
+    )
+    assert "None" not in problem and fix == discover.HOW_TO_POINT
+    assert str(raised.value) == f"{problem}. To fix: {fix}"  # build's message: both
+    check = readiness.judge_buildx(EngineFacts(builder_error=problem, builder_fix=fix), Needs())
+    assert check.status == MISSING and check.found == problem and check.fix == fix
+    assert "cannot build" not in check.fix
+    silent = tmp_path / "silent"
+    silent.write_text('#!/bin/sh\n[ "$1" = buildx ] && exit 1\nexit 0\n')
+    silent.chmod(0o755)
+    with pytest.raises(discover.NoBuilder, match="`.*silent --version` printed nothing"):
+        discover.find_builder(str(silent))
+
+
 @pytest.mark.parametrize(
     ("qemu", "platforms", "status"),
     [

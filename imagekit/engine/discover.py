@@ -14,6 +14,7 @@ import re
 import shlex
 import shutil
 import socket
+import stat
 import subprocess
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -32,6 +33,21 @@ HOW_TO_GET = (
     "(or IMAGEKIT_DOCKER) at a Docker CLI older than 23, which runs BuildKit itself when "
     "DOCKER_BUILDKIT=1; imagekit never falls back to the classic builder"
 )
+# Where no CLI tried is a Docker CLI at all (a wrong --docker path): point at one.
+HOW_TO_POINT = (
+    "point --docker (or IMAGEKIT_DOCKER) at a Docker CLI: one with the buildx plugin "
+    "(https://docs.docker.com/go/buildx/), or one older than 23, which runs BuildKit itself "
+    "when DOCKER_BUILDKIT=1; imagekit never falls back to the classic builder"
+)
+
+
+class NoBuilder(EngineError):
+    """No CLI tried can build with BuildKit: `problem` says what each answered, `fix` only
+    the fix (doctor shows them on their own lines); the message is both."""
+
+    def __init__(self, problem: str, fix: str) -> None:
+        super().__init__(f"{problem}. To fix: {fix}")
+        self.problem, self.fix = problem, fix
 
 
 @dataclass(frozen=True)
@@ -54,12 +70,23 @@ def _run(args: list[str]) -> subprocess.CompletedProcess[str]:
 
 
 def cli_version(cli: str) -> Version | None:
-    result = _run([cli, "--version"])  # client only: works with the daemon down
+    return _version_of(_run([cli, "--version"]))  # client only: works with the daemon down
+
+
+def _version_of(result: subprocess.CompletedProcess[str]) -> Version | None:
     match = re.search(r"version (\d+\.\d+(?:\.\d+)?)", result.stdout)
     try:
         return Version(match.group(1)) if match else None
     except InvalidVersion:
         return None
+
+
+def _answered(result: subprocess.CompletedProcess[str]) -> str:
+    """What `CLI --version` answered, for a message: its exit status and first line (escaped,
+    cut), or that it printed nothing."""
+    lines = (result.stdout or result.stderr or "").strip().splitlines()
+    said = f"printed {lines[0][:80]!r}" if lines else "printed nothing"
+    return f"exited {result.returncode} and {said}" if result.returncode else said
 
 
 def has_buildx(cli: str) -> bool:
@@ -161,18 +188,34 @@ def parse_record(text: str, path: Path) -> Recorded:
 def read_record(path: Path) -> tuple[Recorded | None, str]:
     """The record at `path`, or None and why it is not used ("" where there is none)."""
     try:
-        with path.open("rb") as handle:
-            data = handle.read(RECORD_LIMIT + 1)
+        data = _record_bytes(path)
     except FileNotFoundError:
         return None, ""
     except OSError as exc:
-        return None, f"the engine record {path} cannot be read ({exc.strerror or exc})"
+        return None, f"the engine record {path} cannot be read: {exc.strerror or exc}; ignored"
     try:
         if len(data) > RECORD_LIMIT:
             raise ValueError(f"it is over {RECORD_LIMIT} bytes")
         return parse_record(data.decode("utf-8"), path), ""
     except (ValueError, UnicodeDecodeError) as exc:
         return None, f"the engine record {path} is not engines.sh's: {exc}"
+
+
+def _record_bytes(path: Path) -> bytes:
+    """At most RECORD_LIMIT + 1 bytes of the record, as paths.read_checked reads a checkout's
+    files: opened non-blocking and checked with fstat before a byte is read, so a FIFO (which
+    would hang every command), a device (/dev/zero) or a folder is an OSError, never a wait.
+    Links are followed: the record is the user's own file, not a checkout's."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(0, "not a regular file (a FIFO, a device or a folder)")
+        data = b""
+        while len(data) <= RECORD_LIMIT and (more := os.read(fd, RECORD_LIMIT + 1 - len(data))):
+            data += more
+        return data
+    finally:
+        os.close(fd)
 
 
 def socket_answers(host: str, timeout: float = 2.0) -> bool:
@@ -280,22 +323,32 @@ def candidates(chosen: str | None) -> list[str]:
 def find_builder(chosen: str | None = None) -> Builder:
     choice = use_engine(chosen)
     tried: list[str] = []
+    some_docker = False  # whether any CLI tried answered as a Docker CLI
     for cli in candidates(choice.cli):
         if not shutil.which(cli):
             tried.append(f"{cli} ({choice.source}): not found or not executable")
             continue
-        version = cli_version(cli)
+        answer = _run([cli, "--version"])  # client only: works with the daemon down
+        version = _version_of(answer)
         if has_buildx(cli):
             return Builder(cli, "buildx", str(version), buildx_driver(cli))
         if version is not None and version < Version("23"):
             return Builder(cli, "buildkit", str(version))
+        if version is None:
+            tried.append(
+                f"{cli} ({choice.source}) is not a Docker CLI: `{cli} --version` "
+                f"{_answered(answer)}, and `{cli} buildx version` failed"
+            )
+            continue
+        some_docker = True
         tried.append(
             f"{cli}: Docker CLI {version} without the buildx plugin "
             "(CLIs 23+ build only through buildx)"
         )
     if not tried:
         tried.append("no docker CLI on PATH")
-    raise EngineError("cannot build with BuildKit: " + "; ".join(tried) + ". To fix: " + HOW_TO_GET)
+    fix = HOW_TO_GET if some_docker or not choice.cli else HOW_TO_POINT
+    raise NoBuilder("cannot build with BuildKit: " + "; ".join(tried), fix)
 
 
 def daemon_hint(env: Mapping[str, str] | None = None) -> str:
