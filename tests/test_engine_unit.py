@@ -224,7 +224,7 @@ def test_wheel_ships_templates_catalog_and_data(tmp_path: Path) -> None:
     assert any(out.glob("*cu126-*/Dockerfile"))
     # ... and `imagekit init` writes its workflow from the wheel's copy of images.yml
     started = subprocess.run(
-        [sys.executable, "-c", "from imagekit.cli.init import init; init(['proj'])"],
+        [sys.executable, "-m", "imagekit", "init", "proj"],
         cwd=tmp_path,
         env={**os.environ, "PYTHONPATH": str(target)},
         capture_output=True,

@@ -12,8 +12,8 @@ import pytest
 import yaml
 
 from imagekit import __version__
-from imagekit.cli import cli, main
-from imagekit.cli.init import init, sanitized
+from imagekit.cli import main
+from imagekit.cli.init import sanitized
 from imagekit.locks import images
 from imagekit.matrix.catalog import load_cells
 from imagekit.matrix.source import Matcher, ignore_patterns
@@ -23,12 +23,6 @@ from .conftest import ROOT
 from .test_ci import actionlint_command
 
 WRITTEN = ("envs/team.yaml", ".github/workflows/images.yml", ".dockerignore")
-
-
-@pytest.fixture(autouse=True)
-def _init_registered(monkeypatch: pytest.MonkeyPatch) -> None:
-    """`init` on the CLI group, as imagekit/cli/__init__.py registers it."""
-    monkeypatch.setitem(cli.commands, "init", init)
 
 
 def run(*args: str) -> int:

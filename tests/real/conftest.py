@@ -8,6 +8,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+import yaml
 
 from ..realengine import (
     REGISTRY,
@@ -19,7 +20,14 @@ from ..realengine import (
     require_engine,
 )
 
-CELL = "imagekit-test-cpu-torch2.13.0-py3.11-debian12-slim"
+STACK = "cpu-torch2.13.0-py3.11-debian12-slim"  # a tag template's {id}
+CELL = f"imagekit-test-{STACK}"  # the session project's cell: <repository>-<stack>
+
+
+def cell_of(repository: str) -> str:
+    """The test cell's id in a project made with make_project(repository=...)."""
+    return f"{repository}-{STACK}"
+
 
 TAG = f"{REGISTRY}/imagekit-test:2.13.0-cpu-py3.11-debian12-slim"
 
@@ -41,7 +49,10 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def report(root: Path) -> dict:  # type: ignore[type-arg]
-    return json.loads((root / "reports" / CELL / "build.json").read_text())
+    """The build report of the test cell of the project in `root`, whichever repository
+    make_project gave it (it is part of the cell id)."""
+    repository = yaml.safe_load((root / "envs" / "cpu.yaml").read_text())["repository"]
+    return json.loads((root / "reports" / cell_of(repository) / "build.json").read_text())
 
 
 def pushed_report(root: Path) -> dict:  # type: ignore[type-arg]

@@ -30,15 +30,11 @@ from ..realengine import (
     wheelhouse,
 )
 from ..test_ci import load_workflow
-from .conftest import CELL
+from .conftest import CELL, cell_of, report
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
 ZSTD_LAYER = "application/vnd.oci.image.layer.v1.tar+zstd"
-
-
-def built_report(root: Path) -> dict:  # type: ignore[type-arg]
-    return dict(json.loads((root / "reports" / CELL / "build.json").read_text()))
 
 
 def forget(*refs: str) -> None:
@@ -50,7 +46,7 @@ def build_in(root: Path, project: Path, *more: str) -> dict:  # type: ignore[typ
     """`imagekit build` of the test cell in `root` (the session's CA bundle); its report."""
     result = imagekit(*build_args(project / "ca-marked.pem", *more), cwd=root)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
-    return built_report(root)
+    return report(root)
 
 
 def test_a_push_without_load_goes_straight_to_the_registry_in_zstd_then_test_pulls_it(
@@ -156,7 +152,7 @@ def test_the_images_workflow_commands_run_as_written(project: Path, tmp_path: Pa
     said = dict(line.split("=", 1) for line in outputs.read_text().splitlines() if "=" in line)
     (cell,) = json.loads(said["cells"])["include"]
     (job,) = json.loads(said["builds"])["include"]  # one platform: one build job
-    assert cell["id"] == job["id"] == CELL and job["suffix"] == ""
+    assert cell["id"] == job["id"] == cell_of(flow) and job["suffix"] == ""
     assert "merges" not in said  # nothing to merge, so no merge job
     build = run_step(
         steps["Build (and push a candidate on main)"],
@@ -174,7 +170,7 @@ def test_the_images_workflow_commands_run_as_written(project: Path, tmp_path: Pa
     assert manifest(flow, candidate.rsplit(":", 1)[1])["layers"]
     assert manifest(flow, cell["cache"].rsplit(":", 1)[1])["layers"]
     forget(candidate, *cell["tags"].split(","))
-    assert built_report(root)["sbom"]  # the candidate's SBOM rides beside it
+    assert report(root)["sbom"]  # the candidate's SBOM rides beside it
     ours, other = cosign_keys(tmp_path / "ours"), cosign_keys(tmp_path / "other")
     check = run_step(
         steps["Self-check the candidate on this runner's hardware"],

@@ -21,7 +21,7 @@ from ..realengine import (
     marked_ca_bundle,
     require_engine,
 )
-from .conftest import CELL
+from .conftest import cell_of, report
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -39,10 +39,6 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
     result = imagekit(*build_args(marked_ca_bundle(root), "--push", "--load"), cwd=root)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return root
-
-
-def report(root: Path) -> dict:  # type: ignore[type-arg]
-    return json.loads((root / "reports" / CELL / "build.json").read_text())
 
 
 @pytest.mark.compat
@@ -128,7 +124,7 @@ def test_compression_and_cache_export_refusals_are_exact_on_each_engine(project:
     result = imagekit(*build_args(bundle, "--push", "--compression", "zstd"), cwd=project)
     assert result.returncode == 2, result.stdout + result.stderr
     assert f"--compression zstd: {what}" in result.stderr and fix in result.stderr
-    assert f"[{CELL}] build started" not in result.stdout  # refused before any build
+    assert f"[{cell_of(REPOSITORY)}] build started" not in result.stdout  # refused first
     result = imagekit(
         *build_args(bundle, "--cache-to", "type=registry,ref=127.0.0.1:5000/c:c"), cwd=project
     )

@@ -13,7 +13,7 @@ from imagekit.locks import packages
 
 from ..realengine import REGISTRY, build_args, docker, imagekit, make_project, marked_ca_bundle
 from ..realengine import wheelhouse as wheels
-from .conftest import CELL
+from .conftest import cell_of
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.timeout(1800)]
 
@@ -31,7 +31,7 @@ def test_a_build_from_a_lock_installs_exactly_the_locked_versions(tmp_path: Path
         "--torch-index", "none", "--wheelhouse", str(wheels()), cwd=root,
     )  # fmt: skip
     assert locked.returncode == 0, locked.stdout + locked.stderr
-    lock = packages.read(root / "envs" / "packages.lock", CELL)
+    lock = packages.read(root / "envs" / "packages.lock", cell_of("imagekit-locked"))
     assert lock is not None
     pins = {p.name: p.requirement.split("==")[1] for group in lock.groups.values() for p in group}
     assert pins["torch"] == "2.13.0+cpu" and "onnx" in pins

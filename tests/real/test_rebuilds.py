@@ -19,7 +19,7 @@ from ..realengine import (
     make_project,
     marked_ca_bundle,
 )
-from .conftest import CELL, TAG, report, run_in_image
+from .conftest import STACK, TAG, report, run_in_image
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -86,7 +86,7 @@ def test_adding_a_package_rebuilds_only_the_pip_layer_with_cached_bytecode(
     # BuildKit leaves the bind mount's target behind as an empty directory; nothing of uv.
     no_uv = "find /opt/uv -mindepth 1 2>/dev/null | wc -l; command -v uv || echo absent"
     assert run_in_image(tag, "sh", "-c", no_uv).split() == ["0", "absent"]
-    docker("rmi", tag, f"127.0.0.1:5000/{repository}:{CELL}-latest")
+    docker("rmi", tag, f"127.0.0.1:5000/{repository}:{STACK}-latest")
 
 
 def test_with_build_apt_an_sdist_compiles_in_the_builder_and_reaches_the_runtime_as_a_delta(
@@ -114,7 +114,7 @@ def test_with_build_apt_an_sdist_compiles_in_the_builder_and_reaches_the_runtime
     absent = "dpkg -s build-essential python3-dev >/dev/null 2>&1 || echo absent"
     assert run_in_image(tag, "sh", "-c", absent) == "absent"
     assert run_in_image(tag, "python", "-c", FILELOCK_PROBE) == "3.12.0 1 2.13.0+cpu"
-    docker("rmi", tag, "127.0.0.1:5000/imagekit-delta-test:" + CELL + "-latest")
+    docker("rmi", tag, "127.0.0.1:5000/imagekit-delta-test:" + STACK + "-latest")
 
 
 @pytest.mark.compat
@@ -144,7 +144,7 @@ def test_inline_cache_is_written_when_asked_on_every_engine(project: Path) -> No
     result = imagekit(*build_args(project / "ca-marked.pem", *more), cwd=project)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     assert INLINE_CACHE_KEY in image_config(TAG + "-inline")
-    docker("rmi", TAG + "-inline", f"{TAG.rsplit(':', 1)[0]}:{CELL}-latest-inline")
+    docker("rmi", TAG + "-inline", f"{TAG.rsplit(':', 1)[0]}:{STACK}-latest-inline")
 
 
 def test_source_only_change_rebuilds_only_the_last_layer(project: Path) -> None:

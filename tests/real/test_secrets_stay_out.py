@@ -17,7 +17,7 @@ from ..realengine import (
     imagekit,
     make_project,
 )
-from .conftest import CELL, TAG, run_in_image
+from .conftest import STACK, TAG, cell_of, run_in_image
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -84,8 +84,8 @@ def test_index_mirror_with_credentials_is_used_and_kept_out_of_the_image(
             assert len(six) == 1, six  # the first build fetched it, the second did not
     tag = "127.0.0.1:5000/imagekit-mirror-test:2.13.0-cpu-py3.11-debian12-slim"
     assert run_in_image(tag, "python", "-c", "import six; print(six.__name__)") == "six"
-    report_text = (root / "reports" / CELL / "build.json").read_text()
+    report_text = (root / "reports" / cell_of("imagekit-mirror-test") / "build.json").read_text()
     assert password not in result.stdout + result.stderr + report_text
     assert password not in docker("history", "--no-trunc", tag).stdout
     assert _strings_in_saved_image(tag, tmp_path, [password, "import"]) == {"import"}
-    docker("rmi", tag, "127.0.0.1:5000/imagekit-mirror-test:" + CELL + "-latest")
+    docker("rmi", tag, "127.0.0.1:5000/imagekit-mirror-test:" + STACK + "-latest")
