@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from imagekit.contract.refs import parse
+from imagekit.engine.discover import Builder
 from imagekit.errors import ImagekitError
 from imagekit.matrix.cells import Cell
 from imagekit.platforms import AMD64, PLATFORMS
@@ -200,14 +201,18 @@ def judge_engine(e: EngineFacts) -> Check:
     )
 
 
+def _builder(e: EngineFacts) -> Builder:
+    return Builder(e.cli, e.builder_kind, e.cli_version, e.driver)
+
+
 def pushes_from_builder(e: EngineFacts) -> bool:
-    """BuildKit writes and pushes the layers itself (docker.py's pushes_from_builder)."""
-    return e.builder_kind == "buildx" and (e.driver != "docker" or bool(e.containerd_store))
+    """BuildKit writes and pushes the layers itself: the engine's rule (Builder.pushes_layers)."""
+    return _builder(e).pushes_layers(bool(e.containerd_store))
 
 
 def holds_multi_platform(e: EngineFacts) -> bool:
-    """An image of several platforms under one name (docker.py's holds_multi_platform)."""
-    return bool(e.containerd_store) or (e.builder_kind == "buildx" and e.driver != "docker")
+    """An image of several platforms under one name (Builder.holds_multi_platform)."""
+    return _builder(e).holds_multi_platform(bool(e.containerd_store))
 
 
 def judge_buildx(e: EngineFacts, needs: Needs) -> Check:

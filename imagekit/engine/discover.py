@@ -58,6 +58,16 @@ class Builder:
     # buildx only: the selected builder's driver ("docker", "docker-container", ...)
     driver: str = ""
 
+    def pushes_layers(self, containerd_store: bool) -> bool:
+        """Whether BuildKit itself writes and pushes the layers (buildx, except the docker
+        driver on the classic store, whose push is the engine's gzip `docker push`)."""
+        return self.kind == "buildx" and (self.driver != "docker" or containerd_store)
+
+    def holds_multi_platform(self, containerd_store: bool) -> bool:
+        """An image of several platforms under one name: the containerd image store holds
+        one; so does a builder of its own (docker-container, remote) in what it pushes."""
+        return containerd_store or (self.kind == "buildx" and self.driver != "docker")
+
     def environment(self) -> dict[str, str]:
         env = dict(os.environ)
         if self.kind == "buildkit":

@@ -389,10 +389,8 @@ class DockerEngine:
         return self._buildx_push(args, tags, lambda _: None)
 
     def pushes_from_builder(self) -> bool:
-        """Whether BuildKit itself writes and pushes the layers (buildx, except the docker
-        driver on the classic store, whose push is the engine's gzip `docker push`)."""
-        b = self.builder
-        return b.kind == "buildx" and (b.driver != "docker" or self.containerd_store)
+        """Whether BuildKit itself writes and pushes the layers (Builder.pushes_layers)."""
+        return self.builder.pushes_layers(self.containerd_store)
 
     def build_push(
         self,
@@ -496,11 +494,8 @@ class DockerEngine:
         return str(second.stdout.decode("utf-8", "replace"))
 
     def holds_multi_platform(self) -> bool:
-        """An image of several platforms under one name: the containerd image store holds
-        one; so does a builder of its own (docker-container, remote) in what it pushes."""
-        return self.containerd_store or (
-            self.builder.kind == "buildx" and self.builder.driver != "docker"
-        )
+        """An image of several platforms under one name (Builder.holds_multi_platform)."""
+        return self.builder.holds_multi_platform(self.containerd_store)
 
     def emulation_problem(self, platform: str) -> str | None:
         """Why this engine's containers cannot run `platform`'s programs (None: they can).
