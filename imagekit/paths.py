@@ -97,30 +97,47 @@ def read_checked(path: Path, what: str, root: Path | None = None) -> bytes | Non
             "reads only files inside it. Replace the link with the file itself"
         )
     try:
-        fd = os.open(target, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+        data, size = read_regular(target, limit, follow_links=False)
+    except NotRegular:
+        raise UnsafeFile(
+            f"{shown}: the {what} is not a regular file (a folder, a FIFO or a device); "
+            "put the file itself there"
+        ) from None
     except OSError as exc:
         raise UnsafeFile(f"{shown}: cannot read the {what}: {exc.strerror}") from None
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise UnsafeFile(
-                f"{shown}: the {what} is not a regular file (a folder, a FIFO or a device); "
-                "put the file itself there"
-            )
-        if info.st_size > limit:
-            article = "an" if what[0] in "aeiou." else "a"
-            raise UnsafeFile(
-                f"{shown}: the {what} is {info.st_size} bytes; {article} {what} may be at most "
-                f"{limit} bytes"
-            )
-        data = os.read(fd, limit + 1)
-        while len(data) <= limit and (more := os.read(fd, limit + 1 - len(data))):
-            data += more
-    finally:
-        os.close(fd)
+    if size > limit:
+        article = "an" if what[0] in "aeiou." else "a"
+        raise UnsafeFile(
+            f"{shown}: the {what} is {size} bytes; {article} {what} may be at most {limit} bytes"
+        )
     if len(data) > limit:  # it grew while being read (a file of /proc has size 0)
         raise UnsafeFile(f"{shown}: the {what} is more than {limit} bytes")
     return data
+
+
+class NotRegular(OSError):
+    """A folder, a FIFO or a device where a file belongs."""
+
+
+def read_regular(path: Path, limit: int, follow_links: bool = True) -> tuple[bytes, int]:
+    """At most `limit` + 1 bytes of the regular file at `path`, and its size as fstat gives
+    it, never blocking: opened non-blocking and checked with fstat before a byte is read, so
+    a FIFO (which would hang the reader) or a device (/dev/zero) is NotRegular, never a wait.
+    A file whose size is already over `limit` is not read (its bytes come back empty)."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow_links else os.O_NOFOLLOW)
+    fd = os.open(path, flags)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise NotRegular(0, "not a regular file (a FIFO, a device or a folder)")
+        if info.st_size > limit:
+            return b"", info.st_size
+        data = os.read(fd, limit + 1)
+        while len(data) <= limit and (more := os.read(fd, limit + 1 - len(data))):
+            data += more
+        return data, info.st_size
+    finally:
+        os.close(fd)
 
 
 def write_atomic(path: Path, text: str) -> bool:

@@ -14,7 +14,6 @@ import re
 import shlex
 import shutil
 import socket
-import stat
 import subprocess
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -25,6 +24,7 @@ from packaging.version import InvalidVersion, Version
 from imagekit import terminal
 from imagekit.engine.interface import Compression, is_inline_cache
 from imagekit.errors import EngineError
+from imagekit.paths import read_regular
 
 MIN_ENGINE = Version("20.10")
 CANDIDATES = ("/usr/bin/docker", "/usr/local/bin/docker")
@@ -198,34 +198,18 @@ def parse_record(text: str, path: Path) -> Recorded:
 def read_record(path: Path) -> tuple[Recorded | None, str]:
     """The record at `path`, or None and why it is not used ("" where there is none)."""
     try:
-        data = _record_bytes(path)
+        # the user's own file, not a checkout's: a link to it is followed
+        data, size = read_regular(path, RECORD_LIMIT)
     except FileNotFoundError:
         return None, ""
     except OSError as exc:
         return None, f"the engine record {path} cannot be read: {exc.strerror or exc}; ignored"
     try:
-        if len(data) > RECORD_LIMIT:
+        if max(size, len(data)) > RECORD_LIMIT:
             raise ValueError(f"it is over {RECORD_LIMIT} bytes")
         return parse_record(data.decode("utf-8"), path), ""
     except (ValueError, UnicodeDecodeError) as exc:
         return None, f"the engine record {path} is not engines.sh's: {exc}"
-
-
-def _record_bytes(path: Path) -> bytes:
-    """At most RECORD_LIMIT + 1 bytes of the record, as paths.read_checked reads a checkout's
-    files: opened non-blocking and checked with fstat before a byte is read, so a FIFO (which
-    would hang every command), a device (/dev/zero) or a folder is an OSError, never a wait.
-    Links are followed: the record is the user's own file, not a checkout's."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(0, "not a regular file (a FIFO, a device or a folder)")
-        data = b""
-        while len(data) <= RECORD_LIMIT and (more := os.read(fd, RECORD_LIMIT + 1 - len(data))):
-            data += more
-        return data
-    finally:
-        os.close(fd)
 
 
 def socket_answers(host: str, timeout: float = 2.0) -> bool:
