@@ -421,17 +421,7 @@ def gather_qemu(platform: str) -> QemuFacts:
 
     entries = emulation.read_binfmt()
     problem = emulation.emulation_problem(platform, os.uname().machine, entries)
-    machine = emulation.MACHINE.get(platform, "")
-    interpreter = next(
-        (
-            line.split(" ", 1)[1].strip()
-            for name, text in entries.items()
-            if machine and machine in name
-            for line in text.splitlines()
-            if line.startswith("interpreter ")
-        ),
-        "",
-    )
+    interpreter = emulation.interpreter(platform, entries)
     said = _output([interpreter, "--version"]) if interpreter and problem is None else ""
     match = re.search(r"version (\d+\.\d+(?:\.\d+)?)", said)
     return QemuFacts(platform, problem, interpreter, match.group(1) if match else "")

@@ -235,6 +235,30 @@ def test_emulation_is_a_pure_function_of_the_machine_and_binfmt(
         assert problem is not None and needle in problem and platform in problem
 
 
+@pytest.mark.parametrize(
+    ("platform", "entries", "interpreter"),
+    [
+        (ARM64, {"qemu-aarch64": QEMU_PF}, "/usr/libexec/qemu-binfmt/aarch64-binfmt-P"),
+        # found by its ELF magic, whatever the registration is called
+        (ARM64, {"arm64-runner": QEMU_PF}, "/usr/libexec/qemu-binfmt/aarch64-binfmt-P"),
+        (
+            ARM64,
+            {"qemu-aarch64": QEMU_PF.replace("flags: PF", "flags: P")},
+            "",
+        ),  # not in containers
+        (ARM64, {"qemu-aarch64": QEMU_PF.replace("enabled", "disabled")}, ""),
+        (AMD64, {"qemu-aarch64": QEMU_PF}, ""),  # another machine's registration
+        (ARM64, {}, ""),
+    ],
+)
+def test_the_interpreter_is_the_registration_containers_use(
+    platform: str, entries: dict[str, str], interpreter: str
+) -> None:
+    from imagekit.engine.emulation import interpreter as interpreter_of
+
+    assert interpreter_of(platform, entries) == interpreter
+
+
 def test_binfmt_is_read_from_a_folder(tmp_path: Path) -> None:
     from imagekit.engine.emulation import read_binfmt
 

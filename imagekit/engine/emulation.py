@@ -11,7 +11,7 @@ host kind is table-tested.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 from imagekit.platforms import AMD64, ARM64
@@ -72,10 +72,7 @@ def emulation_problem(platform: str, machine: str, entries: Mapping[str, str]) -
     if magic is None:
         return f"{platform} is not a platform imagekit builds"
     seen_without_f = ""
-    for name, text in entries.items():
-        fields = _fields(text)
-        if fields.get("magic", "").lower() != magic or "enabled" not in fields:
-            continue
+    for name, fields in _registrations(magic, entries):
         if "F" in fields.get("flags", ""):
             return None
         seen_without_f = name
@@ -86,6 +83,25 @@ def emulation_problem(platform: str, machine: str, entries: Mapping[str, str]) -
         )
     where = "no binfmt_misc registration" if entries else "binfmt_misc is not mounted or empty"
     return f"{platform} on this {machine} host needs QEMU user emulation ({where}); {FIX[platform]}"
+
+
+def interpreter(platform: str, entries: Mapping[str, str]) -> str:
+    """The program binfmt_misc runs `platform`'s ELF binaries with, in containers too (its
+    enabled registration with the F flag); "" where there is none."""
+    runs = (
+        fields.get("interpreter", "")
+        for _, fields in _registrations(_ELF_MAGIC.get(platform, ""), entries)
+        if "F" in fields.get("flags", "")
+    )
+    return next(runs, "")
+
+
+def _registrations(magic: str, entries: Mapping[str, str]) -> Iterator[tuple[str, dict[str, str]]]:
+    """The enabled registrations for ELF binaries of `magic`, by name, with their fields."""
+    for name, text in entries.items():
+        fields = _fields(text)
+        if magic and fields.get("magic", "").lower() == magic and "enabled" in fields:
+            yield name, fields
 
 
 def _fields(text: str) -> dict[str, str]:
