@@ -202,7 +202,7 @@ from imagekit.cli.params import (
     show_default=True,
     help="Folder for the reports, <cell>/build.json (docs/build-report.md).",
 )
-@renamed_option("--report-dir", "--out", "old_report_dir", type=OUT_DIR)
+@renamed_option("--report-dir", "old_report_dir", type=OUT_DIR)
 def build(**kwargs: Any) -> None:
     """Build the selected cells with BuildKit and report on each."""
     renamed(kwargs, "--report-dir", "--out", "old_report_dir", "report_dir")

@@ -174,7 +174,7 @@ def write_json(path: Path, data: Any, sort_keys: bool = False) -> None:
         write_atomic(path, text + "\n")
 
 
-def renamed_option(old: str, new: str, dest: str, **kwargs: Any) -> Callable[[Any], Any]:
+def renamed_option(old: str, dest: str, **kwargs: Any) -> Callable[[Any], Any]:
     """An option's old name, still taken but hidden from help; `renamed` merges it into the
     new one's value and says once, on stderr, what it is called now."""
     return click.option(old, dest, hidden=True, default=None, **kwargs)
