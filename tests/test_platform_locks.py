@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from imagekit.builder import bases, context
-from imagekit.buildtime import groups, sbom_writer
+from imagekit.buildtime import groups, sbom_writer, team_install
 from imagekit.cli import main
 from imagekit.engine import pushed
 from imagekit.engine.docker import DockerEngine
@@ -283,10 +283,24 @@ def test_groups_py_stops_where_the_lock_is_another_machines_only(
     assert run_groups(monkeypatch, empty, "aarch64", tmp_path / "out2")
 
 
-def test_the_three_places_that_know_the_staged_layout_agree() -> None:
+def test_the_places_that_know_the_staged_layout_agree() -> None:
     machines = {"x86_64": AMD64, "aarch64": ARM64}
     assert {machines[m]: f for m, f in groups.LOCKED_FOLDERS.items()} == packages.STAGED
     assert sbom_writer.LOCKED_FOLDERS == groups.LOCKED_FOLDERS
+    assert team_install.LOCKED_FOLDERS == groups.LOCKED_FOLDERS
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["nvidia-cublas-cu12", "nvidia_cudnn_cu12", "nvidia-ml-py", "NVIDIA-NCCL-CU12", "numpy"],
+)
+def test_the_build_scripts_agree_on_what_a_cuda_library_is(name: str) -> None:
+    """team_install.py and groups.py each run alone in the build (one file each, standard
+    library only), so each carries the rule: the CUDA libraries groups.py layers apart are
+    the ones team_install.py holds as the stack."""
+    assert team_install.NOT_CUDA_LIBRARIES == groups.NOT_CUDA_LIBRARIES
+    assert team_install.normalize(name) == groups.normalize(name)
+    assert team_install.is_stack(name) == groups.is_cuda_library(f"{name}==1.0")
 
 
 def test_the_sbom_takes_the_hashes_of_its_machines_lock(staged: Path) -> None:

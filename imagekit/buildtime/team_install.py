@@ -35,6 +35,8 @@ from pathlib import Path
 # The stack: what a team's package may never move. torch's family, the NVIDIA CUDA library
 # wheels (groups.is_cuda_library's rule; nvidia-ml-py is pure Python bindings, not one) and
 # the CUDA 13 wheels' toolkit packages. imagekit/locks/packages.py pins the same at lock time.
+# This script runs alone in the build, so it carries groups.py's rule and folders itself:
+# tests/test_platform_locks.py holds the copies equal.
 TORCH_FAMILY = frozenset({"torch", "torchvision", "torchaudio", "triton", "pytorch-triton"})
 CUDA_PACKAGES = frozenset({"cuda-toolkit", "cuda-bindings", "cuda-pathfinder"})
 NOT_CUDA_LIBRARIES = ("nvidia-ml-py",)
