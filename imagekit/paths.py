@@ -6,9 +6,11 @@ Dockerfile, seen from a context) are computed, not hard-coded to a directory dep
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 import tempfile
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from imagekit.errors import UsageError
@@ -153,6 +155,32 @@ def write_atomic(path: Path, text: str) -> bool:
         tmp.unlink(missing_ok=True)
         raise
     return True
+
+
+def write_all_or_none(
+    files: Mapping[Path, str], check: Callable[[Mapping[Path, Path]], None] | None = None
+) -> None:
+    """Every file or none: each written to a temp file beside it (its folders made), `check`
+    run over those temps (path -> temp), then all renamed into place. A failure before the
+    renames (an OSError, or what `check` raises) leaves no temp file and none of the folders
+    this made, and is raised as it came."""
+    made = sorted({d for p in files for d in (p.parent, *p.parent.parents) if not d.exists()})
+    temps: dict[Path, Path] = {}
+    try:
+        for path, text in files.items():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            temps[path] = temp_beside(path, text)
+        if check is not None:
+            check(temps)
+        for path, temp in temps.items():
+            os.replace(temp, path)
+        made = []
+    finally:
+        for temp in temps.values():
+            temp.unlink(missing_ok=True)
+        for folder in reversed(made):  # deepest first, each only when empty
+            with contextlib.suppress(OSError):
+                folder.rmdir()
 
 
 def temp_beside(path: Path, text: str) -> Path:

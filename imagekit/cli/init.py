@@ -9,7 +9,6 @@ file is checked before any is written, and each is written whole or not at all.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
@@ -24,7 +23,7 @@ from imagekit.cli.common import examples
 from imagekit.cli.params import OUT_DIR, Checked, one_line
 from imagekit.contract.refs import COMPONENT, REGISTRY
 from imagekit.errors import UsageError
-from imagekit.paths import temp_beside
+from imagekit.paths import write_all_or_none
 from imagekit.resources import INIT_DIR, images_workflow
 from imagekit.urls import has_credentials
 
@@ -192,23 +191,9 @@ def write_all(files: dict[Path, str], matrix: Path) -> str:
     renamed into place: a failure before the renames (a full disk, a folder it may not write,
     a matrix that does not load) leaves nothing behind, not even the folders it made. The
     tag of the matrix's first cell."""
-    made = sorted({d for p in files for d in (p.parent, *p.parent.parents) if not d.exists()})
-    temps: dict[Path, Path] = {}
-    try:
-        for path, text in files.items():
-            path.parent.mkdir(parents=True, exist_ok=True)
-            temps[path] = temp_beside(path, text)
-        tag = first_tag(temps[matrix])
-        for path, temp in temps.items():
-            os.replace(temp, path)
-        made = []
-    finally:
-        for temp in temps.values():
-            temp.unlink(missing_ok=True)
-        for folder in reversed(made):  # deepest first
-            with contextlib.suppress(OSError):
-                folder.rmdir()
-    return tag
+    tags: list[str] = []
+    write_all_or_none(files, check=lambda temps: tags.append(first_tag(temps[matrix])))
+    return tags[0]
 
 
 def first_tag(matrix: Path) -> str:

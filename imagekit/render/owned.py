@@ -341,19 +341,12 @@ def _legacy_orphan(
 def apply(result: Plan, out_dir: Path) -> None:
     """Write every file or none (each to a temp file beside it, then all renamed into place),
     then remove the folders of cells that left."""
-    pending: list[tuple[Path, Path]] = []
     try:
-        for path, text in result.writes:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            pending.append((paths.temp_beside(path, text), path))
+        paths.write_all_or_none(dict(result.writes))
     except OSError as exc:
-        for tmp, _ in pending:
-            tmp.unlink(missing_ok=True)
         raise UsageError(
             f"cannot write under {out_dir}: {exc.strerror} ({exc.filename}); nothing was written"
         ) from None
-    for tmp, path in pending:
-        os.replace(tmp, path)
     for folder, _ in result.removals:
         (folder / "Dockerfile").unlink()
         with contextlib.suppress(OSError):
