@@ -330,6 +330,23 @@ def test_compression_options_checked_before_anything(capsys: pytest.CaptureFixtu
     assert code == 0 and "push: docker push " in out
 
 
+@pytest.mark.usefixtures("in_repo")
+def test_a_dry_run_refuses_several_platforms_as_the_run_does(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The dry run's refusal is the real run's own message (orchestrate.index_problem)."""
+    two = "pytorch-train-cu130-torch2.14.1-py3.12-ubuntu24.04-slim"
+    base = ["build", "--cell", two, "--dry-run", "--ca-bundle", __file__, "--push"]
+    platforms = ["--platform", "linux/amd64,linux/arm64"]
+    code, out, _ = cli(*base, "--load", *platforms, capsys=capsys)
+    assert code == 0
+    assert "refused before anything builds: --platform linux/amd64,linux/arm64: an image of " \
+        "several platforms is one index" in out  # fmt: skip
+    code, out, _ = cli(*base, *platforms, capsys=capsys)
+    assert code == 0 and "build and push in one, nothing loaded" in out
+    assert "this engine cannot build and push an image of several platforms" in out
+
+
 def test_build_refuses_what_the_engine_cannot_do_before_building(  # type: ignore[no-untyped-def]
     cells, tmp_path: Path
 ) -> None:

@@ -153,15 +153,9 @@ def refusals(engine: PicturedEngine, build: PlannedBuild, options: BuildOptions)
     problems = unsupported(
         engine.builder, options.cache_to, options.compression, engine.containerd_store
     )
-    several = len(build.platforms) > 1
-    if several and options.load:
-        problems.append(
-            f"--platform {','.join(build.platforms)} with --load: an image of several "
-            "platforms is pushed, not loaded"
-        )
-    elif several and not (engine.pushes_from_builder() and engine.holds_multi_platform()):
-        problems.append(
-            f"--platform {','.join(build.platforms)}: this engine cannot build and push an "
-            "image of several platforms"
-        )
+    if len(build.platforms) > 1:
+        from imagekit.builder.orchestrate import index_problem
+
+        problem = index_problem(engine, build.platforms, options, who=lambda: "this engine")
+        problems += [problem] if problem else []
     return problems

@@ -5,7 +5,7 @@ CLI makes one DockerEngine per run, tests pass engine/fake.py's."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -66,23 +66,36 @@ def check_platforms(engine: Engine, builds: Sequence[PlannedBuild], options: Bui
     a foreign platform without QEMU, or an index of several that it cannot push."""
     base.check_emulation(engine, dict.fromkeys(p for b in builds for p in b.request.platforms))
     several = next((b for b in builds if len(b.platforms) > 1), None)
-    if several is None:
-        return
-    asked = f"--platform {','.join(several.platforms)}"
+    problem = index_problem(engine, several.platforms, options) if several else ""
+    if problem:
+        raise UsageError(problem)
+
+
+def index_problem(
+    engine: Engine,
+    platforms: Sequence[str],
+    options: BuildOptions,
+    who: Callable[[], str] | None = None,
+) -> str:
+    """Why `platforms`, several, cannot be built as one index with these options on this
+    engine ("" where they can). `who` names the engine (default: its describe(), which asks
+    the daemon; a dry run, which contacts nothing, names it itself)."""
+    asked = f"--platform {','.join(platforms)}"
     if not options.push or options.load:
-        raise UsageError(
+        return (
             f"{asked}: an image of several platforms is one index, pushed to a registry, "
             "and each platform's report is read back from there: add --push (without "
             "--load); to build a local image, name one platform (e.g. --platform linux/arm64)"
         )
     if not (engine.pushes_from_builder() and engine.holds_multi_platform()):
-        raise UsageError(
-            f"{asked}: {engine.describe()} cannot build and push an image of several "
+        return (
+            f"{asked}: {(who or engine.describe)()} cannot build and push an image of several "
             "platforms (Docker 20.10, or buildx's docker driver on the classic image store). "
             'Fix: turn on the containerd image store (dockerd\'s {"features": '
             '{"containerd-snapshotter": true}}), or use a docker-container builder '
             "(docker buildx create --driver docker-container --use)"
         )
+    return ""
 
 
 def run_build(
