@@ -1,4 +1,4 @@
-"""A small PyPI mirror on 127.0.0.1 for tests and benchmarks (stdlib only).
+"""A small PyPI mirror on 127.0.0.1 (or `host`) for tests and benchmarks (stdlib only).
 
 It serves PEP 503 simple pages and files fetched from pypi.org, rewriting file links to
 itself, and behaves like the real index where it matters to an installer:
@@ -64,13 +64,15 @@ class Mirror:
         credentials: tuple[str, str] | None = None,
         bytes_per_second: float | None = None,
         port: int = 0,
+        host: str = "127.0.0.1",
     ) -> None:
         self.cache_dir = cache_dir
+        self.host = host  # where it listens: a build's RUN reaches the bridge's gateway
         self.ssl = ssl.create_default_context(cafile=str(ca_bundle) if ca_bundle else None)
         self.credentials = credentials
         self.link = Link(bytes_per_second) if bytes_per_second else None
         self.stats = Stats()
-        self._server = ThreadingHTTPServer(("127.0.0.1", port), _handler(self))
+        self._server = ThreadingHTTPServer((host, port), _handler(self))
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
@@ -82,7 +84,7 @@ class Mirror:
         auth = ""
         if self.credentials and with_credentials:
             auth = f"{self.credentials[0]}:{self.credentials[1]}@"
-        return f"http://{auth}127.0.0.1:{self.port}/simple/"
+        return f"http://{auth}{self.host}:{self.port}/simple/"
 
     def __enter__(self) -> Mirror:
         self._thread.start()
@@ -101,7 +103,7 @@ class Mirror:
     def page(self, project: str) -> bytes:
         with urllib.request.urlopen(UPSTREAM_PAGES + project + "/", context=self.ssl) as resp:
             html = resp.read().decode()
-        local = f"http://127.0.0.1:{self.port}/files/"
+        local = f"http://{self.host}:{self.port}/files/"
         return html.replace(UPSTREAM_FILES, local).encode()
 
     def file(self, path: str) -> Path:
