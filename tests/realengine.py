@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gzip
+import io
 import json
 import os
 import shutil
@@ -10,8 +12,10 @@ import sys
 import tarfile
 import urllib.request
 from pathlib import Path
+from typing import IO, Any
 
 import pytest
+import zstandard
 
 from .conftest import ROOT
 
@@ -79,6 +83,91 @@ def image_config(ref: str, timeout: float = 300) -> dict:  # type: ignore[type-a
     return json.loads(small[entry["Config"]])  # type: ignore[no-any-return]
 
 
+GZIP_MAGIC, ZSTD_MAGIC = b"\x1f\x8b", b"\x28\xb5\x2f\xfd"
+
+
+def layer_tar(member: IO[bytes]) -> IO[bytes]:
+    """A layer as `docker save` wrote it, as its tar stream: the containerd store writes each
+    blob as it holds it (the zstd or gzip blobs a pushing build made and loaded, the plain tar
+    of a layer built here), the classic store and Docker 20.10 plain tars."""
+    head = member.read(4)
+    rest = io.BufferedReader(_Prefixed(head, member))  # type: ignore[arg-type]
+    if head.startswith(GZIP_MAGIC):
+        return gzip.GzipFile(fileobj=rest, mode="rb")  # type: ignore[return-value]
+    if head == ZSTD_MAGIC:
+        return zstandard.ZstdDecompressor().stream_reader(rest, read_across_frames=True)  # type: ignore[return-value]
+    return rest  # type: ignore[return-value]
+
+
+class _Prefixed(io.RawIOBase):
+    """Bytes already read, then the rest of the stream."""
+
+    def __init__(self, head: bytes, stream: IO[bytes]) -> None:
+        self.head, self.stream = head, stream
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        data = self.head[: len(buffer)] or self.stream.read(len(buffer))
+        self.head = self.head[len(data) :] if self.head else b""
+        buffer[: len(data)] = data
+        return len(data)
+
+
+def _strings_in_file(stream: IO[bytes], needles: list[str]) -> set[str]:
+    """The needles in a file, read a MiB at a time (a needle across two reads is seen)."""
+    wanted = {n: n.encode() for n in needles}
+    keep = max((len(b) for b in wanted.values()), default=1) - 1
+    found: set[str] = set()
+    tail = b""
+    while chunk := stream.read(1 << 20):
+        window = tail + chunk
+        found |= {n for n, b in wanted.items() if b in window}
+        tail = window[-keep:] if keep else b""
+    return found
+
+
+def strings_in_saved_image(ref: str, needles: list[str]) -> tuple[set[str], list[str]]:
+    """Which of `needles` are in the image `docker save` writes: in its config and manifests,
+    and in the files of every layer however the engine stores it (layer_tar). Also the members
+    over 64 KiB that read as neither JSON nor a layer: a scan that reads nothing of a layer
+    would find nothing in it, so a caller asserts there are none. Streamed: images are GBs."""
+    found: set[str] = set()
+    unread: list[str] = []
+    with subprocess.Popen([DOCKER, "save", ref], stdout=subprocess.PIPE) as save:
+        assert save.stdout is not None
+        with tarfile.open(fileobj=save.stdout, mode="r|") as archive:
+            for member in archive:
+                stream = archive.extractfile(member) if member.isfile() else None
+                if stream is None:
+                    continue
+                if member.size < 1 << 16:
+                    data = stream.read()
+                    found |= {n for n in needles if n.encode() in data}
+                    if not data.lstrip().startswith((b"{", b"[")):
+                        found |= _strings_in_layer(io.BytesIO(data), needles, member.name, [])
+                    continue
+                found |= _strings_in_layer(stream, needles, member.name, unread)
+        assert save.wait(timeout=600) == 0, f"docker save {ref} failed"
+    return found, unread
+
+
+def _strings_in_layer(
+    stream: IO[bytes], needles: list[str], name: str, unread: list[str]
+) -> set[str]:
+    found: set[str] = set()
+    try:
+        with tarfile.open(fileobj=layer_tar(stream), mode="r|") as layer:
+            for inner in layer:
+                content = layer.extractfile(inner) if inner.isfile() else None
+                if content is not None:
+                    found |= _strings_in_file(content, needles)
+    except (tarfile.ReadError, OSError, EOFError, zstandard.ZstdError):
+        unread.append(name)
+    return found
+
+
 INLINE_CACHE_KEY = "moby.buildkit.cache.v0"  # where BuildKit writes inline cache in a config
 
 
@@ -135,6 +224,57 @@ def require_exporter() -> None:
             "needs buildx exporting into the containerd image store "
             "(the default engine: bash .ci/engines.sh start containerd)"
         )
+
+
+DEBIAN = "debian:bookworm-slim"  # the test cell's base, as `imagekit base bootstrap` names it
+# Root filesystems bootstrapped in this run, kept for the next engine's phase (scripts/test-all.sh
+# empties the folder when it starts): one debootstrap per OS and platform, not per engine.
+BASES = Path(os.environ.get("IMAGEKIT_TEST_BASES", "/var/tmp/imagekit-test-bases"))
+_made: dict[str, str] = {}  # how this session made a base it found missing
+
+
+def debian_base() -> str:
+    """debian:bookworm-slim on the engine under test, for this host's platform; how it came:
+    "engine" (it was there: a user's machine after the quickstart), "bootstrap" (`imagekit
+    base bootstrap`, the real path, its root filesystem then kept under BASES) or "kept"
+    (that root filesystem imported as bootstrap imports one: `docker import`, CMD and LANG)."""
+    if docker("image", "inspect", DEBIAN, check=False).returncode == 0:
+        return _made.get(DEBIAN, "engine")
+    kept = BASES / "bookworm-host.tar"
+    if kept.is_file():
+        changes = ["--change", 'CMD ["bash"]', "--change", "ENV LANG=C.UTF-8"]
+        docker("import", *changes, str(kept), DEBIAN, timeout=300)
+        _made[DEBIAN] = "kept"
+    else:
+        made = imagekit("base", "bootstrap", "--suite", "bookworm", cwd=Path.cwd())
+        assert made.returncode == 0, made.stderr[-3000:]
+        keep_root_filesystem(DEBIAN, kept)
+        _made[DEBIAN] = "bootstrap"
+    return _made[DEBIAN]
+
+
+def keep_root_filesystem(image: str, dest: Path) -> None:
+    """The image's files as a tar (`docker export` of a container never started, less the
+    /.dockerenv the engine adds), written whole or not at all."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    container = docker("create", image, "true").stdout.strip()
+    part = dest.with_suffix(".part")
+    try:
+        with subprocess.Popen([DOCKER, "export", container], stdout=subprocess.PIPE) as export:
+            assert export.stdout is not None
+            with (
+                tarfile.open(fileobj=export.stdout, mode="r|") as source,
+                tarfile.open(part, "w") as out,
+            ):
+                for member in source:
+                    if member.name.lstrip("./") == ".dockerenv":
+                        continue
+                    out.addfile(member, source.extractfile(member) if member.isfile() else None)
+            assert export.wait(timeout=300) == 0, f"docker export of {image} failed"
+        part.rename(dest)
+    finally:
+        part.unlink(missing_ok=True)
+        docker("rm", "-f", container, check=False)
 
 
 def require_engine() -> None:
