@@ -13,12 +13,14 @@ import yaml
 from ..realengine import (
     REGISTRY,
     build_args,
+    debian_base,
     docker,
     imagekit,
     make_project,
     marked_ca_bundle,
     require_engine,
 )
+from . import budget
 
 STACK = "cpu-torch2.13.0-py3.11-debian12-slim"  # a tag template's {id}
 CELL = f"imagekit-test-{STACK}"  # the session project's cell: <repository>-<stack>
@@ -32,12 +34,17 @@ def cell_of(repository: str) -> str:
 TAG = f"{REGISTRY}/imagekit-test:2.13.0-cpu-py3.11-debian12-slim"
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    # a plugin, not this conftest's own hooks: the session's fixtures are set up under the
+    # session node, which sees only the root conftest's hooks
+    if not config.pluginmanager.has_plugin(budget.NAME):
+        config.pluginmanager.register(budget.Plugin(budget.load()), budget.NAME)
+
+
 @pytest.fixture(scope="session")
 def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
     require_engine()
-    if docker("image", "inspect", "debian:bookworm-slim", check=False).returncode != 0:
-        result = imagekit("base", "bootstrap", "--suite", "bookworm", cwd=Path.cwd())
-        assert result.returncode == 0, result.stderr
+    debian_base()
     root = make_project(tmp_path_factory.mktemp("proj") / "p")
     # --load: the later tests run and inspect the image here (a push without it leaves
     # nothing local where BuildKit pushes: tests/real/test_buildx_paths.py)

@@ -1,0 +1,99 @@
+"""The real suite's time budgets (tests/real/budget.py), run by pytester on a small suite of
+sleeping tests: a test or shared fixture over its budget fails naming both times, one with no
+budget fails, a shared fixture's time is not its first user's, and every real test has one."""
+
+from __future__ import annotations
+
+import ast
+import textwrap
+
+import pytest
+
+from .conftest import ROOT
+from .real import budget
+
+pytest_plugins = ["pytester"]
+
+SUITE = """
+import time
+import pytest
+
+@pytest.fixture(scope="session")
+def image():
+    time.sleep(0.6)  # the shared build: its own budget, not its first user's
+    return "built"
+
+def test_quick(image):
+    assert image == "built"
+
+def test_slow():
+    time.sleep(0.5)
+
+@pytest.mark.parametrize("n", [1, 2])
+def test_each(n):
+    pass
+
+def test_unlisted():
+    pass
+"""
+
+BUDGETS = budget.Budgets(
+    tests={
+        "test_case.py::test_quick": 0.3,
+        "test_case.py::test_slow": 0.2,
+        "test_case.py::test_each": 5,
+    },
+    fixtures={"test_case.py::image": 5},
+)
+
+
+def run(pytester: pytest.Pytester, budgets: budget.Budgets) -> pytest.RunResult:
+    pytester.syspathinsert()
+    package = pytester.mkpydir("budgetcase")
+    (package / "test_case.py").write_text(textwrap.dedent(SUITE))
+    plugin = budget.Plugin(budgets, package="budgetcase.", folder="budgetcase/")
+    return pytester.runpytest_inprocess("-p", "no:randomly", "-p", "no:xdist", plugins=[plugin])
+
+
+def test_over_budget_and_unlisted_fail_naming_budget_and_time(pytester: pytest.Pytester) -> None:
+    result = run(pytester, BUDGETS)
+    result.assert_outcomes(passed=3, failed=2)
+    result.stdout.re_match_lines(
+        [r".*budgetcase/test_case.py::test_slow took 0\.[5-9] s, over its budget of 0\.2 s.*"]
+    )
+    result.stdout.fnmatch_lines(["*test_unlisted has no budget in tests/real/budgets.toml*"])
+
+
+def test_a_shared_fixture_has_a_budget_of_its_own(pytester: pytest.Pytester) -> None:
+    tight = budget.Budgets(tests=BUDGETS.tests, fixtures={"test_case.py::image": 0.1})
+    result = run(pytester, tight)
+    result.assert_outcomes(passed=2, failed=2, errors=1)
+    result.stdout.fnmatch_lines(
+        ["*the shared fixture test_case.py::image took 0.? s, over its budget of 0.1 s*"]
+    )
+
+
+def test_the_scale_multiplies_every_budget(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(budget.SCALE_ENV, "2")
+    loaded = budget.load()
+    some = next(iter(loaded.tests))
+    assert loaded.of_test(some) == 2 * loaded.tests[some]
+    monkeypatch.setenv(budget.SCALE_ENV, "0.5")
+    with pytest.raises(pytest.UsageError, match="below 1"):
+        budget.load()
+
+
+def real_tests() -> set[str]:
+    """file::function of every test function in tests/real."""
+    found = set()
+    for path in sorted((ROOT / "tests" / "real").glob("test_*.py")):
+        tree = ast.parse(path.read_text())
+        found |= {f"{path.name}::{node.name}" for node in tree.body
+                  if isinstance(node, ast.FunctionDef) and node.name.startswith("test_")}  # fmt: skip
+    return found
+
+
+def test_every_real_test_has_a_budget_and_every_budget_a_test() -> None:
+    loaded = budget.load()
+    listed = {key.split("[", 1)[0] for key in loaded.tests}
+    assert real_tests() == listed
