@@ -44,7 +44,7 @@ on_engine() {  # ENGINE NAME LIMIT PYTEST-ARGS...: the tests on ENGINE, then pru
   # show up as unrelated red tests, so start clean, and prune after a failed phase too
   phase "clean-$engine" 900 bash .ci/engines.sh prune
   trap 'echo "=== pruning $engine after the failure"; bash .ci/engines.sh prune || true' EXIT
-  phase "$name" "$limit" python -m pytest "$@"
+  phase "$name" "$limit" python -m pytest --durations=0 --durations-min=10 "$@"
   trap - EXIT
   phase "prune-$engine" 900 bash .ci/engines.sh prune
   phase "reset-registry" 120 bash .ci/setup-host.sh reset-registry
@@ -63,9 +63,17 @@ fi
 
 phase lint 300 sh -c 'ruff check imagekit tests bench && ruff format --check imagekit tests bench'
 phase render-check 120 imagekit render --check
-phase unit "$IMAGEKIT_LIMIT_UNIT" python -m pytest -m "not docker"
+# the unit tests on every CPU (pytest-xdist), then the few that time themselves, alone
+phase unit "$IMAGEKIT_LIMIT_UNIT" python -m pytest -m "not docker and not alone" -n auto \
+  --durations=15
+phase unit-alone 300 python -m pytest -m "not docker and alone" --durations=5
+# the Debian root filesystems this run bootstraps, kept for the next engines' phases
+# (tests/realengine.py debian_base): one debootstrap per OS and platform, made fresh each run
+export IMAGEKIT_TEST_BASES=${IMAGEKIT_TEST_BASES:-/var/tmp/imagekit-test-bases}
+rm -rf "$IMAGEKIT_TEST_BASES"
 on_engine containerd real-containerd "$IMAGEKIT_LIMIT_REAL" -m docker
 on_engine classic compat-classic "$IMAGEKIT_LIMIT_COMPAT" -m "docker and compat"
 on_engine docker20 compat-docker20 "$IMAGEKIT_LIMIT_COMPAT" -m "docker and compat"
 phase start-containerd 120 bash .ci/engines.sh start containerd
+rm -rf "$IMAGEKIT_TEST_BASES"
 echo "=== test-all: every phase passed in $((SECONDS - started))s"

@@ -42,6 +42,7 @@ def axis(prefix: str, n: int = 20) -> str:
     return json.dumps([f"{prefix}{i}" for i in range(n)])
 
 
+@pytest.mark.alone  # timed: its limit assumes the CPUs to itself
 def test_the_issues_bomb_is_refused_before_it_is_expanded(tmp_path: Path) -> None:
     path = tmp_path / "bomb.yaml"
     path.write_text(
@@ -67,6 +68,7 @@ def test_the_matrix_total_is_capped_across_blocks_and_files(tmp_path: Path) -> N
     assert "c.yaml" in str(problem) and f"at most {MAX_CELLS:,} cells in all" in str(problem)
 
 
+@pytest.mark.alone  # timed: its limit assumes the CPUs to itself
 @pytest.mark.parametrize("glob", [False, True])
 def test_ten_thousand_excludes_load_fast(
     write_env, glob: bool, capsys: pytest.CaptureFixture[str]
@@ -83,6 +85,7 @@ def test_ten_thousand_excludes_load_fast(
     assert len(warnings) <= 25 and "10000 exclude entries match no cell" in warnings[0]
 
 
+@pytest.mark.alone  # timed: its limit assumes the CPUs to itself
 def test_a_block_over_the_limit_is_a_located_problem(write_env) -> None:  # type: ignore[no-untyped-def]
     folder = write_env(
         f"matrix:\n  - {{cuda: cpu, torch: '2.13.0', python: {axis('3.', 40)}, os: {axis('os', 40)}, flavor: slim}}\n"
@@ -162,6 +165,7 @@ SHAPES: dict[str, tuple[int, Callable[[int], str]]] = {
 }
 
 
+@pytest.mark.alone  # timed: its limit assumes the CPUs to itself
 @pytest.mark.parametrize("shape", sorted(SHAPES))
 def test_ten_thousand_overrides_load_fast(
     write_env, shape: str, capsys: pytest.CaptureFixture[str]
@@ -238,6 +242,7 @@ def test_matching_and_merging_grow_linearly(write_env, monkeypatch: pytest.Monke
     assert large["layers"] < 2 * 1_600 / 4 + 50
 
 
+@pytest.mark.alone  # timed: its limit assumes the CPUs to itself
 def test_glob_tries_are_counted_before_they_are_made(write_env) -> None:  # type: ignore[no-untyped-def]
     pythons = json.dumps([f"3.{i}" for i in range(1_000)])
     folder = write_env(
@@ -252,6 +257,7 @@ def test_glob_tries_are_counted_before_they_are_made(write_env) -> None:  # type
     assert f"at most {expand_mod.MAX_GLOB_TRIES:,}" in str(problem) and not spec.cells
 
 
+@pytest.mark.alone  # timed: its limit assumes the CPUs to itself
 def test_regex_globs_are_counted_before_they_are_compiled(write_env) -> None:  # type: ignore[no-untyped-def]
     # distinct [set] globs are a regex each: 47,500 took 2.5 s and overflowed fnmatch's cache
     entry = "  - {{torch: '[2]*{i}', cuda: '[1]*{i}', python: '[3]*{i}', os: '[d]*{i}', flavor: '[s]*{i}'}}\n"
