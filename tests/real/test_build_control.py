@@ -17,13 +17,13 @@ from ..realengine import (
     imagekit,
     make_project,
 )
-from .conftest import CELL
+from .conftest import cell_of
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
 
 def test_size_budget_names_the_layers(tmp_path: Path, project: Path) -> None:
-    root = make_project(tmp_path / "p")
+    root = make_project(tmp_path / "p", repository="imagekit-budget")  # TAG is the session's
     matrix = root / "envs" / "cpu.yaml"
     matrix.write_text(matrix.read_text().replace("size_budget: 3GB", "size_budget: 300MB"))
     result = imagekit(*build_args(project / "ca-marked.pem", "--progress", "quiet"), cwd=root)
@@ -100,7 +100,7 @@ def test_keep_going_builds_the_rest_and_names_the_failed_cell(
         '  - {cuda: cpu, torch: "2.13.0", python: "3.12", os: debian12, flavor: slim,'
         " installer: uv}\n"
     )
-    root = make_project(tmp_path / "p")
+    root = make_project(tmp_path / "p", repository="imagekit-keepgoing")  # TAG is the session's
     matrix = root / "envs" / "cpu.yaml"
     matrix.write_text(matrix.read_text().replace("matrix:\n", "matrix:\n" + broken))
     result = imagekit(
@@ -111,11 +111,14 @@ def test_keep_going_builds_the_rest_and_names_the_failed_cell(
     )
     assert result.returncode == 6
     assert (
-        "of 2 cells, 1 failed: imagekit-test-cpu-torch2.13.0-py3.12-debian12-slim" in result.stderr
+        "of 2 cells, 1 failed: imagekit-keepgoing-cpu-torch2.13.0-py3.12-debian12-slim"
+        in result.stderr
     )
     lines = result.stdout.splitlines()
-    assert any(line.startswith(CELL) and " built " in line for line in lines)
-    assert "imagekit-test-cpu-torch2.13.0-py3.12-debian12-slim failed:" in result.stdout
+    assert any(
+        line.startswith(cell_of("imagekit-keepgoing")) and " built " in line for line in lines
+    )
+    assert "imagekit-keepgoing-cpu-torch2.13.0-py3.12-debian12-slim failed:" in result.stdout
     assert "exit code" in result.stdout  # the tail of its log
 
 

@@ -94,7 +94,6 @@ def submit(
     return job.returncode, output
 
 
-@pytest.mark.compat
 def test_the_sbatch_script_self_checks_then_trains(
     slurm: None, project: Path, tmp_path: Path
 ) -> None:

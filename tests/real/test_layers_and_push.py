@@ -12,33 +12,16 @@ import pytest
 
 from ..realengine import (
     DOCKER,
-    REGISTRY,
     build_args,
     docker,
     engine_kind,
     imagekit,
-    make_project,
-    marked_ca_bundle,
-    require_engine,
 )
-from .conftest import cell_of, report
+from .conftest import CELL, TAG, pushed_report
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
 EXTRA = 3_000_000  # bytes of the one layer the derived image adds
-REPOSITORY = "imagekit-layers"  # its own: the session image's tags stay as they are
-TAG = f"{REGISTRY}/{REPOSITORY}:2.13.0-cpu-py3.11-debian12-slim"
-
-
-@pytest.fixture(scope="module")
-def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The test cell built (BuildKit's cache makes it quick after the session build) and
-    pushed to the local registry under a repository of its own."""
-    require_engine()
-    root = make_project(tmp_path_factory.mktemp("layers") / "p", repository=REPOSITORY)
-    result = imagekit(*build_args(marked_ca_bundle(root), "--push", "--load"), cwd=root)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    return root
 
 
 @pytest.mark.compat
@@ -91,7 +74,7 @@ def test_layers_and_the_ones_two_images_share(tmp_path: Path, project: Path) -> 
 
 @pytest.mark.compat
 def test_the_session_build_reported_its_layers_and_push_time(project: Path) -> None:
-    built = report(project)
+    built = pushed_report(project)  # the session build: pushed through the engine (--load)
     diff_ids = json.loads(docker("image", "inspect", built["image_id"]).stdout)[0]["RootFS"]
     assert [x["diff_id"] for x in built["layers"]] == diff_ids["Layers"]
     # One cell: nothing to share with but itself. A layer the image holds twice (the same
@@ -124,7 +107,7 @@ def test_compression_and_cache_export_refusals_are_exact_on_each_engine(project:
     result = imagekit(*build_args(bundle, "--push", "--compression", "zstd"), cwd=project)
     assert result.returncode == 2, result.stdout + result.stderr
     assert f"--compression zstd: {what}" in result.stderr and fix in result.stderr
-    assert f"[{cell_of(REPOSITORY)}] build started" not in result.stdout  # refused first
+    assert f"[{CELL}] build started" not in result.stdout  # refused first
     result = imagekit(
         *build_args(bundle, "--cache-to", "type=registry,ref=127.0.0.1:5000/c:c"), cwd=project
     )

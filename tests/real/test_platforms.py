@@ -27,6 +27,7 @@ from imagekit.engine.interface import BuildRequest
 from ..realengine import (
     DOCKER,
     REGISTRY,
+    debian_base,
     docker,
     engine_kind,
     imagekit,
@@ -102,9 +103,7 @@ def platforms_of(image: str) -> dict[str, str]:
 def amd64_only_base(tmp_path: Path) -> str:
     """debian:bookworm-slim for linux/amd64 alone, as the quickstart leaves it (made where
     the engine lacks it); its manifest's digest."""
-    if docker("image", "inspect", DEBIAN, check=False).returncode != 0:
-        made = imagekit("base", "bootstrap", "--suite", "bookworm", cwd=tmp_path)
-        assert made.returncode == 0, made.stderr[-3000:]
+    debian_base()
     if engine_kind() != "containerd":
         return ""
     held = platforms_of(DEBIAN)

@@ -20,7 +20,6 @@ from .conftest import TAG
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
 
-@pytest.mark.compat
 def test_selfcheck_passes_in_the_cpu_container(project: Path, tmp_path: Path) -> None:
     started = time.monotonic()
     result = imagekit(
@@ -129,6 +128,7 @@ def test_an_image_without_the_self_check_is_refused_clearly(project: Path) -> No
     assert "has no imagekit self-check" in result.stderr and "internal error" not in result.stderr
 
 
+@pytest.mark.compat  # `imagekit test` on each engine: its container, its checks, the stamp
 def test_stamp_marks_a_passing_image(project: Path) -> None:
     result = imagekit("test", TAG, "--checks", "stack,flash", "--stamp", cwd=project)
     assert result.returncode == 0, result.stderr

@@ -173,9 +173,15 @@ def test_a_failed_run_is_not_attested(project: Path, keys: dict[str, Path], atte
 
 
 def test_a_moved_tag_is_refused(project: Path, keys: dict[str, Path], attested: str) -> None:
-    docker("tag", "debian:bookworm-slim", f"{ATTESTED}:t")
-    docker("push", f"{ATTESTED}:t")
-    moved = imagekit("verify", f"{ATTESTED}:t", "--key", str(keys["ours.pub"]), cwd=project)
+    # a tag of its own on the attested image (`:t` stays for the other tests, in any order)
+    moving = f"{ATTESTED}:moving"
+    docker("tag", f"{ATTESTED}:t", moving)
+    docker("push", moving)
+    before = imagekit("verify", moving, "--key", str(keys["ours.pub"]), cwd=project)
+    assert before.returncode == 0, before.stderr  # the same digest: attested
+    docker("tag", "debian:bookworm-slim", moving)
+    docker("push", moving)
+    moved = imagekit("verify", moving, "--key", str(keys["ours.pub"]), cwd=project)
     assert moved.returncode == 1 and "no valid self-check attestation" in moved.stderr
     # the attested digest itself still verifies
     still = imagekit("verify", attested, "--key", str(keys["ours.pub"]), cwd=project)
