@@ -46,7 +46,8 @@ def meminfo(tmp_path: Path, gigabytes: int) -> str:
 
 
 def test_max_jobs_follow_cpus_and_nine_gigabytes_each(tmp_path: Path) -> None:
-    cpus = os.cpu_count() or 1
+    # the CPUs this process may use, as nproc counts them (taskset, a container's cpuset)
+    cpus = len(os.sched_getaffinity(0))
 
     def jobs(gigabytes: int, cgroup: str = "max") -> int:
         limit = tmp_path / "memory.max"
