@@ -34,18 +34,16 @@ phase() {  # NAME LIMIT COMMAND...: run COMMAND under LIMIT, print how long it t
   echo "=== phase $name passed in ${took}s; suite at $((SECONDS - started))s"
 }
 
-on_engine() {  # ENGINE NAME LIMIT HOW PYTEST-ARGS...: the tests on ENGINE (HOW: "one"
-  # pytest, or "split" in two: scripts/real-tests.sh), then prune its leftovers
-  local engine=$1 name=$2 limit=$3 runner=(python -m pytest)
-  [ "$4" = split ] && runner=(bash scripts/real-tests.sh)
-  shift 4
+on_engine() {  # ENGINE NAME LIMIT PYTEST-ARGS...: the tests on ENGINE, then prune its leftovers
+  local engine=$1 name=$2 limit=$3
+  shift 3
   phase "start-$engine" 120 bash .ci/engines.sh start "$engine"
   eval "$(bash .ci/engines.sh env "$engine")"
   # a run that failed or was stopped earlier left its images and cache: a full disk would
   # show up as unrelated red tests, so start clean, and prune after a failed phase too
   phase "clean-$engine" 900 bash .ci/engines.sh prune
   trap 'echo "=== pruning $engine after the failure"; bash .ci/engines.sh prune || true' EXIT
-  phase "$name" "$limit" "${runner[@]}" --durations=0 --durations-min=10 "$@"
+  phase "$name" "$limit" python -m pytest --durations=0 --durations-min=10 "$@"
   trap - EXIT
   phase "prune-$engine" 900 bash .ci/engines.sh prune
   phase "reset-registry" 120 bash .ci/setup-host.sh reset-registry
@@ -72,10 +70,9 @@ phase unit-alone 300 python -m pytest -m "not docker and alone" --durations=5
 # (tests/realengine.py debian_base): one debootstrap per OS and platform, made fresh each run
 export IMAGEKIT_TEST_BASES=${IMAGEKIT_TEST_BASES:-/var/tmp/imagekit-test-bases}
 rm -rf "$IMAGEKIT_TEST_BASES"
-# all the real tests, in two processes side by side (scripts/real-tests.sh); the compat subset
-on_engine containerd real-containerd "$IMAGEKIT_LIMIT_REAL" split -m docker
-on_engine classic compat-classic "$IMAGEKIT_LIMIT_COMPAT" one -m "docker and compat"
-on_engine docker20 compat-docker20 "$IMAGEKIT_LIMIT_COMPAT" one -m "docker and compat"
+on_engine containerd real-containerd "$IMAGEKIT_LIMIT_REAL" -m docker
+on_engine classic compat-classic "$IMAGEKIT_LIMIT_COMPAT" -m "docker and compat"
+on_engine docker20 compat-docker20 "$IMAGEKIT_LIMIT_COMPAT" -m "docker and compat"
 phase start-containerd 120 bash .ci/engines.sh start containerd
 rm -rf "$IMAGEKIT_TEST_BASES"
 echo "=== test-all: every phase passed in $((SECONDS - started))s"

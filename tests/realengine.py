@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import fcntl
 import gzip
 import io
 import json
@@ -238,15 +237,7 @@ def debian_base() -> str:
     """debian:bookworm-slim on the engine under test, for this host's platform; how it came:
     "engine" (it was there: a user's machine after the quickstart), "bootstrap" (`imagekit
     base bootstrap`, the real path, its root filesystem then kept under BASES) or "kept"
-    (that root filesystem imported as bootstrap imports one: `docker import`, CMD and LANG).
-    Under a lock: scripts/real-tests.sh runs two pytest processes on one engine."""
-    BASES.mkdir(parents=True, exist_ok=True)
-    with open(BASES / ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        return _debian_base()
-
-
-def _debian_base() -> str:
+    (that root filesystem imported as bootstrap imports one: `docker import`, CMD and LANG)."""
     if docker("image", "inspect", DEBIAN, check=False).returncode == 0:
         return _made.get(DEBIAN, "engine")
     kept = BASES / "bookworm-host.tar"

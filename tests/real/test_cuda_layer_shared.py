@@ -7,7 +7,7 @@ loaded, not pushed: the layer is one uncompressed layer (one diff ID) in both im
 push compresses one layer into one blob (a no-cache rebuild's compressed layers are the
 same bytes: tests/real/test_venv_layers.py), so a registry stores and a node pulls it once;
 pushing 3.6 GB more in every run would prove the registry's deduplication, not imagekit's.
-The images are removed afterwards; BuildKit's cache is the phase's to prune."""
+The images and the installers' cache mounts (the wheels) are removed afterwards."""
 
 from __future__ import annotations
 
@@ -47,10 +47,10 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     result = imagekit(*args, cwd=root, timeout=3000)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
     yield root
-    # BuildKit's cache (the wheels in the uv cache mount, the layers) stays to the phase's
-    # prune: a prune here would empty the cache mounts of builds the other pytest process
-    # (scripts/real-tests.sh) runs meanwhile, whose tests count what a second build fetched
     docker("rmi", "-f", *[f"{REGISTRY}/{REPO}:{cell}" for cell in CELLS], check=False)
+    # the 3.6 GB of wheels in the uv cache mount: the disk fills otherwise. Not the layers'
+    # cache, which the session image's builds share (the phase's prune takes it)
+    docker("builder", "prune", "-f", "--filter", "type=exec.cachemount", check=False, timeout=600)
 
 
 def test_the_cuda_libraries_layer_is_one_layer_for_both_pythons(built: Path) -> None:
