@@ -242,8 +242,9 @@ def debian_base() -> str:
         return _made.get(DEBIAN, "engine")
     kept = BASES / "bookworm-host.tar"
     if kept.is_file():
-        changes = ["--change", 'CMD ["bash"]', "--change", "ENV LANG=C.UTF-8"]
-        docker("import", *changes, str(kept), DEBIAN, timeout=300)
+        from imagekit.engine.docker import IMPORT_CHANGES
+
+        docker("import", *IMPORT_CHANGES, str(kept), DEBIAN, timeout=300)
         _made[DEBIAN] = "kept"
     else:
         made = imagekit("base", "bootstrap", "--suite", "bookworm", cwd=Path.cwd())

@@ -58,6 +58,10 @@ from imagekit.engine.local_files import LocalFiles
 from imagekit.errors import BuildError, EngineError, PushError, UsageError
 from imagekit.platforms import AMD64
 
+# What `docker import` sets on a root filesystem that becomes a base (import_rootfs): the
+# official Debian images' CMD and locale
+IMPORT_CHANGES = ("--change", 'CMD ["bash"]', "--change", "ENV LANG=C.UTF-8")
+
 
 class DockerEngine:
     def __init__(self, docker_cli: str | None = None) -> None:
@@ -456,9 +460,8 @@ class DockerEngine:
     def import_rootfs(self, rootfs: Path, tag: str, platform: str = "") -> str:
         """`tar | docker import`: a root filesystem folder becomes a one-layer image `tag`
         (for `platform`, where that is not the engine's own)."""
-        changes = ["--change", 'CMD ["bash"]', "--change", "ENV LANG=C.UTF-8"]
         on = ["--platform", platform] if platform else []
-        args = [self.builder.cli, "import", *on, *changes, "-", tag]
+        args = [self.builder.cli, "import", *on, *IMPORT_CHANGES, "-", tag]
         return self._from_tar(rootfs, args, f"docker import of {tag}").strip()
 
     def load_layout(self, layout: Path) -> None:

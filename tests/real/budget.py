@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -31,7 +31,6 @@ class Budgets:
     tests: dict[str, float]
     fixtures: dict[str, float]
     scale: float = 1.0
-    spent: dict[str, float] = field(default_factory=dict)  # shared fixture -> seconds
 
     def of_test(self, key: str) -> float | None:
         """The budget of `f.py::test_x[param]`: its own line, else its function's."""
@@ -62,7 +61,7 @@ def load() -> Budgets:
 def over(what: str, seconds: float, budget: float | None) -> str | None:
     """Why `what` fails its budget, or None when it kept to it."""
     if budget is None:
-        return f"{what} has no budget in {WHERE}: add one (seconds, about twice its time)"
+        return f"{what} has no budget in {WHERE}: add one (seconds, about three times its time)"
     if seconds > budget:
         return (
             f"{what} took {seconds:.1f} s, over its budget of {budget:.1f} s ({WHERE}): "
@@ -89,6 +88,7 @@ class Plugin:
     def __init__(self, budgets: Budgets, package: str = "tests.real.", folder: str = "tests/real/"):
         self.budgets, self.package, self.folder = budgets, package, folder
         self.shared_in_setup = 0.0  # the shared fixtures made during the current test's setup
+        self.spent: dict[str, float] = {}  # each of those fixtures -> seconds
         self.setup_seconds: dict[str, float] = {}
 
     @pytest.hookimpl(wrapper=True)
@@ -104,7 +104,7 @@ class Plugin:
         finally:
             took = time.monotonic() - started
             self.shared_in_setup += took
-            self.budgets.spent[key] = self.budgets.spent.get(key, 0.0) + took
+            self.spent[key] = self.spent.get(key, 0.0) + took
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(
@@ -116,9 +116,9 @@ class Plugin:
         if report.when == "setup":
             problems = [
                 over(f"the shared fixture {key}", seconds, self.budgets.of_fixture(key))
-                for key, seconds in self.budgets.spent.items()
+                for key, seconds in self.spent.items()
             ]
-            self.budgets.spent.clear()
+            self.spent.clear()
             self.setup_seconds[item.nodeid] = report.duration - self.shared_in_setup
             self.shared_in_setup = 0.0
             fail(report, [p for p in problems if p])
