@@ -11,6 +11,7 @@
 #   bash .ci/engines.sh record                 # (re)write the engine record for the running one
 #   bash .ci/engines.sh stop
 #   bash .ci/engines.sh prune                  # images, containers, BuildKit cache of the running one
+#   bash .ci/engines.sh wipe ENGINE            # stop ENGINE if it runs, delete its data folder
 #
 # Engines:
 #   containerd  Docker 28.5.2 + buildx 0.29.1 + containerd 2.1.9 from Debian unstable, on the
@@ -35,7 +36,7 @@ set -euo pipefail
 
 PREFIX=${IMAGEKIT_ENGINES_PREFIX:-/opt/imagekit-engines}
 STATE=${IMAGEKIT_ENGINES_STATE:-/var/lib/imagekit-engines}
-RUN=/run/imagekit-engines
+RUN=${IMAGEKIT_ENGINES_RUN:-/run/imagekit-engines}
 LOGS=/var/log/imagekit
 SOCKET=/var/run/docker.sock
 if [ -n "${IMAGEKIT_ENGINE_FILE:-}" ]; then RECORD=$IMAGEKIT_ENGINE_FILE
@@ -290,6 +291,21 @@ prune() {  # what the running engine holds: containers, images, BuildKit's cache
   timeout 600 "$cli" builder prune -af >/dev/null || true
 }
 
+wipe() {  # ENGINE: everything it holds gone at once, faster than pruning it item by item
+  local engine=${1:?engine: containerd, classic or docker20} data pidfile pid mount
+  case "$engine" in containerd | classic | docker20) ;; *) say "no engine $engine"; exit 2 ;; esac
+  data=$STATE/$engine pidfile=$RUN/$engine/docker.pid
+  if [ -f "$pidfile" ] && pid=$(cat "$pidfile") && kill -0 "$pid" 2>/dev/null; then stop_all; fi
+  # a container's or snapshot's mount a killed daemon left: unmounted first (deepest first),
+  # so that rm never reaches into what another path shows through it
+  findmnt -rn -o TARGET | { grep -F "$data/" || true; } | sort -r | while read -r mount; do
+    umount -l "$mount" || true
+  done
+  rm -rf "$data"
+  [ ! -e "$data" ] || { say "could not delete $data"; exit 1; }
+  say "$engine wiped: $data deleted"
+}
+
 # Sourced (the tests read its functions), it defines them and runs nothing.
 [ "${BASH_SOURCE[0]}" = "$0" ] || return 0
 mkdir -p "$STATE"
@@ -303,5 +319,6 @@ case "${1:-}" in
   current) current ;;
   record) record ;;
   prune) prune ;;
-  *) echo "usage: $0 install|tools|qemu|start ENGINE|stop|env [ENGINE]|current|record|prune" >&2; exit 2 ;;
+  wipe) wipe "${2:-}" ;;
+  *) echo "usage: $0 install|tools|qemu|start ENGINE|stop|env [ENGINE]|current|record|prune|wipe ENGINE" >&2; exit 2 ;;
 esac

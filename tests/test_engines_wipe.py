@@ -1,0 +1,80 @@
+"""`.ci/engines.sh wipe ENGINE`: the test suite empties an engine's data folder before and after
+its phase. Run against a state and run folder of the test's own (IMAGEKIT_ENGINES_STATE and
+IMAGEKIT_ENGINES_RUN), with no daemon of that engine running, so the host's engines are never
+touched; a running daemon is stopped and wiped by every run of scripts/test-all.sh."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.subprocess
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def wipe(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {
+        **os.environ,
+        "IMAGEKIT_ENGINES_STATE": str(tmp_path / "state"),
+        "IMAGEKIT_ENGINES_RUN": str(tmp_path / "run"),
+        "IMAGEKIT_ENGINE_FILE": str(tmp_path / "engine.env"),
+    }
+    return subprocess.run(
+        ["bash", str(ROOT / ".ci" / "engines.sh"), "wipe", *args],
+        env=env, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+
+
+def held(tmp_path: Path, engine: str) -> Path:
+    data = tmp_path / "state" / engine
+    (data / "containerd" / "daemon" / "io.containerd.content.v1.content").mkdir(parents=True)
+    (data / "buildkit" / "cache.db").parent.mkdir(parents=True)
+    (data / "buildkit" / "cache.db").write_bytes(b"x" * 1024)
+    (data / "volumes" / "link").parent.mkdir(parents=True)
+    (data / "volumes" / "link").symlink_to(tmp_path / "outside")
+    return data
+
+
+def test_wipe_deletes_that_engines_data_folder_and_nothing_beside_it(tmp_path: Path) -> None:
+    (tmp_path / "outside").mkdir()
+    (tmp_path / "outside" / "kept").write_text("not the engine's")
+    wiped, other = held(tmp_path, "classic"), held(tmp_path, "docker20")
+    result = wipe(tmp_path, "classic")
+    assert result.returncode == 0, result.stderr
+    assert not wiped.exists()
+    assert (other / "buildkit" / "cache.db").is_file()
+    assert (tmp_path / "outside" / "kept").read_text() == "not the engine's"  # a link's target
+    assert f"classic wiped: {wiped} deleted" in result.stderr
+    again = wipe(tmp_path, "classic")  # nothing there: still fine
+    assert again.returncode == 0, again.stderr
+
+
+@pytest.mark.parametrize("args", [(), ("podman",), ("../classic",)])
+def test_wipe_names_an_engine_of_ours(tmp_path: Path, args: tuple[str, ...]) -> None:
+    data = held(tmp_path, "classic")
+    result = wipe(tmp_path, *args)
+    assert result.returncode != 0
+    assert "containerd, classic or docker20" in result.stderr or "no engine" in result.stderr
+    assert data.is_dir()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounting needs root")
+def test_a_mount_a_killed_daemon_left_is_unmounted_not_emptied(tmp_path: Path) -> None:
+    data = held(tmp_path, "containerd")
+    shown = tmp_path / "shown"
+    shown.mkdir()
+    (shown / "file").write_text("behind a bind mount")
+    point = data / "containerd" / "daemon" / "snapshot"
+    point.mkdir()
+    subprocess.run(["mount", "--bind", str(shown), str(point)], check=True, timeout=30)
+    try:
+        result = wipe(tmp_path, "containerd")
+    finally:
+        subprocess.run(["umount", str(point)], check=False, timeout=30)
+    assert result.returncode == 0, result.stderr
+    assert not data.exists()
+    assert (shown / "file").read_text() == "behind a bind mount"
