@@ -296,11 +296,11 @@ wipe() {  # ENGINE: everything it holds gone at once, faster than pruning it ite
   case "$engine" in containerd | classic | docker20) ;; *) say "no engine $engine"; exit 2 ;; esac
   data=$STATE/$engine pidfile=$RUN/$engine/docker.pid
   if [ -f "$pidfile" ] && pid=$(cat "$pidfile") && kill -0 "$pid" 2>/dev/null; then stop_all; fi
-  # a container's or snapshot's mount a killed daemon left: unmounted first (deepest first),
-  # so that rm never reaches into what another path shows through it
-  findmnt -rn -o TARGET | { grep -F "$data/" || true; } | sort -r | while read -r mount; do
-    umount -l "$mount" || true
-  done
+  # the data folder itself (dockerd bind-mounts it onto itself) and a container's or
+  # snapshot's mount a killed daemon left: unmounted first, deepest first, so that rm never
+  # reaches into what another path shows through them
+  findmnt -rn -o TARGET | awk -v d="$data" '$0 == d || index($0, d "/") == 1' | sort -r \
+    | while read -r mount; do umount -l "$mount" || true; done
   rm -rf "$data"
   [ ! -e "$data" ] || { say "could not delete $data"; exit 1; }
   say "$engine wiped: $data deleted"
