@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -39,16 +40,30 @@ def held(tmp_path: Path, engine: str) -> Path:
     return data
 
 
+def deleted_in_the_background(tmp_path: Path) -> list[Path]:
+    """What is left of the wiped folders after the background deletion had 30 s."""
+    state = tmp_path / "state"
+    for _ in range(300):
+        left = sorted(state.glob(".wiping-*"))
+        if not left:
+            return []
+        time.sleep(0.1)
+    return left
+
+
 def test_wipe_deletes_that_engines_data_folder_and_nothing_beside_it(tmp_path: Path) -> None:
     (tmp_path / "outside").mkdir()
     (tmp_path / "outside" / "kept").write_text("not the engine's")
     wiped, other = held(tmp_path, "classic"), held(tmp_path, "docker20")
+    unfinished = tmp_path / "state" / ".wiping-containerd-1"  # an earlier wipe's, interrupted
+    (unfinished / "buildkit").mkdir(parents=True)
     result = wipe(tmp_path, "classic")
     assert result.returncode == 0, result.stderr
-    assert not wiped.exists()
+    assert not wiped.exists()  # at once: moved aside
+    assert f"classic wiped: {wiped} emptied" in result.stderr
+    assert deleted_in_the_background(tmp_path) == []
     assert (other / "buildkit" / "cache.db").is_file()
     assert (tmp_path / "outside" / "kept").read_text() == "not the engine's"  # a link's target
-    assert f"classic wiped: {wiped} deleted" in result.stderr
     again = wipe(tmp_path, "classic")  # nothing there: still fine
     assert again.returncode == 0, again.stderr
 
@@ -80,4 +95,5 @@ def test_a_mount_a_killed_daemon_left_is_unmounted_not_emptied(tmp_path: Path) -
             subprocess.run(["umount", "-l", str(mount)], check=False, timeout=30)
     assert result.returncode == 0, result.stderr
     assert not data.exists()
+    assert deleted_in_the_background(tmp_path) == []
     assert (shown / "file").read_text() == "behind a bind mount"
