@@ -234,10 +234,28 @@ stop_all() {
   rm -f "$SOCKET" "$STATE/current" "$RECORD"
 }
 
+# BuildKit's garbage collection on Docker 28 by default starts evicting the build cache when
+# the disk has less than 20% free (47.5 GB on a 250 GB disk): within one run of the test suite,
+# which fills tens of GB and wipes the engine afterwards, that evicted the shared session
+# image's cache after the CUDA build, and the next test to build it ran cold (1-2 minutes more,
+# in a random order a random test). Here it starts at 10 GB free; the installers' cache
+# mounts keep up to 8 GB (the CUDA wheels are 3.6 GB; Docker's default kept 3.3 GB there).
+# (dockerd turns the first "=" of a filter into "==": the others are written as BuildKit reads them)
+GC='"builder": {"gc": {"enabled": true, "policy": [
+  {"filter": ["unused-for=48h", "type=source.local,type==exec.cachemount,type==source.git.checkout"],
+   "maxUsedSpace": "8GB"},
+  {"filter": ["unused-for=1440h"], "minFreeSpace": "10GB"},
+  {"minFreeSpace": "10GB"},
+  {"all": true, "minFreeSpace": "10GB"}]}}'
+
+gc_of() {  # the GC policy for Docker 28's daemon; the fallback's 26.1 reads no minFreeSpace
+  if "$D28/usr/sbin/dockerd" --version 2>/dev/null | grep -q "version 28\."; then echo ", $GC"; fi
+}
+
 daemon_json() {  # ENGINE -> its daemon.json
   case "$1" in
-    containerd) echo '{"features": {"containerd-snapshotter": true}}' ;;
-    classic) echo '{"features": {"containerd-snapshotter": false}}' ;;
+    containerd) echo '{"features": {"containerd-snapshotter": true}'"$(gc_of)"'}' ;;
+    classic) echo '{"features": {"containerd-snapshotter": false}'"$(gc_of)"'}' ;;
     docker20) echo '{}' ;;
   esac
 }

@@ -1,10 +1,12 @@
-"""`.ci/engines.sh wipe ENGINE`: the test suite empties an engine's data folder before and after
-its phase. Run against a state and run folder of the test's own (IMAGEKIT_ENGINES_STATE and
-IMAGEKIT_ENGINES_RUN), with no daemon of that engine running, so the host's engines are never
-touched; a running daemon is stopped and wiped by every run of scripts/test-all.sh."""
+"""`.ci/engines.sh`: `wipe ENGINE` (the test suite empties an engine's data folder before and
+after its phase) and the daemon.json it starts an engine with. Run against state, run and
+prefix folders of the test's own (IMAGEKIT_ENGINES_STATE, _RUN, _PREFIX), with no daemon of
+that engine running, so the host's engines are never touched; a running daemon is stopped and
+wiped, and started with that daemon.json, by every run of scripts/test-all.sh."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import time
@@ -97,3 +99,36 @@ def test_a_mount_a_killed_daemon_left_is_unmounted_not_emptied(tmp_path: Path) -
     assert not data.exists()
     assert deleted_in_the_background(tmp_path) == []
     assert (shown / "file").read_text() == "behind a bind mount"
+
+
+def daemon_json(tmp_path: Path, engine: str, version: str) -> dict[str, object]:
+    """engines.sh's daemon.json for ENGINE, its Docker 28 prefix holding a dockerd of `version`."""
+    dockerd = tmp_path / "prefix" / "docker28" / "usr" / "sbin" / "dockerd"
+    dockerd.parent.mkdir(parents=True)
+    dockerd.write_text(f"#!/bin/sh\necho 'Docker version {version}, build 0'\n")
+    dockerd.chmod(0o755)
+    env = {**os.environ, "IMAGEKIT_ENGINES_PREFIX": str(tmp_path / "prefix"),
+           "IMAGEKIT_ENGINES_STATE": str(tmp_path / "state")}  # fmt: skip
+    script = f"source {ROOT / '.ci' / 'engines.sh'} && daemon_json {engine}"
+    done = subprocess.run(
+        ["bash", "-c", script], env=env, capture_output=True, text=True, timeout=60, check=True
+    )
+    return json.loads(done.stdout)  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize(("engine", "store"), [("containerd", True), ("classic", False)])
+def test_docker_28_evicts_build_cache_only_near_a_full_disk(
+    tmp_path: Path, engine: str, store: bool
+) -> None:
+    config = daemon_json(tmp_path, engine, "28.5.2+dfsg4")
+    assert config["features"] == {"containerd-snapshotter": store}
+    rules = config["builder"]["gc"]["policy"]  # type: ignore[index]
+    assert config["builder"]["gc"]["enabled"] is True  # type: ignore[index]
+    mounts, *rest = rules
+    assert mounts["maxUsedSpace"] == "8GB" and "unused-for=48h" in mounts["filter"]
+    assert [r["minFreeSpace"] for r in rest] == ["10GB"] * 3 and rest[-1]["all"] is True
+
+
+def test_the_fallback_docker_26_keeps_its_own_collection(tmp_path: Path) -> None:
+    config = daemon_json(tmp_path, "containerd", "26.1.5+dfsg1")
+    assert config == {"features": {"containerd-snapshotter": True}}
