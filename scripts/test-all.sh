@@ -73,7 +73,7 @@ unit_stop() {  # another phase failed: the unit tests stopped, their log so far 
   pkill -TERM -P "$unit_job" 2>/dev/null || true  # timeout passes TERM on to pytest
   wait "$unit_job" 2>/dev/null || true
   unit_job=""
-  echo "=== the unit tests, stopped: their log so far"
+  echo "=== the unit tests' log (stopped if they were still running)"
   cat "$unit_log" && rm -f "$unit_log"
 }
 trap unit_stop EXIT
