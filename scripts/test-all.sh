@@ -51,9 +51,9 @@ on_engine() {  # ENGINE NAME LIMIT PYTEST-ARGS...: the tests on ENGINE, then wip
   phase "reset-registry" 120 bash .ci/setup-host.sh reset-registry
 }
 
-# The unit tests run beside the real phase (unit_start .. unit_wait): the real tests keep one
-# CPU busy at most most of the time (downloads, QEMU, one-threaded installs), and the unit
-# tests, at a lower priority, take what they leave. Their log is printed when they end.
+# The unit tests run beside the real phase (unit_start .. unit_wait): most of the time the real
+# tests keep at most one CPU busy (downloads, QEMU, one-threaded installs), and the unit tests,
+# at a lower priority, take what they leave. Their log is printed when they end.
 unit_job="" unit_log=""
 unit_start() {  # PYTEST-ARGS...
   unit_log=$(mktemp /tmp/imagekit-unit-log.XXXXXX)
