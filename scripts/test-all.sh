@@ -51,7 +51,6 @@ on_engine() {  # ENGINE NAME LIMIT PYTEST-ARGS...: the tests on ENGINE, then wip
   phase "reset-registry" 120 bash .ci/setup-host.sh reset-registry
 }
 
-
 phase engines "$IMAGEKIT_LIMIT_SETUP" bash .ci/engines.sh install
 export IMAGEKIT_ENGINE=${IMAGEKIT_ENGINE:-containerd}  # the engine the suite starts on
 phase setup-host "$IMAGEKIT_LIMIT_SETUP" bash .ci/setup-host.sh

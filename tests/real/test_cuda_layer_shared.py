@@ -49,7 +49,7 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     yield root
     docker("rmi", "-f", *[f"{REGISTRY}/{REPO}:{cell}" for cell in CELLS], check=False)
     # the 3.6 GB of wheels in the uv cache mount: the disk fills otherwise. Not the layers'
-    # cache, which the session image's builds share (the phase's prune takes it)
+    # cache, which the session image's builds share (the phase's wipe takes it)
     docker("builder", "prune", "-f", "--filter", "type=exec.cachemount", check=False, timeout=600)
 
 

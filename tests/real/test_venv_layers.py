@@ -59,8 +59,8 @@ def members(repo: str, digest: str) -> list[str]:
 
 
 def build(root: Path, *more: str, push: bool = True) -> None:
-    """Built, kept here (--load: the tests run it) and pushed, in zstd (the push's default
-    on this engine, where BuildKit writes the layers: require_exporter)."""
+    """Built and kept here (--load: the tests run it); pushed, unless `push` is false, in zstd
+    (the push's default on this engine, where BuildKit writes the layers: require_exporter)."""
     require_exporter()
     pushing = ("--push", "--compression", "zstd") if push else ()
     args = build_args(marked_ca_bundle(root), "--load", *pushing, *more)
