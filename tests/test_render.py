@@ -76,6 +76,12 @@ def test_structure_of_the_readme_cell(catalog: dict[str, object]) -> None:
     # concurrent builds (--jobs) never wait on an installer cache: pip private, uv shared
     assert "id=imagekit-pip,target=/root/.cache/pip,sharing=private" in text
     assert "sharing=locked" not in "".join(ln for ln in lines if "cache/pip" in ln)
+    # the SBOM tool's stage runs beside the runtime's installs: a cache of its own (with
+    # pip's private sharing one of the two would get an empty second instance)
+    sbom_tool = text.split("AS sbom-tool")[1].split("\nFROM ")[0]
+    runtime = text.split("AS runtime")[1]
+    assert "id=imagekit-uv-sbom-tool,target=/root/.cache/uv," in sbom_tool
+    assert "id=imagekit-uv-sbom-tool" not in runtime and "id=imagekit-uv," in runtime
     assert "--mount=type=secret,id=ca" in text and "/etc/ssl" not in text
     # least-changing first: torch before features before the user's pip packages
     assert text.index("torch==2.7.1") < text.index("onnx>=1.16") < text.index("numpy<3")

@@ -94,7 +94,7 @@ RUN --mount=type=cache,id=imagekit-pip,target=/root/.cache/pip,sharing=private \
 
 # The SBOM writer's library, for one step of the runtime stage (mounted there, never copied).
 FROM builder AS sbom-tool
-RUN --mount=type=cache,id=imagekit-pip,target=/root/.cache/pip,sharing=private \
+RUN --mount=type=cache,id=imagekit-pip-sbom-tool,target=/root/.cache/pip,sharing=private \
     --mount=type=secret,id=ca \
     --mount=type=secret,id=index \
     --mount=type=bind,source=imagekit/build-env.sh,target=/run/imagekit/build-env.sh \

@@ -90,7 +90,7 @@ RUN --mount=type=cache,id=imagekit-uv,target=/root/.cache/uv,sharing=shared \
 
 # The SBOM writer's library, for one step of the runtime stage (mounted there, never copied).
 FROM builder AS sbom-tool
-RUN --mount=type=cache,id=imagekit-uv,target=/root/.cache/uv,sharing=shared \
+RUN --mount=type=cache,id=imagekit-uv-sbom-tool,target=/root/.cache/uv,sharing=shared \
     --mount=type=secret,id=ca \
     --mount=type=secret,id=index \
     --mount=type=bind,source=imagekit/build-env.sh,target=/run/imagekit/build-env.sh \
