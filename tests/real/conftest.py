@@ -41,10 +41,24 @@ def pytest_configure(config: pytest.Config) -> None:
         config.pluginmanager.register(budget.Plugin(budget.load()), budget.NAME)
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The tests that empty BuildKit's shared cache last, in the random order they were given
+    (pytest-randomly shuffles before this hook): a test after them would build the session
+    cell cold, a minute over its budget, depending on the seed."""
+    items.sort(key=lambda item: item.get_closest_marker("empties_cache") is not None)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def debian_bookworm() -> str:
+    """debian:bookworm-slim on the engine under test, made if missing (tests/realengine.py),
+    before any other fixture: every real test may build the test cell, and on a wiped engine
+    any of them may come first. A session fixture: its time is no test's own (budget.py)."""
+    require_engine()
+    return debian_base()
+
+
 @pytest.fixture(scope="session")
 def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    require_engine()
-    debian_base()
     root = make_project(tmp_path_factory.mktemp("proj") / "p")
     # --load: the later tests run and inspect the image here (a push without it leaves
     # nothing local where BuildKit pushes: tests/real/test_buildx_paths.py)

@@ -18,7 +18,13 @@ import pytest
 
 from ..realengine import DOCKER, HOST_CA, REGISTRY, debian_base, docker, imagekit
 
-pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.timeout(3300)]
+# its fixture's teardown empties the cache mounts (the CUDA wheels): last (conftest.py)
+pytestmark = [
+    pytest.mark.docker,
+    pytest.mark.slow,
+    pytest.mark.timeout(3300),
+    pytest.mark.empties_cache,
+]
 
 REPO = "imagekit-share"
 CELLS = ("cu126-torch2.7.1-py3.11-debian12-slim", "cu126-torch2.7.1-py3.13-debian13-slim")

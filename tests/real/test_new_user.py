@@ -23,7 +23,6 @@ from ..conftest import ROOT
 from ..realengine import (
     EPOCH,
     REGISTRY,
-    debian_base,
     docker,
     marked_ca_bundle,
     require_engine,
@@ -141,7 +140,6 @@ def build(ik: Path, repo: Path, *more: str) -> subprocess.CompletedProcess[str]:
 def team(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, dict]:  # type: ignore[type-arg]
     """The team's repository after init, its edits and a build: (imagekit, repo, build.json)."""
     require_engine()
-    debian_base()  # its cell's base, made here where this module runs first on a wiped engine
     tmp = tmp_path_factory.mktemp("newuser")
     ik = installed_imagekit(tmp)
     repo = tmp / TEAM
