@@ -97,3 +97,24 @@ def test_every_real_test_has_a_budget_and_every_budget_a_test() -> None:
     loaded = budget.load()
     listed = {key.split("[", 1)[0] for key in loaded.tests}
     assert real_tests() == listed
+
+
+@pytest.mark.subprocess
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_the_tests_that_empty_the_cache_come_last_all_of_it_first(seed: int) -> None:
+    """In any random order, the registry-cache test (all of BuildKit's cache) is second to
+    last but the CUDA twins' tests, which come after it (tests/real/conftest.py)."""
+    import subprocess
+    import sys
+
+    collected = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", f"--randomly-seed={seed}",
+         "-m", "docker", "tests/real"],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    ids = [line for line in collected.stdout.splitlines() if "::" in line]
+    assert len(ids) > 20, collected.stdout[-2000:] + collected.stderr[-2000:]
+    cuda = [i for i in ids if i.startswith("tests/real/test_cuda_layer_shared.py::")]
+    registry_cache = "test_a_registry_cache_lets_an_empty_builder_install_nothing_again"
+    assert ids[-len(cuda) :] == cuda and len(cuda) == 3
+    assert ids[-len(cuda) - 1].endswith(registry_cache)

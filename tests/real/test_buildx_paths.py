@@ -88,7 +88,7 @@ def test_a_push_without_load_goes_straight_to_the_registry_in_zstd_then_test_pul
     forget(pushed)
 
 
-@pytest.mark.empties_cache  # all of BuildKit's cache: after the others (conftest.py)
+@pytest.mark.empties_cache(what="all")  # after the others, before the CUDA twins (conftest.py)
 def test_a_registry_cache_lets_an_empty_builder_install_nothing_again(
     project: Path, tmp_path: Path
 ) -> None:

@@ -23,7 +23,7 @@ pytestmark = [
     pytest.mark.docker,
     pytest.mark.slow,
     pytest.mark.timeout(3300),
-    pytest.mark.empties_cache,
+    pytest.mark.empties_cache(what="mounts"),
 ]
 
 REPO = "imagekit-share"
