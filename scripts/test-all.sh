@@ -44,40 +44,12 @@ on_engine() {  # ENGINE NAME LIMIT PYTEST-ARGS...: the tests on ENGINE, then wip
   phase "wipe-$engine" 600 bash .ci/engines.sh wipe "$engine"
   phase "start-$engine" 120 bash .ci/engines.sh start "$engine"
   eval "$(bash .ci/engines.sh env "$engine")"
-  trap 'unit_stop; echo "=== wiping $engine after the failure"; bash .ci/engines.sh wipe '"$engine"' || true' EXIT
+  trap 'echo "=== wiping $engine after the failure"; bash .ci/engines.sh wipe '"$engine"' || true' EXIT
   phase "$name" "$limit" python -m pytest --durations=0 --durations-min=10 "$@"
-  trap unit_stop EXIT
+  trap - EXIT
   phase "wipe-$engine" 600 bash .ci/engines.sh wipe "$engine"
   phase "reset-registry" 120 bash .ci/setup-host.sh reset-registry
 }
-
-# The unit tests run beside the compatibility engines' phases (unit_start .. unit_wait): those
-# keep at most one CPU busy most of the time (downloads, one-threaded installs), and the unit
-# tests, at the lowest priority, take what they leave. Beside the real phase instead, with the
-# CPUs halved, they slowed a real test past its budget. Their log is printed when they end.
-unit_job="" unit_log=""
-unit_start() {  # PYTEST-ARGS...
-  unit_log=$(mktemp /tmp/imagekit-unit-log.XXXXXX)
-  phase unit "$IMAGEKIT_LIMIT_UNIT" nice -n 19 python -m pytest "$@" >"$unit_log" 2>&1 &
-  unit_job=$!
-  echo "=== phase unit started beside the next ones (its log follows when it ends)"
-}
-unit_wait() {  # the unit tests' end: their log; their failure is the suite's
-  local rc=0
-  wait "$unit_job" || rc=$?
-  unit_job=""
-  cat "$unit_log" && rm -f "$unit_log"
-  if [ "$rc" -ne 0 ]; then exit "$rc"; fi
-}
-unit_stop() {  # another phase failed: the unit tests stopped, their log so far shown
-  [ -n "$unit_job" ] || return 0
-  pkill -TERM -P "$unit_job" 2>/dev/null || true  # timeout passes TERM on to pytest
-  wait "$unit_job" 2>/dev/null || true
-  unit_job=""
-  echo "=== the unit tests' log (stopped if they were still running)"
-  cat "$unit_log" && rm -f "$unit_log"
-}
-trap unit_stop EXIT
 
 phase engines "$IMAGEKIT_LIMIT_SETUP" bash .ci/engines.sh install
 export IMAGEKIT_ENGINE=${IMAGEKIT_ENGINE:-containerd}  # the engine the suite starts on
@@ -92,18 +64,18 @@ fi
 
 phase lint 300 sh -c 'ruff check imagekit tests bench && ruff format --check imagekit tests bench'
 phase render-check 120 imagekit render --check
-# the few unit tests that time themselves, alone; the others on every CPU (pytest-xdist),
-# beside the compatibility engines' phases
+# the unit tests on every CPU (pytest-xdist), then the few that time themselves, alone. Not
+# beside the real phase: with the CPUs halved, a real test then ran over its budget
+phase unit "$IMAGEKIT_LIMIT_UNIT" python -m pytest -m "not docker and not alone" -n auto \
+  --durations=15
 phase unit-alone 300 python -m pytest -m "not docker and alone" --durations=5
 # the Debian root filesystems this run bootstraps, kept for the next engines' phases
 # (tests/realengine.py debian_base): one debootstrap per OS and platform, made fresh each run
 export IMAGEKIT_TEST_BASES=${IMAGEKIT_TEST_BASES:-/var/tmp/imagekit-test-bases}
 rm -rf "$IMAGEKIT_TEST_BASES"
 on_engine containerd real-containerd "$IMAGEKIT_LIMIT_REAL" -m docker
-unit_start -m "not docker and not alone" -n auto --durations=15
 on_engine classic compat-classic "$IMAGEKIT_LIMIT_COMPAT" -m "docker and compat"
 on_engine docker20 compat-docker20 "$IMAGEKIT_LIMIT_COMPAT" -m "docker and compat"
-unit_wait
 phase start-containerd 120 bash .ci/engines.sh start containerd
 rm -rf "$IMAGEKIT_TEST_BASES"
 echo "=== test-all: every phase passed in $((SECONDS - started))s"
