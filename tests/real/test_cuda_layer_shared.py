@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from ..realengine import DOCKER, HOST_CA, REGISTRY, debian_base, docker, imagekit
+from ..realengine import DOCKER, HOST_CA, REGISTRY, docker, imagekit
 
 # its fixture's teardown empties the cache mounts (the CUDA wheels): last (conftest.py)
 pytestmark = [
@@ -45,7 +45,8 @@ PROBE = (
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    debian_base()  # the suite's own; Debian 13 is bootstrapped by the build (--bootstrap-base)
+    # Debian 12 is the suite's own (conftest.py debian_bookworm); Debian 13 is bootstrapped by
+    # the build (--bootstrap-base)
     root = tmp_path_factory.mktemp("share")
     (root / "envs").mkdir()
     (root / "envs" / "m.yaml").write_text(MATRIX)

@@ -11,7 +11,6 @@ from ..realengine import (
     DEBIAN,
     REGISTRY,
     build_args,
-    debian_base,
     docker,
     imagekit,
     make_project,
@@ -48,14 +47,13 @@ def test_newer_cli_without_buildx_is_refused_with_a_fix(monkeypatch: pytest.Monk
         find_builder(new_cli)
 
 
-def test_base_bootstrap_makes_a_real_debian_image(tmp_path: Path) -> None:
+def test_base_bootstrap_makes_a_real_debian_image(tmp_path: Path, debian_bookworm: str) -> None:
     """The base every real test builds on: `imagekit base bootstrap` made it in this run
-    (tests/realengine.py debian_base), a Debian 12 that runs, with bootstrap's CMD and LANG;
+    (conftest.py debian_bookworm, how it came), a Debian 12 that runs, with bootstrap's CMD and LANG;
     where an earlier phase made it, its root filesystem is bootstrapped here under a tag of
     its own (one debootstrap more, as before the bases were shared)."""
-    require_engine()
     image = DEBIAN
-    if debian_base() != "bootstrap":
+    if debian_bookworm != "bootstrap":
         image = "imagekit-test/bookworm-bootstrap:test"
         made = imagekit("base", "bootstrap", "--suite", "bookworm", "--tag", image, cwd=tmp_path)
         assert made.returncode == 0, made.stderr

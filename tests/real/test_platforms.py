@@ -27,7 +27,6 @@ from imagekit.engine.interface import BuildRequest
 from ..realengine import (
     DOCKER,
     REGISTRY,
-    debian_base,
     docker,
     engine_kind,
     imagekit,
@@ -102,8 +101,7 @@ def platforms_of(image: str) -> dict[str, str]:
 
 def amd64_only_base(tmp_path: Path) -> str:
     """debian:bookworm-slim for linux/amd64 alone, as the quickstart leaves it (made where
-    the engine lacks it); its manifest's digest."""
-    debian_base()
+    the engine lacked it: conftest.py debian_bookworm); its manifest's digest."""
     if engine_kind() != "containerd":
         return ""
     held = platforms_of(DEBIAN)
