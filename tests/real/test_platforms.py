@@ -109,6 +109,8 @@ def amd64_only_base(tmp_path: Path) -> str:
     return held["linux/amd64"]
 
 
+# QEMU keeps one CPU busy for minutes: in CI, beside the CUDA cells (scripts/test-beside.sh)
+@pytest.mark.beside
 def test_an_arm64_image_is_built_on_an_arm64_base_and_proven_arm64(tmp_path: Path) -> None:
     require_exporter()
     run = uuid.uuid4().hex[:8]

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# The real tests marked `beside` (pyproject.toml), after the rest of the real phase: one pytest
+# process per test file, all at once, on the running engine. They are the long ones that keep
+# one CPU busy (QEMU's arm64 emulation; the CUDA cells' unpacking and export), so on a 2-CPU
+# machine they take about the longest one's time instead of their sum (docs/ci.md). Each
+# process's output is printed when it ends, with its exit status; the script exits with the
+# first failing one's. scripts/test-all.sh runs it under the phase's time limit, whose
+# `timeout` signals this whole process group.
+#
+#   bash scripts/test-beside.sh [PYTEST-ARGS...]   # extra arguments go to every process
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+selected="docker and beside"
+mapfile -t files < <(
+  python -m pytest -q --collect-only -p no:randomly -m "$selected" tests/real \
+    | sed -n 's/::.*//p' | sort -u
+)
+if [ "${#files[@]}" -eq 0 ]; then
+  echo "test-beside: no test marked beside was collected" >&2
+  exit 5  # pytest's own "no tests ran"
+fi
+
+logs=$(mktemp -d "${TMPDIR:-/tmp}/imagekit-beside.XXXXXX")
+trap 'rm -rf "$logs"' EXIT
+pids=()
+for file in "${files[@]}"; do
+  log="$logs/$(basename "$file").log"
+  python -m pytest --durations=0 --durations-min=10 -m "$selected" "$@" "$file" >"$log" 2>&1 &
+  pids+=("$!")
+  echo "test-beside: started $file (pid $!)"
+done
+
+rc=0
+started=$SECONDS
+for i in "${!pids[@]}"; do
+  status=0
+  wait "${pids[$i]}" || status=$?
+  echo "=== beside: ${files[$i]} exited $status at $((SECONDS - started))s"
+  cat "$logs/$(basename "${files[$i]}").log"
+  if [ "$status" -ne 0 ] && [ "$rc" -eq 0 ]; then rc=$status; fi
+done
+exit "$rc"
