@@ -37,9 +37,8 @@ phase() {  # NAME LIMIT COMMAND...: run COMMAND under LIMIT, print how long it t
   echo "=== phase $name passed in ${took}s; suite at $((SECONDS - started))s"
 }
 
-on_engine() {  # ENGINE NAME LIMIT PYTEST-ARGS...: the tests on ENGINE, then wipe what it made
-  local engine=$1 name=$2 limit=$3
-  shift 3
+on_engine() {  # ENGINE NAME LIMIT MARKERS [beside]: the tests on ENGINE, then wipe what it made
+  local engine=$1 name=$2 limit=$3 markers=$4 beside=${5:-}
   # a run that failed or was stopped earlier left its images and cache: a full disk would
   # show up as unrelated red tests, so start from an empty data folder, and wipe after a
   # failed phase too. Deleting the folder takes seconds where pruning took 1-2 minutes.
@@ -47,13 +46,12 @@ on_engine() {  # ENGINE NAME LIMIT PYTEST-ARGS...: the tests on ENGINE, then wip
   phase "start-$engine" 120 bash .ci/engines.sh start "$engine"
   eval "$(bash .ci/engines.sh env "$engine")"
   trap 'echo "=== wiping $engine after the failure"; bash .ci/engines.sh wipe '"$engine"' || true' EXIT
-  if [ "$engine" = containerd ]; then
-    # the long one-CPU tests (marked `beside`) after the others, each file in its own process,
-    # at once: about the longest one's time instead of their sum (scripts/test-beside.sh)
-    phase "$name" "$limit" python -m pytest --durations=0 --durations-min=10 "$@" -m "not beside"
+  # one -m per run: pytest keeps only the last one given
+  phase "$name" "$limit" python -m pytest --durations=0 --durations-min=10 -m "$markers"
+  if [ "$beside" = beside ]; then
+    # the long one-CPU tests (marked `beside`, left out of MARKERS) after the others, each
+    # file in its own process, at once: about the longest one's time instead of their sum
     phase "$name-beside" "$IMAGEKIT_LIMIT_BESIDE" bash scripts/test-beside.sh
-  else
-    phase "$name" "$limit" python -m pytest --durations=0 --durations-min=10 "$@"
   fi
   trap - EXIT
   phase "wipe-$engine" 600 bash .ci/engines.sh wipe "$engine"
@@ -82,9 +80,9 @@ phase unit-alone 300 python -m pytest -m "not docker and alone" --durations=5
 # (tests/realengine.py debian_base): one debootstrap per OS and platform, made fresh each run
 export IMAGEKIT_TEST_BASES=${IMAGEKIT_TEST_BASES:-/var/tmp/imagekit-test-bases}
 rm -rf "$IMAGEKIT_TEST_BASES"
-on_engine containerd real-containerd "$IMAGEKIT_LIMIT_REAL" -m docker
-on_engine classic compat-classic "$IMAGEKIT_LIMIT_COMPAT" -m "docker and compat"
-on_engine docker20 compat-docker20 "$IMAGEKIT_LIMIT_COMPAT" -m "docker and compat"
+on_engine containerd real-containerd "$IMAGEKIT_LIMIT_REAL" "docker and not beside" beside
+on_engine classic compat-classic "$IMAGEKIT_LIMIT_COMPAT" "docker and compat"
+on_engine docker20 compat-docker20 "$IMAGEKIT_LIMIT_COMPAT" "docker and compat"
 phase start-containerd 120 bash .ci/engines.sh start containerd
 rm -rf "$IMAGEKIT_TEST_BASES"
 echo "=== test-all: every phase passed in $((SECONDS - started))s"

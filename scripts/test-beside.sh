@@ -13,7 +13,7 @@ cd "$(dirname "$0")/.."
 
 selected="docker and beside"
 mapfile -t files < <(
-  python -m pytest -q --collect-only -p no:randomly -m "$selected" tests/real \
+  python -m pytest -q --collect-only -p no:randomly -m "$selected" tests \
     | sed -n 's/::.*//p' | sort -u
 )
 if [ "${#files[@]}" -eq 0 ]; then

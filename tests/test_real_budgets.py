@@ -100,34 +100,57 @@ def test_every_real_test_has_a_budget_and_every_budget_a_test() -> None:
     assert real_tests() == listed
 
 
-def collect(*args: str) -> str:
+def collect(*args: str, where: str = "tests/real") -> str:
     import subprocess
     import sys
 
     collected = subprocess.run(
-        [sys.executable, "-m", "pytest", *args, "tests/real"],
+        [sys.executable, "-m", "pytest", *args, where],
         cwd=ROOT, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert collected.returncode == 0, collected.stdout[-2000:] + collected.stderr[-2000:]
     return collected.stdout
 
 
+def real_phase_markers() -> str:
+    """The markers scripts/test-all.sh gives the real phase on the containerd store, whose
+    `beside` tests it runs in a phase of their own after it."""
+    script = (ROOT / "scripts" / "test-all.sh").read_text()
+    found = re.search(r'^on_engine containerd \S+ "\$\w+" "([^"]+)" beside$', script, re.M)
+    assert found, "test-all.sh: no real phase on the containerd store with a beside phase"
+    return found.group(1)
+
+
+def collected_ids(*args: str, where: str = "tests/real") -> list[str]:
+    out = collect("--collect-only", "-q", *args, where=where)
+    return [line for line in out.splitlines() if "::" in line]
+
+
 @pytest.mark.subprocess
-@pytest.mark.parametrize(
-    ("seed", "selected"), [(1, "docker"), (2, "docker"), (3, "docker and not beside")]
-)
+@pytest.mark.parametrize(("seed", "selected"), [(1, "docker"), (2, "CI")])
 def test_the_tests_that_empty_the_cache_come_last_all_of_it_first(seed: int, selected: str) -> None:
     """In any random order, the registry-cache test (all of BuildKit's cache) is second to
     last but the CUDA twins' tests, which come after it (tests/real/conftest.py); in CI's
     real phase, which leaves the `beside` tests to a phase of their own, it is last."""
-    out = collect("--collect-only", "-q", f"--randomly-seed={seed}", "-m", selected)
-    ids = [line for line in out.splitlines() if "::" in line]
-    assert len(ids) > 20, out[-2000:]
+    markers = real_phase_markers() if selected == "CI" else selected
+    ids = collected_ids(f"--randomly-seed={seed}", "-m", markers)
+    assert len(ids) > 20, ids
     cuda = [i for i in ids if i.startswith("tests/real/test_cuda_layer_shared.py::")]
     registry_cache = "test_a_registry_cache_lets_an_empty_builder_install_nothing_again"
-    assert len(cuda) == (0 if "beside" in selected else 3)
+    assert len(cuda) == (0 if selected == "CI" else 3)
     assert ids[len(ids) - len(cuda) :] == cuda
     assert ids[-len(cuda) - 1].endswith(registry_cache)
+
+
+@pytest.mark.subprocess
+def test_the_real_phase_and_its_beside_phase_run_every_real_test_once() -> None:
+    """What test-all.sh's real phase selects from the whole suite (its pytest has no path:
+    every test under tests/) and what scripts/test-beside.sh then runs are every real test,
+    once (those marked `docker`, in tests/real and beside the unit tests), and no unit test."""
+    phase = set(collected_ids("-p", "no:randomly", "-m", real_phase_markers(), where="tests"))
+    beside = set(collected_ids("-p", "no:randomly", "-m", "docker and beside", where="tests"))
+    real = set(collected_ids("-p", "no:randomly", "-m", "docker", where="tests"))
+    assert phase | beside == real and not phase & beside and beside
 
 
 @pytest.mark.subprocess
