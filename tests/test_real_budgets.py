@@ -121,6 +121,14 @@ def real_phase_markers() -> str:
     return found.group(1)
 
 
+def beside_markers() -> str:
+    """The markers scripts/test-beside.sh selects its tests by."""
+    script = (ROOT / "scripts" / "test-beside.sh").read_text()
+    found = re.search(r'^selected="([^"]+)"$', script, re.M)
+    assert found, "test-beside.sh: no selected=... line"
+    return found.group(1)
+
+
 def collected_ids(*args: str, where: tuple[str, ...] = ("tests/real",)) -> list[str]:
     out = collect("--collect-only", "-q", *args, where=where)
     return [line for line in out.splitlines() if "::" in line]
@@ -152,7 +160,7 @@ def test_the_real_phase_and_its_beside_phase_run_every_real_test_once() -> None:
     phase = set(collected_ids("-p", "no:randomly", "-m", real_phase_markers(), where=("tests",)))
     outside = {i.split("::")[0] for i in phase if not i.startswith("tests/real/")}
     files = ("tests/real", *sorted(outside))
-    beside = set(collected_ids("-p", "no:randomly", "-m", "docker and beside", where=files))
+    beside = set(collected_ids("-p", "no:randomly", "-m", beside_markers(), where=files))
     real = set(collected_ids("-p", "no:randomly", "-m", "docker", where=files))
     assert phase | beside == real and not phase & beside and beside
 
@@ -163,7 +171,7 @@ def test_the_tests_run_beside_each_other_share_no_fixture_of_the_suite() -> None
     the arm64 path and the CUDA cells, and no shared fixture of tests/real/conftest.py but the
     Debian base (which each process finds made), so that neither waits on or disturbs the
     session image."""
-    out = collect("--fixtures-per-test", "-q", "-p", "no:randomly", "-m", "docker and beside")
+    out = collect("--fixtures-per-test", "-q", "-p", "no:randomly", "-m", beside_markers())
     tests = re.findall(r"^- fixtures used by (\S+) -", out, re.M)
     assert {t.split("[")[0] for t in tests} == {
         "test_an_arm64_image_is_built_on_an_arm64_base_and_proven_arm64",
