@@ -37,6 +37,46 @@ phase() {  # NAME LIMIT COMMAND...: run COMMAND under LIMIT, print how long it t
   echo "=== phase $name passed in ${took}s; suite at $((SECONDS - started))s"
 }
 
+real() {  # NAME LIMIT MARKERS: the real tests MARKERS selects (one -m: pytest keeps the last)
+  phase "$1" "$2" python -m pytest --durations=0 --durations-min=10 -m "$3"
+}
+
+# With two CPUs or more, the `beside` tests run during the real phase, not after it: its own
+# tests keep about one of two CPUs busy (1.16 on 2026-11-29), the `beside` ones one each.
+# They start once the real phase's session has made the Debian base (tests/realengine.py
+# debian_base), and the tests that empty BuildKit's cache (`empties_cache`) wait for them.
+beside_pid=""
+real_with_beside() {  # NAME LIMIT MARKERS
+  local name=$1 limit=$2 markers=$3 log t0=$SECONDS rc=0
+  log=$(mktemp "${TMPDIR:-/tmp}/imagekit-beside.XXXXXX")
+  (
+    until "${IMAGEKIT_DOCKER:-docker}" image inspect debian:bookworm-slim >/dev/null 2>&1; do
+      [ $((SECONDS - t0)) -lt 600 ] || break  # the real phase failed: test-beside says why
+      sleep 2
+    done
+    exec timeout --kill-after=60 "$IMAGEKIT_LIMIT_BESIDE" bash scripts/test-beside.sh
+  ) >"$log" 2>&1 &
+  beside_pid=$!
+  echo "=== phase $name-beside started beside $name (limit ${IMAGEKIT_LIMIT_BESIDE}s, pid $beside_pid)"
+  real "$name" "$limit" "$markers and not empties_cache"
+  wait "$beside_pid" || rc=$?
+  beside_pid=""
+  cat "$log" && rm -f "$log"
+  local took=$((SECONDS - t0))
+  if [ "$rc" -ne 0 ]; then
+    echo "=== phase $name-beside FAILED (exit $rc) after ${took}s; suite at $((SECONDS - started))s"
+    exit "$rc"
+  fi
+  echo "=== phase $name-beside passed, $name with it in ${took}s; suite at $((SECONDS - started))s"
+  real "$name-last" "$limit" "$markers and empties_cache"
+}
+
+stop_beside() {  # after a failure: the beside tests' processes, before their engine is wiped
+  [ -n "$beside_pid" ] || return 0
+  kill "$beside_pid" 2>/dev/null || true  # `timeout`, which signals test-beside's group
+  wait "$beside_pid" 2>/dev/null || true
+}
+
 on_engine() {  # ENGINE NAME LIMIT MARKERS [beside]: the tests on ENGINE, then wipe what it made
   local engine=$1 name=$2 limit=$3 markers=$4 beside=${5:-}
   # a run that failed or was stopped earlier left its images and cache: a full disk would
@@ -45,13 +85,16 @@ on_engine() {  # ENGINE NAME LIMIT MARKERS [beside]: the tests on ENGINE, then w
   phase "wipe-$engine" 600 bash .ci/engines.sh wipe "$engine"
   phase "start-$engine" 120 bash .ci/engines.sh start "$engine"
   eval "$(bash .ci/engines.sh env "$engine")"
-  trap 'echo "=== wiping $engine after the failure"; bash .ci/engines.sh wipe '"$engine"' || true' EXIT
-  # one -m per run: pytest keeps only the last one given
-  phase "$name" "$limit" python -m pytest --durations=0 --durations-min=10 -m "$markers"
-  if [ "$beside" = beside ]; then
+  trap 'echo "=== wiping $engine after the failure"; stop_beside; bash .ci/engines.sh wipe '"$engine"' || true' EXIT
+  if [ "$beside" = beside ] && [ "$(nproc)" -ge 2 ]; then
+    real_with_beside "$name" "$limit" "$markers"
+  else
+    real "$name" "$limit" "$markers"
     # the long one-CPU tests (marked `beside`, left out of MARKERS) after the others, each
     # file in its own process, at once: about the longest one's time instead of their sum
-    phase "$name-beside" "$IMAGEKIT_LIMIT_BESIDE" bash scripts/test-beside.sh
+    if [ "$beside" = beside ]; then
+      phase "$name-beside" "$IMAGEKIT_LIMIT_BESIDE" bash scripts/test-beside.sh
+    fi
   fi
   trap - EXIT
   phase "wipe-$engine" 600 bash .ci/engines.sh wipe "$engine"

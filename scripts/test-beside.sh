@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# The real tests marked `beside` (pyproject.toml), after the rest of the real phase: one pytest
-# process per test file, all at once, on the running engine. They are the long ones that keep
-# one CPU busy (QEMU's arm64 emulation; the CUDA cells' unpacking and export), so on a 2-CPU
-# machine they take about the longest one's time instead of their sum (docs/ci.md). Each
+# The real tests marked `beside` (pyproject.toml): one pytest process per test file, all at
+# once, on the running engine. They are the long ones that keep one CPU busy (QEMU's arm64
+# emulation; the CUDA cells' unpacking and export), so on a 2-CPU machine they take about the
+# longest one's time instead of their sum; scripts/test-all.sh runs them during the rest of
+# the real phase where there are two CPUs or more, after it on one (docs/ci.md). Each
 # process's output is printed when it ends, with its exit status; the script exits with the
 # first failing one's. scripts/test-all.sh runs it under the phase's time limit, whose
 # `timeout` signals this whole process group.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import gzip
 import io
 import json
@@ -237,7 +238,16 @@ def debian_base() -> str:
     """debian:bookworm-slim on the engine under test, for this host's platform; how it came:
     "engine" (it was there: a user's machine after the quickstart), "bootstrap" (`imagekit
     base bootstrap`, the real path, its root filesystem then kept under BASES) or "kept"
-    (that root filesystem imported as bootstrap imports one: `docker import`, CMD and LANG)."""
+    (that root filesystem imported as bootstrap imports one: `docker import`, CMD and LANG).
+    One pytest process at a time makes it: in CI the `beside` tests start in processes of
+    their own while the real phase's starts (scripts/test-all.sh)."""
+    BASES.mkdir(parents=True, exist_ok=True)
+    with (BASES / "bases.lock").open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        return _debian_base_locked()
+
+
+def _debian_base_locked() -> str:
     if docker("image", "inspect", DEBIAN, check=False).returncode == 0:
         return _made.get(DEBIAN, "engine")
     kept = BASES / "bookworm-host.tar"

@@ -165,6 +165,31 @@ def test_the_real_phase_and_its_beside_phase_run_every_real_test_once() -> None:
     assert phase | beside == real and not phase & beside and beside
 
 
+def beside_split() -> tuple[str, str]:
+    """The markers test-all.sh's real phase runs while the `beside` tests run, and after
+    them ($markers: the real phase's own)."""
+    script = (ROOT / "scripts" / "test-all.sh").read_text()
+    body = script[script.index("real_with_beside() {") :]
+    body = body[: body.index("\n}\n")]
+    found = re.findall(r'^  real "\$name(?:-last)?" "\$limit" "([^"]+)"$', body, re.M)
+    assert len(found) == 2, f"test-all.sh real_with_beside: two real runs, not {found}"
+    return found[0], found[1]
+
+
+@pytest.mark.subprocess
+def test_beside_the_real_phase_the_tests_that_empty_the_cache_wait_for_the_beside_ones() -> None:
+    """With two CPUs, the real phase's tests run while the `beside` ones do, but the one that
+    empties all of BuildKit's cache: it runs after them, and the two runs are the phase."""
+    during, after = (m.replace("$markers", real_phase_markers()) for m in beside_split())
+    whole = set(collected_ids("-p", "no:randomly", "-m", real_phase_markers()))
+    first = set(collected_ids("-p", "no:randomly", "-m", during))
+    last = collected_ids("-p", "no:randomly", "-m", after)
+    assert first | set(last) == whole and not first & set(last)
+    assert [i.split("::")[1] for i in last] == [
+        "test_a_registry_cache_lets_an_empty_builder_install_nothing_again"
+    ]
+
+
 @pytest.mark.subprocess
 def test_the_tests_run_beside_each_other_share_no_fixture_of_the_suite() -> None:
     """scripts/test-beside.sh runs each `beside` test file in a process of its own, at once:

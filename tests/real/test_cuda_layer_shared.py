@@ -19,7 +19,7 @@ import pytest
 from ..realengine import DOCKER, HOST_CA, REGISTRY, docker, imagekit
 
 # its fixture's teardown empties the cache mounts (the CUDA wheels): last (conftest.py); in
-# CI, beside the arm64 test after the rest (scripts/test-beside.sh)
+# CI, beside the arm64 test and the rest of the real phase (scripts/test-beside.sh)
 pytestmark = [
     pytest.mark.docker,
     pytest.mark.slow,
