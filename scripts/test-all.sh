@@ -42,26 +42,29 @@ real() {  # NAME LIMIT MARKERS: the real tests MARKERS selects (one -m: pytest k
 }
 
 # With two CPUs or more, the `beside` tests run during the real phase, not after it: its own
-# tests keep about one of two CPUs busy (1.16 on 2026-11-29), the `beside` ones one each.
-# They start once the real phase's session has made the Debian base (tests/realengine.py
-# debian_base), and the tests that empty BuildKit's cache (`empties_cache`) wait for them.
+# tests keep about one of two CPUs busy (1.16 on 2026-11-29), the `beside` ones one each. They
+# start once the real phase's session image is built (tests/real/conftest.py `project`: a
+# cold build that needs both CPUs), or after 300 s if no test has asked for it yet; the tests
+# that empty BuildKit's cache (`empties_cache`) wait for them. A test of the real phase may
+# share the CPUs with them: its budget counts 1.5 times (a cold build of its own took up to
+# twice as long there).
 beside_pid=""
 real_with_beside() {  # NAME LIMIT MARKERS
   local name=$1 limit=$2 markers=$3 log t0=$SECONDS rc=0
   log=$(mktemp "${TMPDIR:-/tmp}/imagekit-beside.XXXXXX")
+  export IMAGEKIT_TEST_SESSION_READY=$log.ready
   (
-    until "${IMAGEKIT_DOCKER:-docker}" image inspect debian:bookworm-slim >/dev/null 2>&1; do
-      [ $((SECONDS - t0)) -lt 600 ] || break  # the real phase failed: test-beside says why
-      sleep 2
-    done
+    until [ -e "$IMAGEKIT_TEST_SESSION_READY" ] || [ $((SECONDS - t0)) -ge 300 ]; do sleep 2; done
+    echo "test-beside: starting $((SECONDS - t0))s into $name"
     exec timeout --kill-after=60 "$IMAGEKIT_LIMIT_BESIDE" bash scripts/test-beside.sh
   ) >"$log" 2>&1 &
   beside_pid=$!
   echo "=== phase $name-beside started beside $name (limit ${IMAGEKIT_LIMIT_BESIDE}s, pid $beside_pid)"
-  real "$name" "$limit" "$markers and not empties_cache"
+  IMAGEKIT_TEST_BUDGET_SCALE=1.5 real "$name" "$limit" "$markers and not empties_cache"
+  unset IMAGEKIT_TEST_SESSION_READY
   wait "$beside_pid" || rc=$?
   beside_pid=""
-  cat "$log" && rm -f "$log"
+  cat "$log" && rm -f "$log" "$log.ready"
   local took=$((SECONDS - t0))
   if [ "$rc" -ne 0 ]; then
     echo "=== phase $name-beside FAILED (exit $rc) after ${took}s; suite at $((SECONDS - started))s"

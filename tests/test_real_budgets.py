@@ -171,7 +171,7 @@ def beside_split() -> tuple[str, str]:
     script = (ROOT / "scripts" / "test-all.sh").read_text()
     body = script[script.index("real_with_beside() {") :]
     body = body[: body.index("\n}\n")]
-    found = re.findall(r'^  real "\$name(?:-last)?" "\$limit" "([^"]+)"$', body, re.M)
+    found = re.findall(r'^  (?:\w+=\S+ )?real "\$name(?:-last)?" "\$limit" "([^"]+)"$', body, re.M)
     assert len(found) == 2, f"test-all.sh real_with_beside: two real runs, not {found}"
     return found[0], found[1]
 
