@@ -71,10 +71,6 @@ real_with_beside() {  # NAME LIMIT MARKERS
     exit "$rc"
   fi
   echo "=== phase $name-beside passed, $name with it in ${took}s; suite at $((SECONDS - started))s"
-  # the CUDA cells' GBs in BuildKit's cache, deleted here, not by the next test's own prune
-  # (its budget is its own work: 79 s of its 80 in r5, where it ran before them 49 s)
-  phase "$name-prune" 600 bash -o pipefail -c '"$0" builder prune -af | tail -1' \
-    "${IMAGEKIT_DOCKER:-docker}"
   real "$name-last" "$limit" "$markers and empties_cache"
 }
 
