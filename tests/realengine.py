@@ -239,8 +239,8 @@ def debian_base() -> str:
     "engine" (it was there: a user's machine after the quickstart), "bootstrap" (`imagekit
     base bootstrap`, the real path, its root filesystem then kept under BASES) or "kept"
     (that root filesystem imported as bootstrap imports one: `docker import`, CMD and LANG).
-    One pytest process at a time makes it: in CI the `beside` tests start in processes of
-    their own while the real phase's starts (scripts/test-all.sh)."""
+    One pytest process at a time makes it: in CI the `beside` tests run in processes of
+    their own beside the real phase's (scripts/test-all.sh)."""
     BASES.mkdir(parents=True, exist_ok=True)
     with (BASES / "bases.lock").open("a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
