@@ -46,8 +46,8 @@ real() {  # NAME LIMIT MARKERS: the real tests MARKERS selects (one -m: pytest k
 # start once the real phase's session image is built (tests/real/conftest.py `project`: a
 # cold build that needs both CPUs), or after 300 s if no test has asked for it yet; the tests
 # that empty BuildKit's cache (`empties_cache`) wait for them. A test of the real phase may
-# share the CPUs with them: its budget counts 1.5 times (a cold build of its own took up to
-# twice as long there).
+# share the CPUs with them: its budget counts 1.5 times (some took 2-3 times as long while
+# they overlapped, 2026-11-29).
 beside_pid=""
 real_with_beside() {  # NAME LIMIT MARKERS
   local name=$1 limit=$2 markers=$3 log t0=$SECONDS rc=0

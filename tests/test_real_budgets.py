@@ -114,7 +114,7 @@ def collect(*args: str, where: tuple[str, ...] = ("tests/real",)) -> str:
 
 def real_phase_markers() -> str:
     """The markers scripts/test-all.sh gives the real phase on the containerd store, whose
-    `beside` tests it runs in a phase of their own after it."""
+    `beside` tests it runs in processes of their own (beside it on two CPUs, after it on one)."""
     script = (ROOT / "scripts" / "test-all.sh").read_text()
     found = re.search(r'^on_engine containerd \S+ "\$\w+" "([^"]+)" beside$', script, re.M)
     assert found, "test-all.sh: no real phase on the containerd store with a beside phase"
