@@ -11,7 +11,7 @@ import textwrap
 import pytest
 
 from .conftest import ROOT
-from .real import budget
+from .real import budget, disk
 
 pytest_plugins = ["pytester"]
 
@@ -82,6 +82,45 @@ def test_the_scale_multiplies_every_budget(monkeypatch: pytest.MonkeyPatch) -> N
     monkeypatch.setenv(budget.SCALE_ENV, "0.5")
     with pytest.raises(pytest.UsageError, match="below 1"):
         budget.load()
+
+
+DISK_SUITE = """
+def test_small():
+    pass
+
+def test_big():
+    pass
+
+def test_frees():
+    pass
+"""
+
+
+@pytest.mark.parametrize(
+    ("free_gb", "warned"), [([40, 39, 39, 20, 20, 30], False), ([40, 39, 39, 9, 9, 12], True)]
+)
+def test_the_disk_summary_names_the_lowest_point_and_what_used_the_most(
+    pytester: pytest.Pytester, free_gb: list[int], warned: bool
+) -> None:
+    """Free space read before and after each test (then once at the end): the test that used
+    most is named first, one that freed space is not named, the warning only under 10 GB."""
+    readings = iter([n * 2**30 for n in free_gb] + [free_gb[-1] * 2**30])
+    package = pytester.mkpydir("diskcase")
+    (package / "test_case.py").write_text(textwrap.dedent(DISK_SUITE))
+    plugin = disk.Plugin(read=lambda: next(readings), folder="diskcase/")
+    result = pytester.runpytest_inprocess("-p", "no:randomly", "-p", "no:xdist", plugins=[plugin])
+    result.assert_outcomes(passed=3)
+    low = free_gb[3]
+    result.stdout.fnmatch_lines(
+        [
+            f"disk (/var/lib): 40.0 GB free at the start, lowest {low}.0 GB after "
+            "diskcase/test_case.py::test_big, *",
+            f"disk: *{39 - low}.0 GB used during diskcase/test_case.py::test_big",
+            "disk: *1.0 GB used during diskcase/test_case.py::test_small",
+        ]
+    )
+    assert "test_frees" not in result.stdout.str().split("free at the start")[1]
+    assert ("BuildKit evicts its cache" in result.stdout.str()) is warned
 
 
 def real_tests() -> set[str]:

@@ -21,7 +21,7 @@ from ..realengine import (
     marked_ca_bundle,
     require_engine,
 )
-from . import budget
+from . import budget, disk
 
 STACK = "cpu-torch2.13.0-py3.11-debian12-slim"  # a tag template's {id}
 CELL = f"imagekit-test-{STACK}"  # the session project's cell: <repository>-<stack>
@@ -42,6 +42,8 @@ def pytest_configure(config: pytest.Config) -> None:
     # session node, which sees only the root conftest's hooks
     if not config.pluginmanager.has_plugin(budget.NAME):
         config.pluginmanager.register(budget.Plugin(budget.load()), budget.NAME)
+    if not config.pluginmanager.has_plugin(disk.NAME):
+        config.pluginmanager.register(disk.Plugin(), disk.NAME)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
