@@ -293,10 +293,44 @@ def require_engine() -> None:
         pytest.fail("no Docker engine: run `bash .ci/setup-host.sh` (installs and starts dockerd)")
 
 
+# The image repositories this process's tests build (make_project, made): tests/real/
+# conftest.py removes their images after each test file (forget_made).
+MADE: set[str] = set()
+TITLE = "org.opencontainers.image.title"  # the repository name, a label of every built image
+
+
+def made(repository: str) -> str:
+    """Note that this process's tests build images named `repository`."""
+    MADE.add(repository)
+    return repository
+
+
+def forget_made(keep: tuple[str, ...] = ()) -> None:
+    """Every image of the repositories this process built (tagged, or left untagged when a
+    rebuild moved its tag: found by the title label), but the images `keep` names. Another
+    process's tests (scripts/test-beside.sh) build under names of their own, never here."""
+    kept = {docker("image", "inspect", "--format", "{{.Id}}", ref, check=False).stdout.strip()
+            for ref in keep}  # fmt: skip
+    listed = docker("image", "ls", "--no-trunc", "--format", "{{.Repository}} {{.ID}}").stdout
+    found = {i for n, i in (line.split() for line in listed.splitlines()) if base_name(n) in MADE}
+    for repository in sorted(MADE):  # untagged ones, by the label (a stage's target may lack it)
+        labelled = f"label={TITLE}={repository}"
+        found |= set(docker("image", "ls", "-q", "--no-trunc", "--filter", labelled).stdout.split())
+    if gone := sorted(found - kept):
+        docker("rmi", "-f", *gone, check=False, timeout=300)
+
+
+def base_name(repository: str) -> str:
+    """`127.0.0.1:5000/imagekit-test` -> `imagekit-test`."""
+    return repository.rpartition("/")[2]
+
+
 def make_project(
     dest: Path, registry: str = REGISTRY, repository: str = "imagekit-test", extra: str = ""
 ) -> Path:
-    """A copy of tests/data (matrix + app source) with its own registry/repository."""
+    """A copy of tests/data (matrix + app source) with its own registry/repository, whose
+    images are removed after the test file (forget_made)."""
+    made(repository)
     shutil.copytree(
         ROOT / "tests" / "data", dest, ignore=shutil.ignore_patterns(".imagekit", "reports")
     )

@@ -97,26 +97,29 @@ def test_frees():
 
 
 @pytest.mark.parametrize(
-    ("free_gb", "warned"), [([40, 39, 39, 20, 20, 30], False), ([40, 39, 39, 9, 9, 12], True)]
+    ("free_gb", "warned", "lowest"),
+    [
+        ([40, 39, 39, 20, 20, 30], False, "20.0 GB after diskcase/test_case.py::test_big"),
+        ([40, 39, 39, 9, 9, 12], True, "9.0 GB after diskcase/test_case.py::test_big"),
+        ([5, 39, 39, 20, 20, 30], True, "5.0 GB before diskcase/test_case.py::test_small"),
+    ],
 )
 def test_the_disk_summary_names_the_lowest_point_and_what_used_the_most(
-    pytester: pytest.Pytester, free_gb: list[int], warned: bool
+    pytester: pytest.Pytester, free_gb: list[int], warned: bool, lowest: str
 ) -> None:
-    """Free space read before and after each test (then once at the end): the test that used
-    most is named first, one that freed space is not named, the warning only under 10 GB."""
+    """Free space read before and after each test (then once at the end): the lowest point,
+    before or after which test; the test that used most named first, one that freed space
+    not named; the warning only under 10 GB."""
     readings = iter([n * 2**30 for n in free_gb] + [free_gb[-1] * 2**30])
     package = pytester.mkpydir("diskcase")
     (package / "test_case.py").write_text(textwrap.dedent(DISK_SUITE))
     plugin = disk.Plugin(read=lambda: next(readings), folder="diskcase/")
     result = pytester.runpytest_inprocess("-p", "no:randomly", "-p", "no:xdist", plugins=[plugin])
     result.assert_outcomes(passed=3)
-    low = free_gb[3]
     result.stdout.fnmatch_lines(
         [
-            f"disk (/var/lib): 40.0 GB free at the start, lowest {low}.0 GB after "
-            "diskcase/test_case.py::test_big, *",
-            f"disk: *{39 - low}.0 GB used during diskcase/test_case.py::test_big",
-            "disk: *1.0 GB used during diskcase/test_case.py::test_small",
+            f"disk (/var/lib): {free_gb[0]}.0 GB free at the start, lowest {lowest}, *",
+            f"disk: *{39 - free_gb[3]}.0 GB used during diskcase/test_case.py::test_big",
         ]
     )
     assert "test_frees" not in result.stdout.str().split("free at the start")[1]
@@ -233,7 +236,7 @@ def test_beside_the_real_phase_the_tests_that_empty_the_cache_wait_for_the_besid
 def test_the_tests_run_beside_each_other_share_no_fixture_of_the_suite() -> None:
     """scripts/test-beside.sh runs each `beside` test file in a process of its own, at once:
     the arm64 path and the CUDA cells, and no shared fixture of tests/real/conftest.py but the
-    Debian base (which each process finds made), so that neither waits on or disturbs the
+    Debian base and the cleanup after each file (which each process finds made), so that neither waits on or disturbs the
     session image."""
     out = collect("--fixtures-per-test", "-q", "-p", "no:randomly", "-m", beside_markers())
     tests = re.findall(r"^- fixtures used by (\S+) -", out, re.M)
@@ -243,4 +246,5 @@ def test_the_tests_run_beside_each_other_share_no_fixture_of_the_suite() -> None
         "test_torch_loads_its_cuda_libraries_through_the_links",
     }
     shared = set(re.findall(r"^(\w+) -- tests/real/conftest\.py:", out, re.M))
-    assert shared == {"debian_bookworm"}
+    # and the file's cleanup, which removes only what its own process built
+    assert shared == {"debian_bookworm", "images_made_removed"}

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,7 @@ from ..realengine import (
     build_args,
     debian_base,
     docker,
+    forget_made,
     imagekit,
     make_project,
     marked_ca_bundle,
@@ -68,6 +70,17 @@ def debian_bookworm() -> str:
     any of them may come first. A session fixture: its time is no test's own (budget.py)."""
     require_engine()
     return debian_base()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def images_made_removed() -> Iterator[None]:
+    """After each test file, the images its tests built removed (realengine.forget_made),
+    but the session image. Each is 1-3 GB of the disk BuildKit's cache shares, and an image
+    keeps the cache records it shares from BuildKit's GC, so that near a full disk the GC
+    evicted what no image holds: the session image's builder stage, and later tests built it
+    cold (CI failed so on 2026-11-29; a run that day then left 22 images, 27 GB free)."""
+    yield
+    forget_made(keep=(TAG, f"{REGISTRY}/imagekit-test:{STACK}-latest"))
 
 
 @pytest.fixture(scope="session")

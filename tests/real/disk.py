@@ -36,7 +36,7 @@ class Plugin:
     folder: str = "tests/real/"
     start: int | None = None
     used: dict[str, int] = field(default_factory=dict)  # test -> bytes used while it ran
-    lowest: tuple[int, str] | None = None  # (free bytes, after which test)
+    lowest: tuple[int, str] | None = None  # (free bytes, "before|after <test>")
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_protocol(self, item: pytest.Item) -> Generator[None, object, object]:
@@ -45,13 +45,17 @@ class Plugin:
         before = self.read()
         if self.start is None:
             self.start = before
+        self.note(before, f"before {item.nodeid}")
         try:
             return (yield)
         finally:
             after = self.read()
             self.used[item.nodeid] = before - after
-            if self.lowest is None or after < self.lowest[0]:
-                self.lowest = (after, item.nodeid)
+            self.note(after, f"after {item.nodeid}")
+
+    def note(self, free: int, when: str) -> None:
+        if self.lowest is None or free < self.lowest[0]:
+            self.lowest = (free, when)
 
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
         for line in self.summary():
@@ -63,7 +67,7 @@ class Plugin:
         low, where = self.lowest
         lines = [
             f"disk ({WHERE}): {gb(self.start)} free at the start, lowest {gb(low)} "
-            f"after {where}, {gb(self.read())} at the end"
+            f"{where}, {gb(self.read())} at the end"
         ]
         if low < GC_LINE:
             lines.append(

@@ -24,6 +24,7 @@ from ..realengine import (
     EPOCH,
     REGISTRY,
     docker,
+    made,
     marked_ca_bundle,
     require_engine,
     wheelhouse,
@@ -140,6 +141,7 @@ def build(ik: Path, repo: Path, *more: str) -> subprocess.CompletedProcess[str]:
 def team(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, dict]:  # type: ignore[type-arg]
     """The team's repository after init, its edits and a build: (imagekit, repo, build.json)."""
     require_engine()
+    made(TEAM)  # its images removed after this file (tests/real/conftest.py)
     tmp = tmp_path_factory.mktemp("newuser")
     ik = installed_imagekit(tmp)
     repo = tmp / TEAM
