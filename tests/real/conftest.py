@@ -35,6 +35,9 @@ def cell_of(repository: str) -> str:
 
 
 TAG = f"{REGISTRY}/imagekit-test:2.13.0-cpu-py3.11-debian12-slim"
+# what the cleanup after each test file keeps (images_made_removed): the session image's tags,
+# and the image the session build pushed (`project` adds it)
+SESSION_IMAGES = [TAG, f"{REGISTRY}/imagekit-test:{STACK}-latest"]
 # a file the session touches once its image is built (scripts/test-all.sh real_with_beside)
 READY_ENV = "IMAGEKIT_TEST_SESSION_READY"
 
@@ -75,12 +78,13 @@ def debian_bookworm() -> str:
 @pytest.fixture(scope="module", autouse=True)
 def images_made_removed() -> Iterator[None]:
     """After each test file, the images its tests built removed (realengine.forget_made),
-    but the session image. Each is 1-3 GB of the disk BuildKit's cache shares, and an image
-    keeps the cache records it shares from BuildKit's GC, so that near a full disk the GC
-    evicted what no image holds: the session image's builder stage, and later tests built it
-    cold (CI failed so on 2026-11-29; a run that day then left 22 images, 27 GB free)."""
+    but the session image (SESSION_IMAGES). Each is 1-3 GB of the disk BuildKit's cache
+    shares, and an image keeps the cache records it shares from BuildKit's GC, so that near a
+    full disk the GC evicted what no image holds: the session image's builder stage, and later
+    tests built it cold (CI failed so on 2026-11-29; a run that day then left 22 images, 27 GB
+    free)."""
     yield
-    forget_made(keep=(TAG, f"{REGISTRY}/imagekit-test:{STACK}-latest"))
+    forget_made(keep=tuple(SESSION_IMAGES))
 
 
 @pytest.fixture(scope="session")
@@ -92,6 +96,9 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     # later tests rebuild in this folder without --push: keep the pushing build's report
     shutil.copyfile(root / "reports" / CELL / "build.json", root / "pushed-build.json")
+    # kept by the cleanup after each file even where a rebuild has moved TAG since: tests read
+    # the pushed image by its id (pushed_report)
+    SESSION_IMAGES.append(pushed_report(root)["image_id"])
     if ready := os.environ.get(READY_ENV):
         Path(ready).touch()  # scripts/test-all.sh starts the `beside` tests now
     return root
