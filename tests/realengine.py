@@ -293,6 +293,18 @@ def require_engine() -> None:
         pytest.fail("no Docker engine: run `bash .ci/setup-host.sh` (installs and starts dockerd)")
 
 
+# Set where other pytest processes build on the same engine at once (scripts/test-beside.sh).
+SHARED_ENV = "IMAGEKIT_TEST_SHARED_ENGINE"
+
+
+def engine_shared() -> bool:
+    """Whether other test processes build on this engine now. Then no test may prune any of
+    BuildKit's cache: on Docker 28.5's containerd store, `docker builder prune` of the cache
+    mounts alone (8 kB) left every build's steps uncached after it, those of an image with no
+    cache mount too (2026-11-29), and a test that builds twice failed between its builds."""
+    return os.environ.get(SHARED_ENV) == "1"
+
+
 # The image repositories this process's tests build (make_project, made): tests/real/
 # conftest.py removes their images after each test file (forget_made).
 MADE: set[str] = set()

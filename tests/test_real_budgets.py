@@ -10,6 +10,7 @@ import textwrap
 
 import pytest
 
+from . import realengine
 from .conftest import ROOT
 from .real import budget, disk
 
@@ -248,3 +249,25 @@ def test_the_tests_run_beside_each_other_share_no_fixture_of_the_suite() -> None
     shared = set(re.findall(r"^(\w+) -- tests/real/conftest\.py:", out, re.M))
     # and the file's cleanup, which removes only what its own process built
     assert shared == {"debian_bookworm", "images_made_removed"}
+
+
+def test_the_beside_tests_empty_none_of_the_cache_that_other_processes_build_on(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """scripts/test-beside.sh marks the engine shared; a `beside` test prunes BuildKit's cache
+    only where it is not (a prune of the cache mounts alone left every build's steps uncached,
+    and a real-phase test that builds twice failed between its builds: CI, 2026-11-29)."""
+    script = (ROOT / "scripts" / "test-beside.sh").read_text()
+    assert re.search(rf"^export {realengine.SHARED_ENV}=1$", script, re.M)
+    monkeypatch.setenv(realengine.SHARED_ENV, "1")
+    assert realengine.engine_shared()
+    monkeypatch.delenv(realengine.SHARED_ENV)
+    assert not realengine.engine_shared()
+    for path in sorted((ROOT / "tests" / "real").glob("test_*.py")):
+        lines = path.read_text().splitlines()
+        if not any("pytest.mark.beside" in line for line in lines):
+            continue
+        for i, line in enumerate(lines):
+            if '"builder", "prune"' in line or "prune_build_cache()" in line:
+                guard = [g.strip() for g in lines[max(0, i - 3) : i]]
+                assert "if not engine_shared():" in guard, f"{path.name}:{i + 1}: {line.strip()}"
