@@ -79,10 +79,9 @@ def debian_bookworm() -> str:
 def images_made_removed() -> Iterator[None]:
     """After each test file, the images its tests built removed (realengine.forget_made),
     but the session image (SESSION_IMAGES). Each is 1-3 GB of the disk BuildKit's cache
-    shares, and an image keeps the cache records it shares from BuildKit's GC, so that near a
-    full disk the GC evicted what no image holds: the session image's builder stage, and later
-    tests built it cold (CI failed so on 2026-11-29; a run that day then left 22 images, 27 GB
-    free)."""
+    shares (a run on 2026-11-29 held 22 at once), and near a full disk BuildKit's GC passes
+    over the cache records an image holds, so it would evict what no image holds first: the
+    session image's builder stage, which later tests would then build cold."""
     yield
     forget_made(keep=tuple(SESSION_IMAGES))
 

@@ -2,9 +2,10 @@
 
 The engines, the registry and BuildKit's cache share one disk (/var/lib). Below 10 GB free,
 BuildKit's garbage collection (.ci/engines.sh) evicts cached steps, and a later test that
-checks a step was cached fails for no reason of its own (CI, 2026-11-29). So each run prints
-the free space at its start, its lowest point and after which test, and the tests after which
-the most was used, so that a disk that fills names what filled it."""
+checks a step was cached fails for no reason of its own (one run reached 6 GB free,
+2026-11-29). So each run prints the free space at its start, its lowest point and before or
+after which test, and the tests during which the most was used: a disk that fills names what
+filled it."""
 
 from __future__ import annotations
 

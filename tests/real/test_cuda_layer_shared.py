@@ -18,8 +18,9 @@ import pytest
 
 from ..realengine import DOCKER, HOST_CA, REGISTRY, docker, engine_shared, imagekit
 
-# its fixture's teardown empties the cache mounts (the CUDA wheels): last (conftest.py); in
-# CI, beside the arm64 test and the rest of the real phase (scripts/test-beside.sh)
+# its fixture's teardown empties the cache mounts (the CUDA wheels) where it runs alone: last
+# (conftest.py); in CI, beside the arm64 test and the rest of the real phase, it empties
+# nothing (scripts/test-beside.sh)
 pytestmark = [
     pytest.mark.docker,
     pytest.mark.slow,
