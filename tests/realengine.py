@@ -202,8 +202,20 @@ def layer_sizes(repo: str, tag: str) -> dict[str, int]:
 
 
 def prune_build_cache() -> None:
-    """All of BuildKit's cache: the next build starts cold."""
+    """All of BuildKit's cache: the next build starts cold. Never beside other test processes
+    (engine_shared): their builds would start cold too, and this test would prove nothing."""
+    if engine_shared():
+        pytest.fail(f"this test empties BuildKit's cache: not with {SHARED_ENV}=1")
     docker("builder", "prune", "-af", check=False, timeout=600)
+
+
+def free_cache_mounts() -> None:
+    """The installers' cache mounts emptied (GBs of wheels), where no other test process
+    builds on this engine (engine_shared); there the phase's last test empties the cache."""
+    if not engine_shared():
+        docker(
+            "builder", "prune", "-f", "--filter", "type=exec.cachemount", check=False, timeout=600
+        )
 
 
 def engine_kind() -> str:
@@ -321,13 +333,17 @@ def forget_made(keep: tuple[str, ...] = ()) -> None:
     """Every image of the repositories this process built (tagged, or left untagged when a
     rebuild moved its tag: found by the title label), but the images `keep` names. Another
     process's tests (scripts/test-beside.sh) build under names of their own, never here."""
-    kept = {docker("image", "inspect", "--format", "{{.Id}}", ref, check=False).stdout.strip()
-            for ref in keep}  # fmt: skip
+    kept = set(docker("image", "inspect", "--format", "{{.Id}}", *keep, check=False).stdout.split())
     listed = docker("image", "ls", "--no-trunc", "--format", "{{.Repository}} {{.ID}}").stdout
-    found = {i for n, i in (line.split() for line in listed.splitlines()) if base_name(n) in MADE}
-    for repository in sorted(MADE):  # untagged ones, by the label (a stage's target may lack it)
-        labelled = f"label={TITLE}={repository}"
-        found |= set(docker("image", "ls", "-q", "--no-trunc", "--filter", labelled).stdout.split())
+    rows = [line.split() for line in listed.splitlines()]
+    found = {image for name, image in rows if base_name(name) in MADE}
+    untagged = sorted({image for name, image in rows if name == "<none>"})
+    if untagged:  # by the label (a stage's target may lack it)
+        titles = f'{{{{.Id}}}} {{{{index .Config.Labels "{TITLE}"}}}}'
+        shown = docker("image", "inspect", "--format", titles, *untagged, check=False).stdout
+        found |= {
+            i for i, _, title in (ln.partition(" ") for ln in shown.splitlines()) if title in MADE
+        }
     if gone := sorted(found - kept):
         docker("rmi", "-f", *gone, check=False, timeout=300)
 

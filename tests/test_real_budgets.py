@@ -237,8 +237,8 @@ def test_beside_the_real_phase_the_tests_that_empty_the_cache_wait_for_the_besid
 def test_the_tests_run_beside_each_other_share_no_fixture_of_the_suite() -> None:
     """scripts/test-beside.sh runs each `beside` test file in a process of its own, at once:
     the arm64 path and the CUDA cells, and no shared fixture of tests/real/conftest.py but the
-    Debian base and the cleanup after each file (which each process finds made), so that neither waits on or disturbs the
-    session image."""
+    Debian base (which each process finds made) and the cleanup after each file, so that
+    neither waits on or disturbs the session image."""
     out = collect("--fixtures-per-test", "-q", "-p", "no:randomly", "-m", beside_markers())
     tests = re.findall(r"^- fixtures used by (\S+) -", out, re.M)
     assert {t.split("[")[0] for t in tests} == {
@@ -254,20 +254,27 @@ def test_the_tests_run_beside_each_other_share_no_fixture_of_the_suite() -> None
 def test_the_beside_tests_empty_none_of_the_cache_that_other_processes_build_on(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """scripts/test-beside.sh marks the engine shared; a `beside` test prunes BuildKit's cache
-    only where it is not (a prune of the cache mounts alone left every build's steps uncached,
-    and a real-phase test that builds twice failed between its builds: CI, 2026-11-29)."""
+    """scripts/test-beside.sh marks the engine shared; there the cache mounts are left and
+    emptying all of the cache fails (a prune of the cache mounts alone left every build's
+    steps uncached, and a real-phase test that builds twice failed between its builds: CI,
+    2026-11-29). Every prune of the real tests goes through those two helpers."""
     script = (ROOT / "scripts" / "test-beside.sh").read_text()
     assert re.search(rf"^export {realengine.SHARED_ENV}=1$", script, re.M)
+    calls: list[tuple[str, ...]] = []
+    monkeypatch.setattr(realengine, "docker", lambda *args, **kw: calls.append(args))
     monkeypatch.setenv(realengine.SHARED_ENV, "1")
     assert realengine.engine_shared()
+    realengine.free_cache_mounts()
+    with pytest.raises(pytest.fail.Exception, match="empties BuildKit's cache"):
+        realengine.prune_build_cache()
+    assert calls == []
     monkeypatch.delenv(realengine.SHARED_ENV)
     assert not realengine.engine_shared()
-    for path in sorted((ROOT / "tests" / "real").glob("test_*.py")):
-        lines = path.read_text().splitlines()
-        if not any("pytest.mark.beside" in line for line in lines):
-            continue
-        for i, line in enumerate(lines):
-            if '"builder", "prune"' in line or "prune_build_cache()" in line:
-                guard = [g.strip() for g in lines[max(0, i - 3) : i]]
-                assert "if not engine_shared():" in guard, f"{path.name}:{i + 1}: {line.strip()}"
+    realengine.free_cache_mounts()
+    realengine.prune_build_cache()
+    assert calls == [
+        ("builder", "prune", "-f", "--filter", "type=exec.cachemount"),
+        ("builder", "prune", "-af"),
+    ]
+    for path in sorted((ROOT / "tests" / "real").glob("*.py")):
+        assert '"builder", "prune"' not in path.read_text(), path.name

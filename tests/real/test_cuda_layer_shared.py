@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from ..realengine import DOCKER, HOST_CA, REGISTRY, docker, engine_shared, imagekit
+from ..realengine import DOCKER, HOST_CA, REGISTRY, docker, free_cache_mounts, imagekit
 
 # its fixture's teardown empties the cache mounts (the CUDA wheels) where it runs alone: last
 # (conftest.py); in CI, beside the arm64 test and the rest of the real phase, it empties
@@ -58,13 +58,9 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
     yield root
     docker("rmi", "-f", *[f"{REGISTRY}/{REPO}:{cell}" for cell in CELLS], check=False)
-    # the 3.6 GB of wheels in the uv cache mount: the disk fills otherwise. Not beside other
-    # tests' builds (scripts/test-beside.sh): that prune leaves their cached steps uncached too
-    # (realengine.engine_shared); there the phase's last test empties the cache, then the wipe
-    if not engine_shared():
-        docker(
-            "builder", "prune", "-f", "--filter", "type=exec.cachemount", check=False, timeout=600
-        )
+    # the 3.6 GB of wheels in the uv cache mount: the disk fills otherwise (not beside other
+    # tests' builds: realengine.free_cache_mounts)
+    free_cache_mounts()
 
 
 def test_the_cuda_libraries_layer_is_one_layer_for_both_pythons(built: Path) -> None:
