@@ -89,7 +89,10 @@ on_engine() {  # ENGINE NAME LIMIT MARKERS [beside]: the tests on ENGINE, then w
   phase "start-$engine" 120 bash .ci/engines.sh start "$engine"
   eval "$(bash .ci/engines.sh env "$engine")"
   trap 'echo "=== wiping $engine after the failure"; stop_beside; bash .ci/engines.sh wipe '"$engine"' || true' EXIT
-  if [ "$beside" = beside ] && [ "$(nproc)" -ge 2 ]; then
+  # during the real phase only where asked (IMAGEKIT_TEST_BESIDE_DURING=1): beside it, a
+  # real-phase test that builds twice still found its builder stage uncached once in four
+  # runs (2026-11-29, after the CUDA test's prune was ruled out); not yet understood
+  if [ "$beside" = beside ] && [ "$(nproc)" -ge 2 ] && [ "${IMAGEKIT_TEST_BESIDE_DURING:-0}" = 1 ]; then
     real_with_beside "$name" "$limit" "$markers"
   else
     real "$name" "$limit" "$markers"
