@@ -43,24 +43,25 @@ real() {  # NAME LIMIT MARKERS: the real tests MARKERS selects (one -m: pytest k
 
 # With two CPUs or more, the `beside` tests run during the real phase, not after it: its own
 # tests keep about one of two CPUs busy (1.16 on 2026-11-29), the `beside` ones one each. They
-# start once the real phase's session image is built (tests/real/conftest.py `project`: a
-# cold build that needs both CPUs), or after 300 s if no test has asked for it yet; the tests
-# that empty BuildKit's cache (`empties_cache`) wait for them. A test of the real phase may
-# share the CPUs with them: its budget counts 1.5 times (some took 2-3 times as long while
-# they overlapped, 2026-11-29).
+# start once the real phase has built its session image (a cold build that needs both CPUs)
+# and run the tests that check BuildKit's cache (`checks_cache`, first: tests/real/gate.py),
+# or when its pytest ends; the tests that empty BuildKit's cache (`empties_cache`) wait for
+# them. A test of the real phase may share the CPUs with them: its budget counts 1.5 times
+# (some took 2-3 times as long while they overlapped, 2026-11-29).
 beside_pid=""
 real_with_beside() {  # NAME LIMIT MARKERS
   local name=$1 limit=$2 markers=$3 log t0=$SECONDS rc=0
   log=$(mktemp "${TMPDIR:-/tmp}/imagekit-beside.XXXXXX")
   export IMAGEKIT_TEST_SESSION_READY=$log.ready
   (
-    until [ -e "$IMAGEKIT_TEST_SESSION_READY" ] || [ $((SECONDS - t0)) -ge 300 ]; do sleep 2; done
+    until [ -e "$IMAGEKIT_TEST_SESSION_READY" ]; do sleep 2; done
     echo "test-beside: starting $((SECONDS - t0))s into $name"
     exec timeout --kill-after=60 "$IMAGEKIT_LIMIT_BESIDE" bash scripts/test-beside.sh
   ) >"$log" 2>&1 &
   beside_pid=$!
   echo "=== phase $name-beside started beside $name (limit ${IMAGEKIT_LIMIT_BESIDE}s, pid $beside_pid)"
   IMAGEKIT_TEST_BUDGET_SCALE=1.5 real "$name" "$limit" "$markers and not empties_cache"
+  touch "$IMAGEKIT_TEST_SESSION_READY"  # where no test opened the gate: they start now
   unset IMAGEKIT_TEST_SESSION_READY
   wait "$beside_pid" || rc=$?
   beside_pid=""
@@ -89,10 +90,8 @@ on_engine() {  # ENGINE NAME LIMIT MARKERS [beside]: the tests on ENGINE, then w
   phase "start-$engine" 120 bash .ci/engines.sh start "$engine"
   eval "$(bash .ci/engines.sh env "$engine")"
   trap 'echo "=== wiping $engine after the failure"; stop_beside; bash .ci/engines.sh wipe '"$engine"' || true' EXIT
-  # during the real phase only where asked (IMAGEKIT_TEST_BESIDE_DURING=1): beside it, a
-  # real-phase test that builds twice still found its builder stage uncached once in four
-  # runs (2026-11-29, after the CUDA test's prune was ruled out); not yet understood
-  if [ "$beside" = beside ] && [ "$(nproc)" -ge 2 ] && [ "${IMAGEKIT_TEST_BESIDE_DURING:-0}" = 1 ]; then
+  # during the real phase where there are two CPUs (IMAGEKIT_TEST_BESIDE_DURING=0: after it)
+  if [ "$beside" = beside ] && [ "$(nproc)" -ge 2 ] && [ "${IMAGEKIT_TEST_BESIDE_DURING:-1}" = 1 ]; then
     real_with_beside "$name" "$limit" "$markers"
   else
     real "$name" "$limit" "$markers"

@@ -7,12 +7,13 @@ from __future__ import annotations
 import ast
 import re
 import textwrap
+from pathlib import Path
 
 import pytest
 
 from . import realengine
 from .conftest import ROOT
-from .real import budget, disk
+from .real import budget, disk, gate
 
 pytest_plugins = ["pytester"]
 
@@ -179,18 +180,56 @@ def collected_ids(*args: str, where: tuple[str, ...] = ("tests/real",)) -> list[
 
 @pytest.mark.subprocess
 @pytest.mark.parametrize(("seed", "selected"), [(1, "docker"), (2, "CI")])
-def test_the_tests_that_empty_the_cache_come_last_all_of_it_first(seed: int, selected: str) -> None:
-    """In any random order, the registry-cache test (all of BuildKit's cache) is second to
-    last but the CUDA twins' tests, which come after it (tests/real/conftest.py); in CI's
-    real phase, which leaves the `beside` tests to a phase of their own, it is last."""
+def test_the_cache_checks_come_first_and_the_tests_that_empty_it_last(
+    seed: int, selected: str
+) -> None:
+    """In any random order, the tests that check BuildKit's cache first (test_rebuilds.py,
+    all of it); the registry-cache test (all of BuildKit's cache) second to last but the CUDA
+    twins' tests, which come after it (tests/real/conftest.py); in CI's real phase, which
+    leaves the `beside` tests to processes of their own, it is last."""
     markers = real_phase_markers() if selected == "CI" else selected
     ids = collected_ids(f"--randomly-seed={seed}", "-m", markers)
     assert len(ids) > 20, ids
+    checks = collected_ids("-p", "no:randomly", "-m", f"({markers}) and {gate.MARK}")
+    assert {i.split("::")[0] for i in checks} == {"tests/real/test_rebuilds.py"}
+    assert len(checks) >= 5 and set(ids[: len(checks)]) == set(checks)
     cuda = [i for i in ids if i.startswith("tests/real/test_cuda_layer_shared.py::")]
     registry_cache = "test_a_registry_cache_lets_an_empty_builder_install_nothing_again"
     assert len(cuda) == (0 if selected == "CI" else 3)
     assert ids[len(ids) - len(cuda) :] == cuda
     assert ids[-len(cuda) - 1].endswith(registry_cache)
+
+
+@pytest.mark.parametrize(
+    ("steps", "opened_after"),
+    [
+        # the session image built by a cache check, then the other checks, then the rest
+        (["check", "built", "check", "check", "other", "other"], 4),
+        # the session image first asked for after the checks
+        (["check", "check", "other", "built", "other"], 3),
+        # no cache check selected (a subset): open once the image is built
+        (["other", "other", "built", "other"], 2),
+        # nothing asks for the session image: test-all.sh starts them when pytest ends
+        (["check", "other", "other"], None),
+    ],
+)
+def test_the_beside_tests_start_once_the_image_is_built_and_the_cache_checked(
+    tmp_path: Path, steps: list[str], opened_after: int | None
+) -> None:
+    """tests/real/gate.py: the file test-all.sh waits for is touched at the first moment the
+    session image is built and no test that checks BuildKit's cache is left; not before."""
+    ready = tmp_path / "ready"
+    session = gate.Gate(ready)
+    opened = None
+    for n, step in enumerate(steps):
+        if step == "built":
+            session.session_built()
+        else:
+            session.test_starting(checks_cache=step == "check")
+        if ready.exists() and opened is None:
+            opened = n
+    assert opened == opened_after
+    gate.Gate(None).session_built()  # unset: nobody waits, nothing written
 
 
 @pytest.mark.subprocess

@@ -4,7 +4,6 @@ pushed to the local registry; every real test reuses it and BuildKit's cache."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,7 +22,7 @@ from ..realengine import (
     marked_ca_bundle,
     require_engine,
 )
-from . import budget, disk
+from . import budget, disk, gate
 
 STACK = "cpu-torch2.13.0-py3.11-debian12-slim"  # a tag template's {id}
 CELL = f"imagekit-test-{STACK}"  # the session project's cell: <repository>-<stack>
@@ -38,8 +37,8 @@ TAG = f"{REGISTRY}/imagekit-test:2.13.0-cpu-py3.11-debian12-slim"
 # what the cleanup after each test file keeps (images_made_removed): the session image's tags,
 # and the image the session build pushed (`project` adds it)
 SESSION_IMAGES = [TAG, f"{REGISTRY}/imagekit-test:{STACK}-latest"]
-# a file the session touches once its image is built (scripts/test-all.sh real_with_beside)
-READY_ENV = "IMAGEKIT_TEST_SESSION_READY"
+# when scripts/test-all.sh may start the `beside` tests (real_with_beside)
+GATE = gate.from_env()
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -52,18 +51,25 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The tests that empty BuildKit's shared cache last, in the random order they were given
-    (pytest-randomly shuffles before this hook): a test after them built the session cell
-    cold, a minute over its budget. Of those, the one that empties all of it first: after the
-    CUDA twins (GBs of layers), its `docker builder prune` alone took about 100 s."""
-    items.sort(key=_emptying_order)
+    """In the random order they were given (pytest-randomly shuffles before this hook), the
+    tests that check BuildKit's cache first, while they have the engine to themselves (gate.py),
+    and the tests that empty BuildKit's shared cache last: a test after them built the session
+    cell cold, a minute over its budget. Of those, the one that empties all of it first: after
+    the CUDA twins (GBs of layers), its `docker builder prune` alone took about 100 s."""
+    items.sort(key=_order)
 
 
-def _emptying_order(item: pytest.Item) -> int:
+def _order(item: pytest.Item) -> int:
+    if item.get_closest_marker(gate.MARK) is not None:
+        return 0
     mark = item.get_closest_marker("empties_cache")
     if mark is None:
-        return 0
-    return 1 if mark.kwargs.get("what") == "all" else 2
+        return 1
+    return 2 if mark.kwargs.get("what") == "all" else 3
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    GATE.test_starting(item.get_closest_marker(gate.MARK) is not None)
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -98,8 +104,7 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
     # kept by the cleanup after each file even where a rebuild has moved TAG since: tests read
     # the pushed image by its id (pushed_report)
     SESSION_IMAGES.append(pushed_report(root)["image_id"])
-    if ready := os.environ.get(READY_ENV):
-        Path(ready).touch()  # scripts/test-all.sh starts the `beside` tests now
+    GATE.session_built()
     return root
 
 

@@ -21,7 +21,9 @@ from ..realengine import (
 )
 from .conftest import STACK, TAG, report, run_in_image
 
-pytestmark = [pytest.mark.docker, pytest.mark.slow]
+# every test here checks which steps BuildKit took from its cache: they run first, with the
+# engine to themselves (tests/real/gate.py)
+pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.checks_cache]
 
 
 def _build_with_pip(
