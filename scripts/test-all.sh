@@ -48,16 +48,16 @@ real() {  # NAME LIMIT MARKERS: the real tests MARKERS selects (one -m: pytest k
 # or when its pytest ends; the tests that empty BuildKit's cache (`empties_cache`) wait for
 # them. A test of the real phase may share the CPUs with them: its budget counts 1.5 times
 # (some took 2-3 times as long while they overlapped, 2026-11-29).
-beside_pid=""
+beside_pid="" beside_log=""
 real_with_beside() {  # NAME LIMIT MARKERS
-  local name=$1 limit=$2 markers=$3 log t0=$SECONDS rc=0
-  log=$(mktemp "${TMPDIR:-/tmp}/imagekit-beside.XXXXXX")
-  export IMAGEKIT_TEST_SESSION_READY=$log.ready
+  local name=$1 limit=$2 markers=$3 t0=$SECONDS rc=0
+  beside_log=$(mktemp "${TMPDIR:-/tmp}/imagekit-beside.XXXXXX")
+  export IMAGEKIT_TEST_SESSION_READY=$beside_log.ready
   (
     until [ -e "$IMAGEKIT_TEST_SESSION_READY" ]; do sleep 2; done
     echo "test-beside: starting $((SECONDS - t0))s into $name"
     exec timeout --kill-after=60 "$IMAGEKIT_LIMIT_BESIDE" bash scripts/test-beside.sh
-  ) >"$log" 2>&1 &
+  ) >"$beside_log" 2>&1 &
   beside_pid=$!
   echo "=== phase $name-beside started beside $name (limit ${IMAGEKIT_LIMIT_BESIDE}s, pid $beside_pid)"
   IMAGEKIT_TEST_BUDGET_SCALE=1.5 real "$name" "$limit" "$markers and not empties_cache"
@@ -65,7 +65,8 @@ real_with_beside() {  # NAME LIMIT MARKERS
   unset IMAGEKIT_TEST_SESSION_READY
   wait "$beside_pid" || rc=$?
   beside_pid=""
-  cat "$log" && rm -f "$log" "$log.ready"
+  cat "$beside_log" && rm -f "$beside_log" "$beside_log.ready"
+  beside_log=""
   local took=$((SECONDS - t0))
   if [ "$rc" -ne 0 ]; then
     echo "=== phase $name-beside FAILED (exit $rc) after ${took}s; suite at $((SECONDS - started))s"
@@ -79,6 +80,8 @@ stop_beside() {  # after a failure: the beside tests' processes, before their en
   [ -n "$beside_pid" ] || return 0
   kill "$beside_pid" 2>/dev/null || true  # `timeout`, which signals test-beside's group
   wait "$beside_pid" 2>/dev/null || true
+  echo "=== the beside tests' output so far (stopped)"
+  cat "$beside_log" && rm -f "$beside_log" "$beside_log.ready"
 }
 
 on_engine() {  # ENGINE NAME LIMIT MARKERS [beside]: the tests on ENGINE, then wipe what it made

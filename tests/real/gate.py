@@ -23,6 +23,7 @@ class Gate:
     ready: Path | None  # the file to touch; None: nobody waits
     built: bool = False  # the session image is built
     checked: bool = False  # every `checks_cache` test has run
+    opened: bool = False  # the file touched (once)
 
     def session_built(self) -> None:
         self.built = True
@@ -36,8 +37,9 @@ class Gate:
         self._open_if_due()
 
     def _open_if_due(self) -> None:
-        if self.built and self.checked and self.ready is not None:
+        if self.built and self.checked and not self.opened and self.ready is not None:
             self.ready.touch()
+            self.opened = True
 
 
 def from_env() -> Gate:
