@@ -65,8 +65,7 @@ real_with_beside() {  # NAME LIMIT MARKERS
   unset IMAGEKIT_TEST_SESSION_READY
   wait "$beside_pid" || rc=$?
   beside_pid=""
-  cat "$beside_log" && rm -f "$beside_log" "$beside_log.ready"
-  beside_log=""
+  show_beside_log
   local took=$((SECONDS - t0))
   if [ "$rc" -ne 0 ]; then
     echo "=== phase $name-beside FAILED (exit $rc) after ${took}s; suite at $((SECONDS - started))s"
@@ -81,7 +80,12 @@ stop_beside() {  # after a failure: the beside tests' processes, before their en
   kill "$beside_pid" 2>/dev/null || true  # `timeout`, which signals test-beside's group
   wait "$beside_pid" 2>/dev/null || true
   echo "=== the beside tests' output so far (stopped)"
+  show_beside_log
+}
+
+show_beside_log() {  # what the beside tests printed, then their log and gate file removed
   cat "$beside_log" && rm -f "$beside_log" "$beside_log.ready"
+  beside_log=""
 }
 
 on_engine() {  # ENGINE NAME LIMIT MARKERS [beside]: the tests on ENGINE, then wipe what it made
