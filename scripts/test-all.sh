@@ -16,11 +16,11 @@ cd "$(dirname "$0")/.."
 # Time limits per phase, in seconds (a hang fails there with its log, never at CI's limit).
 # On this project's 2-CPU machine the real suite on the containerd store took 1270-1696 s on
 # 2026-11-28 (the machine's own speed varies that much), of which the arm64 path and the CUDA
-# cells 400-530 s, now beside each other (about 340 s); each real test has a budget of its own
-# (tests/real/budgets.toml). The limits hold a day twice as slow, and a hang still fails well
-# inside CI's 90 minutes.
+# cells 400-530 s, run beside the rest of it (about 450 s, one after the other); each real test
+# has a budget of its own (tests/real/budgets.toml). The limits hold a day twice as slow, and a
+# hang still fails well inside CI's 90 minutes.
 : "${IMAGEKIT_LIMIT_SETUP:=1500}" "${IMAGEKIT_LIMIT_UNIT:=900}"
-: "${IMAGEKIT_LIMIT_REAL:=2400}" "${IMAGEKIT_LIMIT_BESIDE:=1200}" "${IMAGEKIT_LIMIT_COMPAT:=900}"
+: "${IMAGEKIT_LIMIT_REAL:=2400}" "${IMAGEKIT_LIMIT_BESIDE:=1500}" "${IMAGEKIT_LIMIT_COMPAT:=900}"
 
 started=$SECONDS
 phase() {  # NAME LIMIT COMMAND...: run COMMAND under LIMIT, print how long it took
@@ -42,12 +42,14 @@ real() {  # NAME LIMIT MARKERS: the real tests MARKERS selects (one -m: pytest k
 }
 
 # With two CPUs or more, the `beside` tests run during the real phase, not after it: its own
-# tests keep about one of two CPUs busy (1.16 on 2026-11-29), the `beside` ones one each. They
-# start once the real phase has built its session image (a cold build that needs both CPUs)
-# and run the tests that check BuildKit's cache (`checks_cache`, first: tests/real/gate.py),
-# or when its pytest ends; the tests that empty BuildKit's cache (`empties_cache`) wait for
-# them. A test of the real phase may share the CPUs with them: its budget counts 1.5 times
-# (some took 2-3 times as long while they overlapped, 2026-11-29).
+# tests keep about one of two CPUs busy (1.16 on 2026-11-29), the `beside` ones one each, so
+# they run one after another there (IMAGEKIT_TEST_BESIDE_SERIAL): two busy processes on two
+# CPUs, not three. They start once the real phase has built its session image (a cold build
+# that needs both CPUs) and run the tests that check BuildKit's cache (`checks_cache`, first:
+# tests/real/gate.py), or when its pytest ends; the tests that install the whole venv
+# uncached (`builds_cold`) come last, and those that empty BuildKit's cache (`empties_cache`)
+# wait for them. A test of the real phase may share the CPUs with them: its budget counts 1.5
+# times (some took 2-4 times as long beside both at once, 2026-11-29).
 beside_pid="" beside_log=""
 real_with_beside() {  # NAME LIMIT MARKERS
   local name=$1 limit=$2 markers=$3 t0=$SECONDS rc=0
@@ -56,7 +58,8 @@ real_with_beside() {  # NAME LIMIT MARKERS
   (
     until [ -e "$IMAGEKIT_TEST_SESSION_READY" ]; do sleep 2; done
     echo "test-beside: starting $((SECONDS - t0))s into $name"
-    exec timeout --kill-after=60 "$IMAGEKIT_LIMIT_BESIDE" bash scripts/test-beside.sh
+    IMAGEKIT_TEST_BESIDE_SERIAL=1 exec timeout --kill-after=60 "$IMAGEKIT_LIMIT_BESIDE" \
+      bash scripts/test-beside.sh
   ) >"$beside_log" 2>&1 &
   beside_pid=$!
   echo "=== phase $name-beside started beside $name (limit ${IMAGEKIT_LIMIT_BESIDE}s, pid $beside_pid)"

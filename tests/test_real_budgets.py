@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import re
+import subprocess
 import textwrap
 from pathlib import Path
 
@@ -184,15 +185,25 @@ def test_the_cache_checks_come_first_and_the_tests_that_empty_it_last(
     seed: int, selected: str
 ) -> None:
     """In any random order, the tests that check BuildKit's cache first (test_rebuilds.py,
-    all of it); the registry-cache test (all of BuildKit's cache) second to last but the CUDA
-    twins' tests, which come after it (tests/real/conftest.py); in CI's real phase, which
-    leaves the `beside` tests to processes of their own, it is last."""
+    all of it); the tests that install the whole venv uncached (`builds_cold`) after every
+    other test but those that empty the cache; the registry-cache test (all of BuildKit's
+    cache) second to last but the CUDA twins' tests, which come after it
+    (tests/real/conftest.py); in CI's real phase, which leaves the `beside` tests to processes
+    of their own, it is last."""
     markers = real_phase_markers() if selected == "CI" else selected
     ids = collected_ids(f"--randomly-seed={seed}", "-m", markers)
     assert len(ids) > 20, ids
     checks = collected_ids("-p", "no:randomly", "-m", f"({markers}) and {gate.MARK}")
     assert {i.split("::")[0] for i in checks} == {"tests/real/test_rebuilds.py"}
     assert len(checks) >= 5 and set(ids[: len(checks)]) == set(checks)
+    cold = collected_ids("-p", "no:randomly", "-m", f"({markers}) and builds_cold")
+    assert {i.split("::")[0] for i in cold} == {
+        "tests/real/test_venv_layers.py",
+        "tests/real/test_package_lock.py",
+    }
+    empties = collected_ids("-p", "no:randomly", "-m", f"({markers}) and empties_cache")
+    before_empties = ids[: len(ids) - len(empties)]
+    assert set(before_empties[len(before_empties) - len(cold) :]) == set(cold)
     cuda = [i for i in ids if i.startswith("tests/real/test_cuda_layer_shared.py::")]
     registry_cache = "test_a_registry_cache_lets_an_empty_builder_install_nothing_again"
     assert len(cuda) == (0 if selected == "CI" else 3)
@@ -275,7 +286,8 @@ def test_beside_the_real_phase_the_tests_that_empty_the_cache_wait_for_the_besid
 
 @pytest.mark.subprocess
 def test_the_tests_run_beside_each_other_share_no_fixture_of_the_suite() -> None:
-    """scripts/test-beside.sh runs each `beside` test file in a process of its own, at once:
+    """scripts/test-beside.sh runs each `beside` test file in a process of its own, beside the
+    real phase (one after another) or each other (after it):
     the arm64 path and the CUDA cells, and no shared fixture of tests/real/conftest.py but the
     Debian base (which each process finds made) and the cleanup after each file, so that
     neither waits on or disturbs the session image."""
@@ -318,3 +330,46 @@ def test_the_beside_tests_empty_none_of_the_cache_that_other_processes_build_on(
     ]
     for path in sorted((ROOT / "tests" / "real").glob("*.py")):
         assert '"builder", "prune"' not in path.read_text(), path.name
+
+
+STUB_PYTHON = """#!/usr/bin/env bash
+# stands in for `python -m pytest`: lists two files, or records when a file's run starts and ends
+case " $* " in
+  *" --collect-only "*) printf 'tests/real/a.py::t\\ntests/real/b.py::t\\n' ;;
+  *) echo "start ${*: -1}" >>"$RUNS"; sleep 1; echo "end ${*: -1}" >>"$RUNS" ;;
+esac
+"""
+
+
+def beside_runs(tmp_path: Path, serial: str | None) -> list[str]:
+    """scripts/test-beside.sh run with a stand-in for python: what started and ended, in order."""
+    stub = tmp_path / "bin" / "python"
+    stub.parent.mkdir(parents=True)
+    stub.write_text(STUB_PYTHON)
+    stub.chmod(0o755)
+    runs = tmp_path / "runs"
+    env = {"PATH": f"{stub.parent}:/usr/bin:/bin", "RUNS": str(runs), "TMPDIR": str(tmp_path)}
+    if serial is not None:
+        env["IMAGEKIT_TEST_BESIDE_SERIAL"] = serial
+    script = ROOT / "scripts" / "test-beside.sh"
+    done = subprocess.run(
+        ["bash", str(script)], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return [
+        line.replace("tests/real/", "").removesuffix(".py")
+        for line in runs.read_text().splitlines()
+    ]
+
+
+@pytest.mark.subprocess
+def test_the_beside_files_run_one_after_another_during_the_real_phase(tmp_path: Path) -> None:
+    """During the real phase (test-all.sh sets IMAGEKIT_TEST_BESIDE_SERIAL=1) the `beside`
+    files run one after another: with the real phase's own tests, two busy processes on two
+    CPUs, not three. After it, all at once."""
+    during = beside_runs(tmp_path / "during", "1")
+    assert during == ["start a", "end a", "start b", "end b"]
+    after = beside_runs(tmp_path / "after", None)
+    assert sorted(after[:2]) == ["start a", "start b"] and sorted(after[2:]) == ["end a", "end b"]
+    script = (ROOT / "scripts" / "test-all.sh").read_text()
+    assert "IMAGEKIT_TEST_BESIDE_SERIAL=1 exec timeout" in script

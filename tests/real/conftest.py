@@ -55,7 +55,11 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     tests that check BuildKit's cache first, while they have the engine to themselves (gate.py),
     and the tests that empty BuildKit's shared cache last: a test after them built the session
     cell cold, a minute over its budget. Of those, the one that empties all of it first: after
-    the CUDA twins (GBs of layers), its `docker builder prune` alone took about 100 s."""
+    the CUDA twins (GBs of layers), its `docker builder prune` alone took about 100 s.
+    Before those, the tests that install the whole venv uncached (`builds_cold`): beside the
+    `beside` tests, which start after the cache checks, the two venv-layer tests took 156-205 s
+    each, against 60 s after them (r13-r16, 2026-11-29), the CPUs and the disk shared three
+    ways."""
     items.sort(key=_order)
 
 
@@ -64,8 +68,8 @@ def _order(item: pytest.Item) -> int:
         return 0
     mark = item.get_closest_marker("empties_cache")
     if mark is None:
-        return 1
-    return 2 if mark.kwargs.get("what") == "all" else 3
+        return 2 if item.get_closest_marker("builds_cold") is not None else 1
+    return 3 if mark.kwargs.get("what") == "all" else 4
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:

@@ -15,7 +15,13 @@ from ..realengine import REGISTRY, build_args, docker, imagekit, make_project, m
 from ..realengine import wheelhouse as wheels
 from .conftest import cell_of
 
-pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.timeout(1800)]
+# builds_cold: after the other real tests, past the `beside` ones (tests/real/conftest.py)
+pytestmark = [
+    pytest.mark.docker,
+    pytest.mark.slow,
+    pytest.mark.builds_cold,
+    pytest.mark.timeout(1800),
+]
 
 TAG = f"{REGISTRY}/imagekit-locked:2.13.0-cpu-py3.11-debian12-slim"
 VERSIONS = (

@@ -27,7 +27,13 @@ from ..realengine import (
     require_exporter,
 )
 
-pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.timeout(1800)]
+# builds_cold: after the other real tests, past the `beside` ones (tests/real/conftest.py)
+pytestmark = [
+    pytest.mark.docker,
+    pytest.mark.slow,
+    pytest.mark.builds_cold,
+    pytest.mark.timeout(1800),
+]
 
 TAG = "2.13.0-cpu-py3.11-debian12-slim"
 # Every file under /opt/venv (through the links into /opt/imagekit/cuda) with its sha256.
