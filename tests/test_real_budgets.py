@@ -196,19 +196,19 @@ def test_the_cache_checks_come_first_and_the_tests_that_empty_it_last(
     checks = collected_ids("-p", "no:randomly", "-m", f"({markers}) and {gate.MARK}")
     assert {i.split("::")[0] for i in checks} == {"tests/real/test_rebuilds.py"}
     assert len(checks) >= 5 and set(ids[: len(checks)]) == set(checks)
-    cold = collected_ids("-p", "no:randomly", "-m", f"({markers}) and builds_cold")
-    assert {i.split("::")[0] for i in cold} == {
-        "tests/real/test_venv_layers.py",
-        "tests/real/test_package_lock.py",
-    }
-    empties = collected_ids("-p", "no:randomly", "-m", f"({markers}) and empties_cache")
-    before_empties = ids[: len(ids) - len(empties)]
-    assert set(before_empties[len(before_empties) - len(cold) :]) == set(cold)
     cuda = [i for i in ids if i.startswith("tests/real/test_cuda_layer_shared.py::")]
     registry_cache = "test_a_registry_cache_lets_an_empty_builder_install_nothing_again"
     assert len(cuda) == (0 if selected == "CI" else 3)
     assert ids[len(ids) - len(cuda) :] == cuda
     assert ids[-len(cuda) - 1].endswith(registry_cache)
+    # the cache-emptying tests are those two kinds (above): right before them, builds_cold
+    cold = collected_ids("-p", "no:randomly", "-m", f"({markers}) and builds_cold")
+    assert {i.split("::")[0] for i in cold} == {
+        "tests/real/test_venv_layers.py",
+        "tests/real/test_package_lock.py",
+    }
+    empties = len(cuda) + 1
+    assert set(ids[len(ids) - empties - len(cold) : len(ids) - empties]) == set(cold)
 
 
 @pytest.mark.parametrize(
