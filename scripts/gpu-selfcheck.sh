@@ -14,6 +14,8 @@
 #   snapshot.json  the host snapshot (docs/host-snapshot.md)
 #   selfcheck.json, selfcheck.xml   the report, JSON and JUnit
 #   judged.txt     the table printed by --judge snapshot.json
+#   host-copy-wake.json  host-to-device fresh, right after a large free, 0.5 s later, and
+#                  settled both ways as the perf probe times them (scripts/host-copy-wake.py)
 # Exit: the self-check's own (0 passed, 1 a check failed, 2 could not run), or 3 when the
 # re-judged table differs from the live one. Every step is bounded by a timeout.
 set -uo pipefail
@@ -115,6 +117,10 @@ if [ ! -s "$out/snapshot.json" ]; then
     exit "$rc"
 fi
 timeout 60 "$python" -m imagekit.selfcheck --judge "$out/snapshot.json" >"$out/judged.txt" 2>>"$out/run.log"
+# -- 5. the host copies in and out of a large free's wake (issue 52), after the self-check.
+if ! timeout 180 "$python" "$root/scripts/host-copy-wake.py" >"$out/host-copy-wake.json" 2>>"$out/run.log"; then
+    note "host-copy-wake.py did not finish (see run.log)"
+fi
 if ! diff -q "$out/table.txt" "$out/judged.txt" >/dev/null; then
     note "--judge printed a different table than the live run (see judged.txt)"
     exit 3

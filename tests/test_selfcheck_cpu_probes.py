@@ -128,6 +128,36 @@ def test_copy_gbps_copies_and_times_cpu_tensors(monkeypatch: pytest.MonkeyPatch)
     assert copies.copy_gbps(torch, src, dst, repeat=3) == pytest.approx(64 * KIB * 3 / 0.5 / 1e9)
 
 
+def batch_seconds(monkeypatch: pytest.MonkeyPatch, timings: list[float]) -> list[float]:
+    """The host clock answers each timed batch with the next of `timings` (after running it);
+    returns what is left."""
+    left = list(timings)
+    monkeypatch.setattr(copies.HostClock, "seconds", lambda self, fn: (fn(), left.pop(0))[1])
+    return left
+
+
+def test_host_copies_are_timed_until_two_batches_agree(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A first batch in the wake of something else (2 s) is not the figure; the faster of the
+    first two that agree is."""
+    src = torch.arange(64 * KIB, dtype=torch.int32).to(torch.uint8)
+    dst = torch.zeros_like(src)
+    left = batch_seconds(monkeypatch, [2.0, 1.0, 0.5, 0.49, 9.0])
+    gbps, agreed = copies.settled_gbps(torch, src, dst, budget_s=60)
+    assert agreed and gbps == pytest.approx(64 * KIB * copies.COPY_REPEAT / 0.49 / 1e9)
+    assert left == [9.0] and torch.equal(dst, src)
+
+
+def test_host_copies_that_never_agree_give_the_fastest_batch_and_say_so(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    src = torch.ones(64 * KIB, dtype=torch.uint8)
+    dst = torch.zeros_like(src)
+    left = batch_seconds(monkeypatch, [2.0, 1.0, 0.5])
+    gbps, agreed = copies.settled_gbps(torch, src, dst, budget_s=0)  # two batches, no more
+    assert not agreed and gbps == pytest.approx(64 * KIB * copies.COPY_REPEAT / 1.0 / 1e9)
+    assert left == [0.5]
+
+
 class FakeEvent:
     recorded = 0
 
@@ -245,3 +275,20 @@ def test_the_all_reduce_sums_across_ranks(tmp_path: Path) -> None:
         return tensor.tolist()
 
     assert two_ranks(tmp_path, reduce) == [[3.0] * 4, [3.0] * 4]
+
+
+def test_the_wake_script_says_so_without_a_gpu(capsys: pytest.CaptureFixture[str]) -> None:
+    """scripts/host-copy-wake.py (run by gpu-selfcheck.sh) imports, and where torch sees no
+    GPU it exits 2 with the reason as JSON instead of a traceback."""
+    import importlib.util
+    import json
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[1] / "scripts" / "host-copy-wake.py"
+    spec = importlib.util.spec_from_file_location("host_copy_wake", script)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert not torch.cuda.is_available()
+    assert module.main() == 2
+    assert json.loads(capsys.readouterr().out) == {"error": "torch sees no GPU"}

@@ -277,8 +277,16 @@ def measure(torch: Any, index: int) -> dict[str, Any]:
         "gemm_bf16_tflops": 791.0,
         "gemm_dtype": "bfloat16",
         "copy_tbps": 2.9,
-        "memtest": {"bytes": 60 << 30, "errors": 0, "seconds": 4.2},
     }
+
+
+def memtest(torch: Any, index: int) -> dict[str, Any]:
+    return {"memtest": {"bytes": 60 << 30, "errors": 0, "seconds": 4.2}}
+
+
+def host(gbps: float) -> Any:
+    """copies.measure_host as a GPU at `gbps` both ways answers it."""
+    return lambda torch, index: {"h2d_gbps": gbps, "d2h_gbps": gbps, "host_copy_settled": True}
 
 
 @pytest.fixture
@@ -289,13 +297,14 @@ def one_of_two(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int]]:
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
     monkeypatch.setenv("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
     monkeypatch.setattr(perf, "measure_gpu", measure)
+    monkeypatch.setattr(perf, "measure_memory", memtest)
     h2d: list[tuple[str, int]] = []
 
-    def measure_h2d(torch: Any, index: int) -> float:
+    def measure_host(torch: Any, index: int) -> dict[str, Any]:
         h2d.append(("h2d", index))
-        return 55.3
+        return host(55.3)(torch, index)
 
-    monkeypatch.setattr(copies, "measure_h2d", measure_h2d)
+    monkeypatch.setattr(copies, "measure_host", measure_host)
     monkeypatch.setattr(copies, "measure_p2p", lambda torch: [])
     return h2d
 
@@ -379,7 +388,8 @@ def test_a_mig_device_is_measured_on_its_gpu(monkeypatch: pytest.MonkeyPatch) ->
     Host(mig_gpu=1).install(monkeypatch)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", MIG_UUIDS[0])
     monkeypatch.setattr(perf, "measure_gpu", measure)
-    monkeypatch.setattr(copies, "measure_h2d", lambda torch, index: 20.0)
+    monkeypatch.setattr(perf, "measure_memory", memtest)
+    monkeypatch.setattr(copies, "measure_host", host(20.0))
     result, snap = live_run(monkeypatch, [CUuuid(MIG_UUIDS[0])])
     (reading,) = result.measurements["gpus"]
     assert reading["index"] == 1 and reading["matched_by"] == "uuid"
@@ -393,7 +403,8 @@ def test_peer_pairs_are_named_by_nvml_index(monkeypatch: pytest.MonkeyPatch) -> 
     Host(mig_gpu=None).install(monkeypatch)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1,0")
     monkeypatch.setattr(perf, "measure_gpu", measure)
-    monkeypatch.setattr(copies, "measure_h2d", lambda torch, index: 50.0)
+    monkeypatch.setattr(perf, "measure_memory", memtest)
+    monkeypatch.setattr(copies, "measure_host", host(50.0))
     pairs = [{"src": 0, "dst": 1, "gbps": 370.0}, {"src": 1, "dst": 0, "gbps": 371.0}]
     monkeypatch.setattr(copies, "measure_p2p", lambda torch: pairs)
     _, snap = live_run(monkeypatch, [CUuuid(UUIDS[1]), CUuuid(UUIDS[0])])
@@ -404,40 +415,53 @@ def test_peer_pairs_are_named_by_nvml_index(monkeypatch: pytest.MonkeyPatch) -> 
     assert [g["torch_index"] for g in snap["gpus"]] == [1, 0]
 
 
-def test_h2d_runs_one_gpu_at_a_time_after_the_parallel_measurements(
+def test_the_copies_run_one_gpu_at_a_time_between_the_load_and_the_memory_test(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    """Issue 52: a copy timed in the wake of the memory test's free reads half the link, so
+    every copy comes before it, each GPU alone."""
     Host(mig_gpu=None).install(monkeypatch)
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     events: list[str] = []
-    busy = {"h2d": 0, "max": 0}
+    busy = {"host": 0, "max": 0}
 
     def gpu(torch: Any, index: int) -> dict[str, Any]:
         events.append(f"gemm {index}")
         return measure(torch, index)
 
-    def h2d(torch: Any, index: int) -> float:
-        busy["h2d"] += 1
-        busy["max"] = max(busy["max"], busy["h2d"])
-        events.append(f"h2d {index}")
-        busy["h2d"] -= 1
+    def measure_host(torch: Any, index: int) -> dict[str, Any]:
+        busy["host"] += 1
+        busy["max"] = max(busy["max"], busy["host"])
+        events.append(f"host {index}")
+        busy["host"] -= 1
         if index == 1:
             raise RuntimeError("CUDA error: an illegal memory access was encountered")
-        return 50.0
+        return host(50.0)(torch, index)
+
+    def memory(torch: Any, index: int) -> dict[str, Any]:
+        events.append(f"memtest {index}")
+        return memtest(torch, index)
 
     monkeypatch.setattr(perf, "measure_gpu", gpu)
-    monkeypatch.setattr(copies, "measure_h2d", h2d)
+    monkeypatch.setattr(perf, "measure_memory", memory)
+    monkeypatch.setattr(copies, "measure_host", measure_host)
     monkeypatch.setattr(copies, "measure_p2p", lambda torch: events.append("p2p") or [])
     result, snap = live_run(monkeypatch, [CUuuid(UUIDS[0]), CUuuid(UUIDS[1])])
     assert sorted(events[:2]) == ["gemm 0", "gemm 1"]
-    assert events[2:] == ["h2d 0", "h2d 1", "p2p"] and busy["max"] == 1
-    # an h2d copy that fails is that GPU's measuring error, the probe goes on
+    assert events[2:5] == ["host 0", "host 1", "p2p"] and busy["max"] == 1
+    # the memory test last, on the GPU whose copies worked only
+    assert events[5:] == ["memtest 0"]
+    # a copy that fails is that GPU's measuring error, the probe goes on
     assert result.status.value == "failed"
     assert result.reason == (
-        "GPU 1 (torch device 1): host-to-device copy: RuntimeError: CUDA error: an illegal "
+        "GPU 1 (torch device 1): host copies: RuntimeError: CUDA error: an illegal "
         "memory access was encountered"
     )
-    assert snap["gpus"][0]["h2d_gbps"] == 50.0 and "h2d_gbps" not in snap["gpus"][1]
+    first, second = snap["gpus"]
+    assert first["h2d_gbps"] == 50.0 and first["d2h_gbps"] == 50.0
+    assert first["memtest"]["errors"] == 0 and first["host_copy_settled"] is True
+    assert "h2d_gbps" not in second and "memtest" not in second
+    assert snap["host_copies"] == copies.HOST_CONDITIONS
 
 
 def test_old_snapshots_without_uuids_still_judge(tmp_path: Path) -> None:

@@ -1,6 +1,13 @@
-"""Copy bandwidth between GPUs (peer to peer) and from pinned host memory to each GPU: the
-perf probe's link measurements. It only measures; links.py judges the readings against the
-topology. Standard library only; torch is passed in by the probe.
+"""Copy bandwidth between GPUs (peer to peer) and between pinned host memory and each GPU,
+both ways: the perf probe's link measurements. It only measures; links.py judges the readings
+against the topology. Standard library only; torch is passed in by the probe.
+
+Where a copy is timed matters as much as how. Right after a GPU frees a large allocation the
+bus is not settled: on an H200 (PCIe Gen5 x16) a host-to-device copy read 27.5 GB/s right
+after 118 GiB were freed with `empty_cache()`, and 55.2 GB/s half a second later (issue 52).
+The perf probe therefore times every copy before its memory test, each GPU (or pair) alone,
+and the host copies in batches until two agree (HOST_CONDITIONS records how, in the
+snapshot).
 
 The same code times copies between CPU tensors (HostClock), which is how the tests run it
 without a GPU; between GPUs it times with CUDA events on the stream that does the copy.
@@ -12,8 +19,21 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from imagekit.selfcheck.peaks import stable
+
 COPY_BYTES = 256 * 2**20  # big enough that launch overhead is noise (<1% at 400 GB/s)
 COPY_REPEAT = 5
+# Batches of host copies are timed until two in a row agree, within this budget per way.
+HOST_SETTLE_BUDGET_S = 3.0
+# How the host copies are timed, as the snapshot's `host_copies` records it
+# (docs/host-snapshot.md): the perf probe writes these values, a recorded snapshot keeps them.
+HOST_CONDITIONS = {
+    "bytes": COPY_BYTES,
+    "repeat": COPY_REPEAT,
+    "pinned": True,
+    "alone": True,
+    "when": "before-memtest",
+}
 
 
 class EventClock:
@@ -88,9 +108,38 @@ def peer_gbps(torch: Any, src: int, dst: int, nbytes: int = COPY_BYTES) -> float
         return copy_gbps(torch, source, target)
 
 
-def measure_h2d(torch: Any, index: int, nbytes: int = COPY_BYTES) -> float:
-    """Pinned host -> device GB/s on GPU `index`."""
-    source = torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
-    target = torch.empty(nbytes, dtype=torch.uint8, device=f"cuda:{index}")
+def settled_gbps(
+    torch: Any, src: Any, dst: Any, budget_s: float = HOST_SETTLE_BUDGET_S
+) -> tuple[float, bool]:
+    """GB/s of src -> dst once two batches in a row agree (the faster of the two), and True;
+    or the fastest batch seen when none agreed within `budget_s`, and False."""
+    clock = clock_for(torch, src, dst)
+    dst.copy_(src, non_blocking=True)  # maps the pinned pages, wakes the link
+    clock.sync()
+    nbytes = src.numel() * src.element_size() * COPY_REPEAT
+
+    def batch() -> None:
+        for _ in range(COPY_REPEAT):
+            dst.copy_(src, non_blocking=True)
+
+    rates: list[float] = []
+    deadline = time.monotonic() + budget_s
+    while not stable(rates) and (len(rates) < 2 or time.monotonic() < deadline):
+        rates.append(nbytes / clock.seconds(batch) / 1e9)
+    agreed = stable(rates)
+    return (max(rates[-2:]) if agreed else max(rates)), agreed
+
+
+def measure_host(torch: Any, index: int, nbytes: int = COPY_BYTES) -> dict[str, Any]:
+    """Pinned host -> device and device -> host GB/s on GPU `index` (torch's), one way after
+    the other, each settled; `host_copy_settled` is False when either way never did."""
+    host = torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
+    device = torch.empty(nbytes, dtype=torch.uint8, device=f"cuda:{index}")
     with torch.cuda.device(index):
-        return round(copy_gbps(torch, source, target), 1)
+        h2d, h2d_agreed = settled_gbps(torch, host, device)
+        d2h, d2h_agreed = settled_gbps(torch, device, host)
+    return {
+        "h2d_gbps": round(h2d, 1),
+        "d2h_gbps": round(d2h, 1),
+        "host_copy_settled": h2d_agreed and d2h_agreed,
+    }

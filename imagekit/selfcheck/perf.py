@@ -1,7 +1,10 @@
-"""perf: the probe that measures every GPU at once: a bf16 GEMM, a device-to-device copy and
-a memory pattern test over most of the free memory, each GPU in a thread of its own (its own
-device and stream), while NVML samples why clocks were held back; then host-to-device and
-peer-to-peer copies, one GPU or pair at a time so they do not share a link.
+"""perf: the probe that measures every GPU. First a bf16 GEMM and a device-to-device copy on
+every GPU at once, each in a thread of its own (its own device and stream), while NVML samples
+why clocks were held back; then the copies over the links, one GPU or pair at a time so they
+share nothing: host-to-device and device-to-host (pinned, settled), then peer to peer; last,
+the memory pattern test over most of the free memory, every GPU at once. The copies come
+before the memory test because a copy timed in the wake of its large free reads half the
+link on an H200 (copies.py).
 
 It only measures. The figures become host-snapshot readings, and perf_verdict.py and links.py
 judge them (per GPU model, per link), so a recorded snapshot is judged the same way. The
@@ -72,19 +75,25 @@ def check_perf() -> CheckResult:
     for gpu in gpus:
         gpu["torch_index"] = gpu.pop("index")
     nvml.merge_readings(gpus, sampler.readings(), key="torch_index")
-    # Host-to-device copies share the host's memory and PCIe root: one GPU at a time.
-    one_at_a_time(
-        [g["torch_index"] for g in gpus if "perf_error" not in g],
-        lambda index: {"h2d_gbps": round(copies.measure_h2d(torch, index), 1)},
-        gpus,
-        "host-to-device copy",
-    )
-    m: dict[str, Any] = {"device": "cuda", "gpus": identified(gpus, matches, uuids)}
-    broken = [f"{_named(g)}: {g['perf_error']}" for g in m["gpus"] if "perf_error" in g]
+    working = [g["torch_index"] for g in gpus if "perf_error" not in g]
+    # Host copies share the host's memory and PCIe root: one GPU at a time.
+    one_at_a_time(working, lambda i: copies.measure_host(torch, i), gpus, "host copies")
+    m: dict[str, Any] = {"device": "cuda", "host_copies": dict(copies.HOST_CONDITIONS)}
+    broken = []
     try:
         m["p2p"] = peers_identified(copies.measure_p2p(torch) if count > 1 else [], matches)
     except Exception as exc:  # no p2p key: the links verdict says "not measured"
         broken.append(error_text(exc, "peer copies"))
+    # A GPU whose copies failed (a CUDA error spoils its context) is not tested further.
+    working = [g["torch_index"] for g in gpus if "perf_error" not in g]
+    memory = on_every_gpu(count, lambda i: measure_memory(torch, i) if i in working else {})
+    for gpu, tested in zip(gpus, memory, strict=True):
+        if "perf_error" in tested:
+            gpu.setdefault("perf_error", f"memory test: {tested['perf_error']}")
+        elif "memtest" in tested:
+            gpu["memtest"] = tested["memtest"]
+    m["gpus"] = identified(gpus, matches, uuids)
+    broken[:0] = [f"{_named(g)}: {g['perf_error']}" for g in m["gpus"] if "perf_error" in g]
     return failed("; ".join(broken), **m) if broken else passed(**m)
 
 
@@ -194,7 +203,6 @@ def measure_gpu(torch: Any, index: int) -> dict[str, Any]:
     with torch.cuda.stream(torch.cuda.Stream(device)):
         gemm = _gemm_tflops(torch, device, dtype)
         copy = _copy_tbps(torch, device)
-        memtest = memory_pattern(torch, device)
     return {
         "index": index,
         "name": torch.cuda.get_device_name(index),
@@ -202,8 +210,15 @@ def measure_gpu(torch: Any, index: int) -> dict[str, Any]:
         "gemm_bf16_tflops": round(gemm, 1),
         "gemm_dtype": dtype,
         "copy_tbps": round(copy, 3),
-        "memtest": memtest,
     }
+
+
+def measure_memory(torch: Any, index: int) -> dict[str, Any]:
+    """The memory pattern test on GPU `index` (torch's), on a stream of its own."""
+    torch.cuda.set_device(index)
+    device = torch.device("cuda", index)
+    with torch.cuda.stream(torch.cuda.Stream(device)):
+        return {"memtest": memory_pattern(torch, device)}
 
 
 def _sync(torch: Any, device: Any) -> Callable[[], None]:

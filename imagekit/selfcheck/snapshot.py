@@ -34,6 +34,8 @@ GPU_MEASURED = (
     "copy_tbps",
     "memtest",
     "h2d_gbps",
+    "d2h_gbps",
+    "host_copy_settled",
     "clock_event_reasons",
     "pcie_gen_under_load",
     "pcie_width_under_load",
@@ -125,8 +127,9 @@ def assemble(host: Snapshot, results: Mapping[str, CheckResult]) -> Snapshot:
     snap["torch"] = _torch_view(results.get("stack"))
     perf = _measured(results.get(PERF_PROBE))
     snap["gpus"] = merge_gpus(host.get("gpus", []), perf.get("gpus", []))
-    if "p2p" in perf:
-        snap["p2p"] = perf["p2p"]
+    for key in ("p2p", "host_copies"):
+        if key in perf:
+            snap[key] = perf[key]
     nccl = _nccl_view(results.get("ddp"))
     if nccl:
         snap["nccl"] = nccl
