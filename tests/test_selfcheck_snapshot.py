@@ -331,13 +331,23 @@ GPU_RUNS = Path(__file__).resolve().parents[1] / "docs" / "gpu-runs"
     "run",
     ["2026-11-26-h200", "2026-11-26-h200/uuid-visible", "2026-11-26-h200-first", "2026-11-27-h200"],
 )
-def test_the_recorded_h200_runs_judge_as_passed(
+def test_the_recorded_h200_runs_judged_again_fail_their_host_copy(
     run: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """The committed snapshots of the H200 runs (docs/selfcheck-gpu.md): the final run's, and
-    the first run's, whose two reds (GEMM at the power cap, host-to-device on Gen5) were
-    floors that did not hold on healthy H200 hosts."""
-    assert main(["--judge", str(GPU_RUNS / run / "snapshot.json")]) == 0
+    """The committed snapshots of the H200 runs (docs/selfcheck-gpu.md) timed the
+    host-to-device copy right after the memory test's free: 27.5-28.3 GB/s, 0.44 of Gen5
+    x16, where the same GPU copies 55.2 timed alone (issue 52). Judged again they fail
+    `links` and nothing else, and say why; each run's `judged-issue52.txt` is that table, to
+    the character. In the final runs every other row but health's (the NVLinks it cannot
+    see, issue 52) is the table the run printed."""
+    assert main(["--judge", str(GPU_RUNS / run / "snapshot.json")]) == 1
     table = capsys.readouterr().out
-    if run in ("2026-11-26-h200", "2026-11-27-h200"):  # the same table, to the character
-        assert table == (GPU_RUNS / run / "table.txt").read_text()
+    assert table == (GPU_RUNS / run / "judged-issue52.txt").read_text()
+    rows = {line.split()[0]: line for line in table.splitlines()[1:-1]}
+    assert [name for name, row in rows.items() if " FAILED " in row] == ["links"]
+    assert "host-to-device copy at 2" in rows["links"]
+    assert "recorded no copy conditions" in rows["links"]
+    if run in ("2026-11-26-h200", "2026-11-27-h200"):
+        printed = (GPU_RUNS / run / "table.txt").read_text().splitlines()[1:-1]
+        kept = [line for line in printed if not line.startswith(("links ", "health "))]
+        assert kept == [r for n, r in rows.items() if n not in ("links", "health")]
