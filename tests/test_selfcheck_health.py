@@ -245,13 +245,22 @@ def test_pcie_rules(readings: dict[str, Any], want: set[tuple[str, str]]) -> Non
     ("name", "active", "total", "peers", "want"),
     [
         ("NVIDIA H100 80GB HBM3", 17, 18, 7, {(Status.FAILED, "nvlink-down")}),
-        ("NVIDIA H100 80GB HBM3", 0, 18, 7, {(Status.FAILED, "nvlink-down")}),
-        ("NVIDIA H100 80GB HBM3", 0, 18, 0, set()),  # a one-GPU VM of an HGX board
+        ("NVIDIA H100 80GB HBM3", 18, 18, 7, set()),
+        # issue 52: a part the table gives NVLinks must show them
+        ("NVIDIA H100 80GB HBM3", 0, 18, 7, {(Status.FAILED, "nvlink-visible")}),
+        ("NVIDIA H100 80GB HBM3", 0, 0, 7, {(Status.FAILED, "nvlink-visible")}),  # NotSupported
+        ("NVIDIA H100 80GB HBM3", 12, 12, 7, {(Status.FAILED, "nvlink-visible")}),  # 6 unseen
+        ("NVIDIA H200", 0, 0, 1, {(Status.FAILED, "nvlink-visible")}),
+        ("NVIDIA H200", 0, 0, 0, {(Status.SKIPPED, "nvlink-visible")}),  # the one-GPU VM
+        ("NVIDIA H100 80GB HBM3", 0, 18, 0, {(Status.SKIPPED, "nvlink-visible")}),
         ("NVIDIA A100-SXM4-80GB", 11, 12, 0, {(Status.FAILED, "nvlink-down")}),
         ("NVIDIA B200", 17, 18, 7, {(Status.FAILED, "nvlink-down")}),
-        ("NVIDIA H100 PCIe", 0, 18, 1, set()),  # no bridge fitted
+        ("NVIDIA H100 NVL", 0, 0, 1, {(Status.WARNED, "nvlink-visible")}),  # no bridge seen
+        ("NVIDIA H100 NVL", 12, 12, 1, set()),
+        ("NVIDIA H100 PCIe", 0, 18, 1, set()),  # no bridge fitted: none promised
         ("NVIDIA A100 80GB PCIe", 4, 12, 1, {(Status.WARNED, "nvlink-down")}),
         ("NVIDIA L4", 0, 0, 0, set()),
+        ("NVIDIA L4", 0, 0, 1, set()),
     ],
 )
 def test_nvlink_rules(
@@ -259,6 +268,24 @@ def test_nvlink_rules(
 ) -> None:
     gpu = h100(name=name, nvlinks_active=active, nvlinks_total=total, persistence_mode=True)
     assert levels(gpu, peers) == want
+
+
+def test_nvlink_not_visible_names_the_model_its_links_and_the_gpus() -> None:
+    unread = h100(nvlinks_active=None, nvlinks_total=None, persistence_mode=True)
+    unread["unread"] = {"nvlinks_total": "Not Supported"}
+    (finding,) = [f for f in health.gpu_findings(unread, 7) if f.rule == "nvlink-visible"]
+    assert finding.level == Status.FAILED
+    assert finding.text() == (
+        "GPU 2: NVLink not visible: NVLink state (NVML said: Not Supported), where the H100 SXM "
+        "has 18, with 8 GPUs here: the fabric manager not running, a VM without NVLink "
+        "passthrough, or the links down (nvidia-smi nvlink -s)"
+    )
+    alone = h100(name="NVIDIA H200", nvlinks_active=0, nvlinks_total=0, persistence_mode=True)
+    (said,) = [f for f in health.gpu_findings(alone, 0) if f.rule == "nvlink-visible"]
+    assert said.text() == (
+        "GPU 2: NVLink not visible: NVML shows 0 active of 0 links, where the H200 SXM has 18; "
+        "one GPU in this container"
+    )
 
 
 @pytest.mark.parametrize(
@@ -522,7 +549,7 @@ def test_reader_leaves_out_what_nvml_refuses_with_its_reason() -> None:
         assert key not in gpu
     # and the verdict says so instead of passing it
     skips = {f.rule for f in health.gpu_findings(gpu) if f.level == Status.SKIPPED}
-    assert {"ecc-uncorrected", "nvlink-down", "other-processes"} <= skips
+    assert {"ecc-uncorrected", "nvlink-visible", "other-processes"} <= skips
 
 
 def test_a_gpu_without_nvlink_has_zero_links() -> None:

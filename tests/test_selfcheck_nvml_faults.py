@@ -341,7 +341,8 @@ NEEDS: dict[tuple[str, ...], tuple[tuple[str, ...], ...]] = {
         for gen in ("pcie_gen_under_load", "pcie_gen")
         for width in ("pcie_width_under_load", "pcie_width")
     ),
-    ("nvlink-down",): (("nvlinks_active", "nvlinks_total"),),
+    # a part the product table gives NVLinks says so as nvlink-visible (issue 52)
+    ("nvlink-down", "nvlink-visible"): (("nvlinks_active", "nvlinks_total"),),
     ("compute-mode",): (("compute_mode",),),
     ("persistence-off",): (("persistence_mode",),),
     ("clocks-hw-slowdown",): (("clock_event_reasons",),),

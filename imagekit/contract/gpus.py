@@ -92,6 +92,8 @@ class Product:
     gemm_floor: float = DEFAULT_GEMM_FLOOR  # healthy GEMM / tflops, less a margin
     bandwidth_floor: float = DEFAULT_BANDWIDTH_FLOOR  # healthy copy / tbps, less a margin
     floor_source: str = DEFAULT_FLOOR_SOURCE
+    nvlinks: int = 0  # NVLinks the part has where it is fitted as sold (0: none promised)
+    nvlink_board: bool = False  # True: on an SXM baseboard, every link wired; False: a bridge
 
     @property
     def has_peaks(self) -> bool:
@@ -105,6 +107,21 @@ def _floors(family: str) -> dict[str, Any]:
 
 def _peaks(tflops: float, tbps: float, dtype: str, source: str) -> dict[str, Any]:
     return {"tflops": tflops, "tbps": tbps, "dtype": dtype, "source": source}
+
+
+# NVLink counts per part, from each datasheet's NVLink bandwidth (both directions) over the
+# per-link rate of its generation (NVLink 2-4: 50 GB/s a link both ways, NVLink 5: 100;
+# https://www.nvidia.com/en-us/data-center/nvlink/): V100 SXM2 300 GB/s = 6 links, A100 600 =
+# 12, H100 and H200 SXM 900 = 18, B200 1.8 TB/s = 18. NVL cards are sold to be bridged: H100
+# NVL 600 GB/s = 12, H200 NVL 900 = 18. Other PCIe cards (A100 PCIe, H100 PCIe) are mostly run
+# without a bridge, and GH200 links to another only in an NVL2 pair or an NVLink Switch
+# System: no links promised.
+def _board(links: int) -> dict[str, Any]:
+    return {"nvlinks": links, "nvlink_board": True}
+
+
+def _bridge(links: int) -> dict[str, Any]:
+    return {"nvlinks": links, "nvlink_board": False}
 
 
 BF16 = "bfloat16"
@@ -122,6 +139,7 @@ _WITH_PEAKS: tuple[Product, ...] = (
         True,
         **_peaks(312, 1.555, BF16, DS["a100"]),
         **_floors("a100"),
+        **_board(12),
     ),
     Product(
         "A100 SXM 80GB",
@@ -130,6 +148,7 @@ _WITH_PEAKS: tuple[Product, ...] = (
         True,
         **_peaks(312, 2.039, BF16, DS["a100"]),
         **_floors("a100"),
+        **_board(12),
     ),
     Product(
         "A100 PCIe 40GB",
@@ -154,13 +173,24 @@ _WITH_PEAKS: tuple[Product, ...] = (
         True,
         **_peaks(989, 3.35, BF16, DS["h100"]),
         **_floors("h100"),
+        **_board(18),
     ),
     Product("H100 PCIe", r"H100 PCIE", HOPPER, True, **_peaks(756, 2.0, BF16, DS["h100"])),
-    Product("H100 NVL", r"H100 NVL", HOPPER, True, **_peaks(835, 3.9, BF16, DS["h100"])),
     Product(
-        "H200 SXM", r"H200", HOPPER, True, **_peaks(989, 4.8, BF16, DS["h200"]), **_floors("h200")
+        "H100 NVL", r"H100 NVL", HOPPER, True, **_peaks(835, 3.9, BF16, DS["h100"]), **_bridge(12)
     ),
-    Product("H200 NVL", r"H200 NVL", HOPPER, True, **_peaks(835, 4.8, BF16, DS["h200"])),
+    Product(
+        "H200 SXM",
+        r"H200",
+        HOPPER,
+        True,
+        **_peaks(989, 4.8, BF16, DS["h200"]),
+        **_floors("h200"),
+        **_board(18),
+    ),
+    Product(
+        "H200 NVL", r"H200 NVL", HOPPER, True, **_peaks(835, 4.8, BF16, DS["h200"]), **_bridge(18)
+    ),
     Product(
         "GH200 96GB",
         r"GH200 480GB|GH200",
@@ -177,34 +207,41 @@ _WITH_PEAKS: tuple[Product, ...] = (
         (130, 150),
         **_peaks(989, 4.9, BF16, DS["gh200"]),
     ),
-    Product("B200", r"B200", (10, 0), True, **_peaks(2250, 7.7, BF16, DS["b200"])),
+    Product("B200", r"B200", (10, 0), True, **_peaks(2250, 7.7, BF16, DS["b200"]), **_board(18)),
     Product("L40S", r"L40S", (8, 9), True, **_peaks(362, 0.864, BF16, DS["l40s"])),
     Product("L4", r"L4", (8, 9), True, **_peaks(121, 0.3, BF16, DS["l4"]), **_floors("l4")),
     Product("A10", r"A10", (8, 6), True, **_peaks(125, 0.6, BF16, DS["a10"])),
     Product("T4", r"T4", (7, 5), True, **_peaks(65, 0.32, FP16, DS["t4"])),
-    Product("V100 SXM2", r"V100 SXM2 (16|32)GB", VOLTA, True, **_peaks(125, 0.9, FP16, DS["v100"])),
+    Product(
+        "V100 SXM2",
+        r"V100 SXM2 (16|32)GB",
+        VOLTA,
+        True,
+        **_peaks(125, 0.9, FP16, DS["v100"]),
+        **_board(6),
+    ),
     Product("V100 PCIe", r"V100 PCIE (16|32)GB", VOLTA, True, **_peaks(112, 0.9, FP16, DS["v100"])),
 )
 
 
-def _family(model: str, capability: tuple[int, int], datacenter: bool) -> Product:
+def _family(model: str, capability: tuple[int, int], datacenter: bool, **more: Any) -> Product:
     """A family's catch-all: its name, alone or followed by more words ("H100 80GB HBM3 MIG
     1g.10gb", "RTX 4090 D"), never a longer model name ("A10" does not take "A10G")."""
-    return Product(model, rf"{re.escape(model.upper())}(?: .*)?", capability, datacenter)
+    return Product(model, rf"{re.escape(model.upper())}(?: .*)?", capability, datacenter, **more)
 
 
 # Families by capability only, after every row with peaks.
 _FAMILIES: tuple[Product, ...] = (
-    _family("GB300", (10, 3), True),
-    _family("B300", (10, 3), True),
-    _family("GB200", (10, 0), True),
+    _family("GB300", (10, 3), True, **_board(18)),
+    _family("B300", (10, 3), True, **_board(18)),
+    _family("GB200", (10, 0), True, **_board(18)),
     _family("B200", (10, 0), True),
     _family("B100", (10, 0), True),
     _family("GH200", HOPPER, True),
     _family("H200", HOPPER, True),
     _family("H100", HOPPER, True),
-    _family("H800", HOPPER, True),
-    _family("H20", HOPPER, True),
+    _family("H800", HOPPER, True, **_board(8)),  # 400 GB/s (H800 SXM)
+    _family("H20", HOPPER, True, **_board(18)),  # 900 GB/s
     _family("L40S", (8, 9), True),
     _family("L40", (8, 9), True),
     _family("L4", (8, 9), True),

@@ -14,6 +14,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from imagekit.contract import gpus as gpus_table
 from imagekit.contract.checks import CheckResult
 from imagekit.selfcheck.findings import Finding, fail, result_of, skip, warn
 from imagekit.selfcheck.gpu_host import PCI_ORDER, parse_visible, resolve_visible
@@ -296,13 +297,20 @@ def _pcie(gpu: Gpu) -> Judged:
 
 
 def _nvlink(gpu: Gpu, peers: int) -> Judged:
-    """Every link of an SXM part must be up (a partial mesh halves the collectives' speed);
-    with no peer GPU in the container (a one-GPU VM of an HGX board) all-down is expected.
-    A PCIe card's links exist only where a bridge is fitted: a partial set is a warning."""
+    """Every link of an SXM part must be up (a partial mesh halves the collectives' speed),
+    and a part the product table gives NVLinks must show them: a GPU of such a model with
+    0 links, or links NVML could not read, is never a pass. With no peer GPU in the container
+    (a one-GPU VM of an HGX board) that is a skip saying so. A PCIe card's links exist only
+    where a bridge is fitted: a partial set, or none beside peers on an NVL part, a warning."""
     index = gpu.get("index")
     if gpu.get("mig_mode"):
         return [_mig_skip(gpu, "nvlink-down", "the NVLink state")], 0
     total, active = gpu.get("nvlinks_total"), gpu.get("nvlinks_active")
+    product = _product(gpu)
+    if product is not None and product.nvlinks:
+        unseen = _nvlink_unseen(gpu, product, peers)
+        if unseen is not None:
+            return unseen
     if total is None or active is None:
         return [_not_read(gpu, "nvlinks_total", "nvlink-down", "NVLink state")], 0
     if total == 0 or active == total:
@@ -318,6 +326,35 @@ def _nvlink(gpu: Gpu, peers: int) -> Judged:
         )
         return [fail("nvlink-down", f"{reading}: {rule}", index)], 1
     return [warn("nvlink-down", f"{reading}: a bridge is missing or a link is down", index)], 1
+
+
+def _product(gpu: Gpu) -> gpus_table.Product | None:
+    mib = gpu.get("memory_total_mib")
+    return gpus_table.match(str(gpu.get("name", "")), mib << 20 if isinstance(mib, int) else None)
+
+
+def _nvlink_unseen(gpu: Gpu, product: gpus_table.Product, peers: int) -> Judged | None:
+    """The finding when a part the table gives NVLinks does not show them all: unread, fewer
+    links than it has, or none active; None when they are all there to judge."""
+    total, active, expected = gpu.get("nvlinks_total"), gpu.get("nvlinks_active"), product.nvlinks
+    if total is None or active is None:
+        said = _not_read(gpu, "nvlinks_total", "nvlink-visible", "NVLink state").message
+        seen = f"NVLink not visible: {said}"
+    elif active == 0 or total < expected:
+        seen = f"NVLink not visible: NVML shows {active} active of {total} links"
+    else:
+        return None
+    seen += f", where the {product.model} has {expected}"
+    index = gpu.get("index")
+    if peers == 0:
+        return [skip("nvlink-visible", f"{seen}; one GPU in this container", index)], 0
+    why = (
+        f"{seen}, with {peers + 1} GPUs here: the fabric manager not running, a VM without "
+        "NVLink passthrough, or the links down (nvidia-smi nvlink -s)"
+    )
+    if product.nvlink_board:
+        return [fail("nvlink-visible", why, index)], 1
+    return [warn("nvlink-visible", f"{why}; or no NVLink bridge fitted", index)], 1
 
 
 def _compute_mode(gpu: Gpu) -> Judged:
