@@ -496,3 +496,10 @@ def test_the_table_shows_each_host_to_device_figure_and_its_link() -> None:
     assert result.measurements["figures"] == (
         "GPU 3: host-to-device 55.2 GB/s, device-to-host 53.1 GB/s over PCIe Gen5 x16 (63 GB/s)"
     )
+
+
+def test_the_table_shows_the_all_reduce_curve() -> None:
+    sweep = [{"bytes": 8 << 20, "busbw_gbps": 91.2}, {"bytes": 1 << 30, "busbw_gbps": 371.0}]
+    snapshot = {"gpus": hgx_h100(8), "nccl": nccl(busbw_gbps=371.0, sweep=sweep)}
+    figures = links.check_links(snapshot).measurements["figures"]
+    assert figures == "all-reduce busbw 8 MiB 91.2, 1024 MiB 371 GB/s"

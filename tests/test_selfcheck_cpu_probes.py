@@ -277,6 +277,51 @@ def test_the_all_reduce_sums_across_ranks(tmp_path: Path) -> None:
     assert two_ranks(tmp_path, reduce) == [[3.0] * 4, [3.0] * 4]
 
 
+@pytest.mark.parametrize(
+    ("message", "world", "sizes"),
+    [
+        (2**30, 8, [8 * 2**20, 32 * 2**20, 128 * 2**20, 512 * 2**20, 2**30]),
+        (256 * 2**20, 2, [8 * 2**20, 32 * 2**20, 128 * 2**20, 256 * 2**20]),
+        (64 * 2**20, 3, [8 * 2**20 - 8 * 2**20 % 12, 32 * 2**20 - 32 * 2**20 % 12, 64 * 2**20]),
+    ],
+)
+def test_the_sweep_runs_nccl_tests_sizes_up_to_the_message(
+    message: int, world: int, sizes: list[int]
+) -> None:
+    assert ddp.sweep_sizes(message, world) == sizes
+    assert all(size % (4 * world) == 0 for size in sizes[:-1])
+
+
+def test_the_sweep_times_and_checks_every_size_on_every_rank(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(ddp, "ALLREDUCE_SWEEP", (16 * KIB, 64 * KIB))
+    out = two_ranks(
+        tmp_path,
+        lambda rank, group: ddp.allreduce_sweep(torch, dist, rank, 2, "cpu", 256 * KIB, group),
+    )
+    for points, wrong in out:
+        assert [p["bytes"] for p in points] == [16 * KIB, 64 * KIB, 256 * KIB]
+        assert all(0 <= p["busbw_GBps"] < math.inf for p in points)  # 0.0: gloo, tiny sizes
+        assert wrong == ""
+
+
+def test_a_wrong_sum_fails_naming_the_rank(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """nccl-tests -c: one element off on the last rank (fault injection after the real
+    all-reduce) is found on that rank, named with the count and the first wrong element."""
+    monkeypatch.setenv("IMAGEKIT_SELFCHECK_FAULT", "allreduce-wrong")
+    out = two_ranks(
+        tmp_path,
+        lambda rank, group: ddp.checked_sum(torch, dist, rank, 2, "cpu", 64 * KIB, group),
+    )
+    # element 8192 is 8192 % 251 = 160 on every rank: 2 x 160 + 1 + 2 = 323, one more
+    assert out == [
+        "",
+        "rank 1: the all-reduce of 0.0625 MiB gave 1 wrong of 16384 elements (first at 8192: "
+        "324, expected 323)",
+    ]
+
+
 def test_the_wake_script_says_so_without_a_gpu(capsys: pytest.CaptureFixture[str]) -> None:
     """scripts/host-copy-wake.py (run by gpu-selfcheck.sh) imports, and where torch sees no
     GPU it exits 2 with the reason as JSON instead of a traceback."""

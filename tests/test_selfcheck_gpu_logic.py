@@ -512,3 +512,37 @@ def test_a_nan_or_infinite_difference_is_never_within_tolerance() -> None:
 
     assert differs(float("nan"), 1e-3) and differs(float("inf"), 1e-3)
     assert differs(2e-3, 1e-3) and not differs(1e-3, 1e-3) and not differs(0.0, 1e-6)
+
+
+def test_the_nccl_sweep_and_its_check_reach_the_ddp_result(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the NCCL ranks measured (the curve, the checked sums) is the check's, under the
+    names the snapshot reads; a wrong sum on a rank is the check's failure, naming it."""
+    from imagekit.contract.checks import failed, passed
+    from imagekit.selfcheck import ddp
+    from imagekit.selfcheck.rules import DdpRun
+
+    runs = [DdpRun("gloo", 2, "the sync logic"), DdpRun("nccl", 2, "every GPU")]
+    sweep = [{"bytes": 8 << 20, "busbw_GBps": 90.0}, {"bytes": 1 << 30, "busbw_GBps": 300.0}]
+    figures = {
+        "backend": "nccl",
+        "world_size": 2,
+        "max_grad_difference": 0.0,
+        "allreduce_busbw_GBps": 300.0,
+        "allreduce_message_bytes": 1 << 30,
+        "allreduce_sweep": sweep,
+        "allreduce_checked": True,
+    }
+    gloo = passed(backend="gloo", world_size=2, max_grad_difference=0.0)
+    monkeypatch.setattr(ddp, "ddp_runs", lambda gpus: runs)
+    monkeypatch.setattr(ddp, "_run_all", lambda runs, how: [(runs[0], gloo), (runs[1], nccl)])
+    nccl = passed(**figures)
+    result = ddp.check_ddp()
+    assert result.status.value == "passed"
+    assert result.measurements["allreduce_sweep"] == sweep
+    assert result.measurements["allreduce_checked"] is True
+    assert result.measurements["allreduce_busbw_GBps"] == 300.0
+    wrong = "rank 1: the all-reduce of 8 MiB gave 1 wrong of 2097152 elements"
+    nccl = failed(wrong, **figures)
+    result = ddp.check_ddp()
+    assert result.status.value == "failed"
+    assert result.reason == f"nccl (2 ranks): {wrong}"

@@ -87,6 +87,11 @@ def test_assemble_merges_nvml_and_the_perf_probe_by_index() -> None:
             nccl_world_size=3,
             allreduce_busbw_GBps=355.0,
             allreduce_message_bytes=1 << 30,
+            allreduce_sweep=[
+                {"bytes": 8 << 20, "busbw_GBps": 120.4},
+                {"bytes": 1 << 30, "busbw_GBps": 355.0},
+            ],
+            allreduce_checked=True,
             nccl_transport="P2P/NVLink",
         ),
     }
@@ -111,6 +116,11 @@ def test_assemble_merges_nvml_and_the_perf_probe_by_index() -> None:
         "world_size": 3,
         "busbw_gbps": 355.0,
         "message_bytes": 1 << 30,
+        "sweep": [
+            {"bytes": 8 << 20, "busbw_gbps": 120.4},
+            {"bytes": 1 << 30, "busbw_gbps": 355.0},
+        ],
+        "checked": True,
         "transport": "P2P/NVLink",
         "nodes": 1,
     }

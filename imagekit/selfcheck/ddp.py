@@ -17,6 +17,7 @@ from imagekit.contract.tolerances import DDP_GRAD_SPREAD
 from imagekit.selfcheck.nccl_log import transport_from_log
 from imagekit.selfcheck.results import (
     bus_bandwidth,
+    checked_sum,
     fault,
     gather,
     max_difference,
@@ -32,6 +33,9 @@ RANK_WAIT_S = float(os.environ.get("IMAGEKIT_DDP_WAIT", "90"))
 ALLREDUCE_BYTES = 2**30
 ALLREDUCE_MIN_BYTES = 64 * 2**20
 ALLREDUCE_FREE_FRACTION = 8  # at most 1/8 of free memory: NCCL's buffers and others' checks
+# The sizes below the message, as nccl-tests sweeps them (-b 8M -e 1G -f 4): the bus bandwidth
+# curve; the floor is judged at the largest, the message itself.
+ALLREDUCE_SWEEP = (8 * 2**20, 32 * 2**20, 128 * 2**20, 512 * 2**20)
 
 
 def allreduce_bytes(free_bytes: int, world: int) -> int:
@@ -40,6 +44,12 @@ def allreduce_bytes(free_bytes: int, world: int) -> int:
     size = max(ALLREDUCE_MIN_BYTES, min(ALLREDUCE_BYTES, free_bytes // ALLREDUCE_FREE_FRACTION))
     unit = 4 * max(1, world)
     return size - size % unit
+
+
+def sweep_sizes(message: int, world: int) -> list[int]:
+    """The sweep's sizes under the message, then the message: whole fp32 elements per rank."""
+    unit = 4 * max(1, world)
+    return [size - size % unit for size in ALLREDUCE_SWEEP if size < message] + [message]
 
 
 def nccl_log_env(path: Path) -> dict[str, str]:
@@ -77,7 +87,13 @@ def check_ddp() -> CheckResult:
     merged["max_grad_difference"] = max(
         r.measurements.get("max_grad_difference", 0.0) for _, r in results
     )
-    for key in ("allreduce_busbw_GBps", "allreduce_message_bytes", "note"):
+    for key in (
+        "allreduce_busbw_GBps",
+        "allreduce_message_bytes",
+        "allreduce_sweep",
+        "allreduce_checked",
+        "note",
+    ):
         if f"nccl_{key}" in merged:
             merged[key] = merged[f"nccl_{key}"]
     return failed("; ".join(problems), **merged) if problems else passed(**merged)
@@ -195,17 +211,23 @@ def ddp_worker(rank: int, world: int, backend: str | None) -> CheckResult:
             "device": device.split(":")[0],
             "max_grad_difference": spread,
         }
+        wrong = ""
         if backend == "nccl" and world > 1:
             free, _ = torch.cuda.mem_get_info(device)
             nbytes = _message_bytes(torch, dist, world, device, free)
-            m["allreduce_busbw_GBps"] = round(_busbw(torch, dist, world, device, nbytes), 1)
+            sweep, wrong = allreduce_sweep(torch, dist, rank, world, device, nbytes)
+            m["allreduce_sweep"] = sweep
+            m["allreduce_busbw_GBps"] = sweep[-1]["busbw_GBps"]
             m["allreduce_message_bytes"] = nbytes
+            m["allreduce_checked"] = True
         elif backend == "nccl":
             dist.all_reduce(grads)  # NCCL's kernel runs; one rank moves no data to time
             torch.cuda.synchronize()
             m["note"] = "1 GPU: NCCL ran; bus bandwidth needs 2 or more GPUs"
         if log is not None:
             m["nccl_transport"] = transport_from_log(log.read_text(errors="replace"))
+        if wrong:
+            return failed(wrong, **m)
         if differs(spread, DDP_GRAD_SPREAD):
             return failed(f"gradients differ across ranks by {spread:g} after a DDP step", **m)
         return passed(**m)
@@ -232,3 +254,17 @@ def _busbw(torch: Any, dist: Any, world: int, device: str, nbytes: int, group: A
     sync = sync_of(torch, device.partition(":")[0])
     seconds = timed(lambda: dist.all_reduce(tensor, group=group), 10, sync)
     return bus_bandwidth(tensor.numel() * 4 / seconds / 1e9, world)
+
+
+def allreduce_sweep(
+    torch: Any, dist: Any, rank: int, world: int, device: str, message: int, group: Any = None
+) -> tuple[list[dict[str, Any]], str]:
+    """nccl-tests' curve: the bus bandwidth of every size up to the message, each size's
+    result then checked on this rank (nccl-tests -c); and what was wrong, or ""."""
+    points: list[dict[str, Any]] = []
+    wrong = ""
+    for nbytes in sweep_sizes(message, world):
+        busbw = _busbw(torch, dist, world, device, nbytes, group)
+        points.append({"bytes": nbytes, "busbw_GBps": round(busbw, 1)})
+        wrong = wrong or checked_sum(torch, dist, rank, world, device, nbytes, group)
+    return points, wrong

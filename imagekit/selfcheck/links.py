@@ -469,6 +469,8 @@ def check_links(snapshot: dict[str, Any]) -> CheckResult:
     findings += grace.omp_findings(snapshot, gpus) + mnnvl
     nccl = snapshot.get("nccl") if isinstance(snapshot.get("nccl"), dict) else {}
     figures = [h2d_figure(g) for g in gpus if "h2d_gbps" in g]
+    if isinstance(nccl.get("sweep"), list):  # type: ignore[union-attr]
+        figures.append(sweep_figure(nccl["sweep"]))  # type: ignore[index]
     layout = [f for f in map(grace.layout_figure, gpus) if f]
     return result_of(
         findings,
@@ -493,6 +495,16 @@ def h2d_figure(gpu: dict[str, Any]) -> str:
     link = pcie_link(gpu)
     over = f" over {link.what} ({num(link.gbps)} GB/s)" if link else ""
     return f"GPU {gpu.get('index')}: {ways}{over}"
+
+
+def sweep_figure(sweep: list[Any]) -> str:
+    """e.g. "all-reduce busbw 8 MiB 91.2, 32 MiB 180, 1024 MiB 371 GB/s"."""
+    points = [
+        f"{p['bytes'] / 2**20:g} MiB {p['busbw_gbps']:g}"
+        for p in sweep
+        if isinstance(p, dict) and isinstance(p.get("bytes"), int)
+    ]
+    return f"all-reduce busbw {', '.join(points)} GB/s"
 
 
 def judged_readings(snapshot: dict[str, Any], findings: list[Finding]) -> int:

@@ -35,6 +35,7 @@ from imagekit.selfcheck.ddp import nccl_log_env
 from imagekit.selfcheck.nccl_log import transport_from_log
 from imagekit.selfcheck.results import (
     bus_bandwidth,
+    checked_sum,
     fault,
     gather,
     labels,
@@ -78,7 +79,8 @@ def bandwidth(nbytes: int, seconds: float, world: int) -> dict[str, float]:
 
 
 def verdict(grad_diff: float, param_diff: float, transport: str = "") -> tuple[str, str]:
-    """`transport`: what transport_problem said of NCCL's transport ("" when kept)."""
+    """`transport`: what transport_problem said of NCCL's transport, or what the checked
+    all-reduce found wrong on this rank ("" when neither)."""
     if differs(grad_diff, GRAD_TOLERANCE):
         return FAILED, f"gradients differ across ranks by {grad_diff:g} after a DDP step"
     if differs(param_diff, GRAD_TOLERANCE):
@@ -130,7 +132,10 @@ def time_allreduce(torch: Any, dist: Any, device: str, args: argparse.Namespace)
     sync = sync_of(torch, device.partition(":")[0])  # cpu, or cuda:N
     seconds = timed(lambda: dist.all_reduce(buffer), args.iterations, sync)
     figures = bandwidth(numel * 4, seconds, world)
-    return {"megabytes": args.megabytes, "iterations": args.iterations, **figures}
+    # nccl-tests -c: the sum of values every rank knows, checked element by element here
+    wrong = checked_sum(torch, dist, dist.get_rank(), world, device, numel * 4)
+    checked = {"checked": True, **({"wrong": wrong} if wrong else {})}
+    return {"megabytes": args.megabytes, "iterations": args.iterations, **figures, **checked}
 
 
 def identity(ids: dict[str, int]) -> dict[str, Any]:
@@ -181,7 +186,7 @@ def run_rank(args: argparse.Namespace, ids: dict[str, int]) -> dict[str, Any]:
         transport = transport_of(backend, log)
         hosts = {r["host"] for r in ranks}
         problem = transport_problem(profile, transport, len(hosts) > 1) if backend == "nccl" else ""
-        status, reason = verdict(grad_diff, param_diff, problem)
+        status, reason = verdict(grad_diff, param_diff, problem or allreduce.get("wrong", ""))
         dist.barrier()  # every rank done before any tears its group down
         return {
             "status": status,

@@ -70,3 +70,33 @@ def device_of(torch: Any) -> str:
 
 def sync_of(torch: Any, device: str) -> Callable[[], None]:
     return torch.cuda.synchronize if device == "cuda" else (lambda: None)
+
+
+# Each element of the checked all-reduce is (its position mod this) + rank + 1: the sum is
+# exact in fp32 for any world size NCCL runs (under 2**24 / 251 ranks).
+PATTERN_PERIOD = 251
+
+
+def checked_sum(
+    torch: Any, dist: Any, rank: int, world: int, device: str, nbytes: int, group: Any = None
+) -> str:
+    """One all-reduce of values every rank can compute, compared element by element with
+    their sum: "" when all are right, else how many were wrong on this rank, and the first."""
+    count = nbytes // 4
+    base = torch.arange(count, dtype=torch.int32, device=device).remainder_(PATTERN_PERIOD)
+    base = base.to(torch.float32)
+    tensor = base + float(rank + 1)
+    dist.all_reduce(tensor, group=group)
+    if fault("allreduce-wrong") and rank == world - 1:
+        tensor[count // 2] += 1  # one element off, on the last rank only
+    expected = base.mul_(world).add_(world * (world + 1) / 2)
+    bad = tensor.ne(expected)
+    wrong = int(bad.sum())
+    if not wrong:
+        return ""
+    first = int(bad.nonzero()[0][0])
+    return (
+        f"rank {rank}: the all-reduce of {nbytes / 2**20:g} MiB gave {wrong} wrong of {count} "
+        f"elements (first at {first}: {tensor[first].item():g}, expected "
+        f"{expected[first].item():g})"
+    )

@@ -208,10 +208,16 @@ def _nccl_view(ddp: CheckResult | None) -> dict[str, Any]:
     for key, source in (
         ("busbw_gbps", "allreduce_busbw_GBps"),
         ("message_bytes", "allreduce_message_bytes"),
+        ("checked", "allreduce_checked"),
         ("transport", "nccl_transport"),
     ):
         if m.get(source) is not None:
             view[key] = m[source]
+    if isinstance(m.get("allreduce_sweep"), list):
+        view["sweep"] = [
+            {"bytes": point["bytes"], "busbw_gbps": point["busbw_GBps"]}
+            for point in m["allreduce_sweep"]
+        ]
     view["nodes"] = 1
     return view
 
