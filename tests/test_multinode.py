@@ -248,6 +248,8 @@ def test_leftovers_of_a_dead_imagekit_process_are_removed() -> None:
         (["--nodes", "2", "--procs-per-node", "0"], "--procs-per-node 0: give 1 or more"),
         (["--nodes", "2", "--join-timeout", "0"], "--join-timeout 0: give a number of seconds"),
         (["--nodes", "2", "--stamp"], "--stamp with --nodes"),
+        (["--nodes", "2", "--soak", "60"], "--soak with --nodes"),
+        (["--soak", "-1"], "Invalid value for '--soak': -1.0 is not in the range 0<=x<=3600"),
         (
             ["--nodes", "2", "--env", "NOEQUALS"],
             "Invalid value for '--env': 'NOEQUALS': write NAME=VALUE",

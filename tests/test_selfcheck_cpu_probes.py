@@ -337,3 +337,23 @@ def test_the_wake_script_says_so_without_a_gpu(capsys: pytest.CaptureFixture[str
     assert not torch.cuda.is_available()
     assert module.main() == 2
     assert json.loads(capsys.readouterr().out) == {"error": "torch sees no GPU"}
+
+
+def test_the_soak_holds_the_gemm_and_reports_its_steady_rate(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """On CPU tensors: windows of GEMMs until the time is up; the steady rate is the median
+    of the second half, never faster than the fastest window."""
+    monkeypatch.setattr(perf, "SOAK_WINDOW_S", 0.02)
+    soak = perf.gemm_soak(torch, CPU, "bfloat16", 0.3, n=64)
+    assert soak["seconds"] >= 0.3 and soak["windows"] >= 2
+    assert 0 <= soak["tflops_min"] <= soak["tflops_steady"]  # 0.0 TFLOP/s: a CPU, n 64
+    assert set(soak) == {"seconds", "windows", "tflops_first", "tflops_min", "tflops_steady"}
+
+
+@pytest.mark.parametrize(("value", "seconds"), [("300", 300.0), ("", 0.0), ("-5", 0.0), ("x", 0.0)])
+def test_the_soak_reaches_the_probe_through_its_variable(
+    value: str, seconds: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(perf.ENV_SOAK, value)
+    assert perf.soak_seconds() == seconds

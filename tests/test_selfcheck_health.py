@@ -98,7 +98,17 @@ def test_a_mig_slice_skips_the_whole_gpu_readings_and_still_judges_the_rest() ->
     mig = {
         f.rule for f in found if f.level == Status.SKIPPED and f.message.startswith("MIG slice:")
     }
-    assert mig == {"ecc-uncorrected", "row-remap-pending", "pcie-link", "nvlink-down"}
+    assert mig == {
+        "ecc-uncorrected",
+        "ecc-sram",
+        "ecc-aggregate",
+        "row-remap-pending",
+        "pcie-link",
+        "pcie-replays",
+        "power-limit",
+        "temperature",
+        "nvlink-down",
+    }
     assert health.check_health(snapshot).status == "passed"
     # torch counts the slice, NVML and /dev/nvidia* the GPU: compared within each side
     assert health.check_gpus(snapshot).status == "passed"
@@ -192,8 +202,22 @@ def test_a_privileged_container_sees_more_gpus_than_it_was_given() -> None:
 # -- one GPU's rules ------------------------------------------------------------------------
 
 
+# The counters a live run reads beside the recorded ones (issue 52), at a healthy GPU's values.
+HEALTHY_COUNTERS = {
+    "xid_events": [],
+    "ecc_sram_uncorrected": 0,
+    "ecc_sram_corrected": 0,
+    "ecc_aggregate_uncorrected": 0,
+    "pcie_replays_during_run": 0,
+    "power_limit_w": 700,
+    "power_default_limit_w": 700,
+    "temperature_max_c": 70,
+    "temperature_slowdown_c": 87,
+}
+
+
 def h100(**overrides: Any) -> dict[str, Any]:
-    gpu = load("h100-8x")["gpus"][2]
+    gpu = {**HEALTHY_COUNTERS, **load("h100-8x")["gpus"][2]}
     gpu.update(overrides)
     return gpu
 
@@ -447,6 +471,13 @@ class FakeNvml:
         return call
 
 
+SRAM_CORRECTED = (
+    pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED,
+    pynvml.NVML_AGGREGATE_ECC,
+    pynvml.NVML_MEMORY_LOCATION_SRAM,
+)
+
+
 def h100_device(**overrides: Any) -> dict[str, Any]:
     links = [1] * 17 + [0]
 
@@ -470,6 +501,15 @@ def h100_device(**overrides: Any) -> dict[str, Any]:
             == (pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, pynvml.NVML_VOLATILE_ECC)
             else 99
         ),
+        "nvmlDeviceGetMemoryErrorCounter": lambda kind, counter, location: (
+            12 if (kind, counter, location) == SRAM_CORRECTED else 0
+        ),
+        "nvmlDeviceGetPcieReplayCounter": 7,
+        "nvmlDeviceGetPowerUsage": 650_000,  # mW
+        "nvmlDeviceGetTemperature": lambda sensor: 70,
+        "nvmlDeviceGetEnforcedPowerLimit": 700_000,
+        "nvmlDeviceGetPowerManagementDefaultLimit": 700_000,
+        "nvmlDeviceGetTemperatureThreshold": lambda kind: 87,
         "nvmlDeviceGetRemappedRows": (3, 1, 1, 0),
         "nvmlDeviceGetRetiredPagesPendingStatus": pynvml.NVMLError_NotSupported(),
         "nvmlDeviceGetCurrPcieLinkGeneration": 1,
@@ -505,12 +545,16 @@ def test_reader_reads_every_field_of_an_h100() -> None:
             "mig_mode": False,
             "ecc_mode": True,
             "ecc_volatile_uncorrected": 2,
+            "ecc_aggregate_uncorrected": 99,
+            "ecc_sram_uncorrected": 0,
+            "ecc_sram_corrected": 12,
             "remapped_rows_pending": True,
             "remapped_rows_failure": False,
             "pcie_gen": 1,
             "pcie_width": 16,
             "pcie_max_gen": 5,
             "pcie_max_width": 16,
+            "pcie_replays": 7,
             "nvlinks_active": 17,
             "nvlinks_total": 18,
             "nvlink_version": 4,
@@ -536,6 +580,7 @@ def test_reader_leaves_out_what_nvml_refuses_with_its_reason() -> None:
     assert gpu["mig_mode"] is False
     assert gpu["unread"] == {
         "ecc_volatile_uncorrected": "Not Supported",
+        "ecc_aggregate_uncorrected": "Not Supported",
         "remapped_rows_pending": "Insufficient Permissions",
         "remapped_rows_failure": "Insufficient Permissions",
         "retired_pages_pending": "Not Supported",
@@ -618,6 +663,8 @@ def test_sampler_falls_back_to_throttle_reasons_and_records_what_failed() -> Non
     readings = sampler.readings()
     assert readings[0]["clock_event_reasons"] == ["sw_thermal_slowdown"]
     assert readings[0]["unread"] == {"pcie_width_under_load": "Not Supported"}
+    assert (readings[0]["power_max_w"], readings[0]["temperature_max_c"]) == (650, 70)
+    assert (readings[0]["power_limit_w"], readings[0]["temperature_slowdown_c"]) == (700, 87)
     assert "clock_event_reasons" not in readings[1]
     assert readings[1]["unread"] == {"clock_event_reasons": "GPU is lost"}
     gpus = [{"index": 1, "unread": {"processes": "GPU is lost"}}]
@@ -651,3 +698,20 @@ def test_sampler_without_nvml_samples_nothing_and_says_why() -> None:
     assert sampler.readings() == {
         0: {"clock_samples": 0, "unread": dict.fromkeys(nvml.SAMPLED, why)}
     }
+
+
+def test_a_clock_cut_says_in_how_many_samples_it_was_seen() -> None:
+    """Power cap told apart from thermal and hardware slowdown over the whole load: each
+    reason with its share of the sampler's samples."""
+    gpu = h100(
+        persistence_mode=True,
+        clock_event_reasons=["sw_power_cap", "hw_slowdown"],
+        clock_event_counts={"sw_power_cap": 38, "hw_slowdown": 12},
+        clock_samples=40,
+    )
+    (finding,) = [f for f in health.gpu_findings(gpu, 7) if f.rule == "clocks-hw-slowdown"]
+    assert finding.message.startswith(
+        "clocks cut by hw_slowdown (in 12 of 40 samples) during the perf measurements"
+    )
+    capped = h100(persistence_mode=True, clock_event_reasons=["sw_power_cap"])
+    assert not [f for f in health.gpu_findings(capped, 7) if f.rule.startswith("clocks")]

@@ -281,3 +281,54 @@ def test_a_verdict_chosen_without_its_probes_fails_with_theirs() -> None:
     assert judge.exit_code(got) == 1
     shown = judge.judge(snap, ["ddp", "links"])  # ddp's own row says it; links is judged
     assert shown["ddp"].failed and not shown["links"].failed
+
+
+@pytest.mark.parametrize("given", ["-1", "3601", "nan"])
+def test_a_soak_out_of_range_is_a_usage_error_naming_it(
+    given: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from imagekit.selfcheck.__main__ import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["--soak", given, "--checks", "stack"])
+    assert exit_.value.code == 2
+    assert f"--soak {float(given):g}: give the seconds to hold the load, 0 to 3600" in (
+        capsys.readouterr().err
+    )
+
+
+def test_the_perf_probes_limit_grows_by_the_soak(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A 300 s soak on 2 GPUs (each GPU's thread holds its own load at once, but the limit
+    is the safe side of that) gives perf 180 + 600 s; no other check's limit moves."""
+    from imagekit.selfcheck import processes
+
+    limits: dict[str, float] = {}
+    monkeypatch.setattr(
+        processes, "run_check", lambda name, limit: limits.setdefault(name, limit) and passed()
+    )
+    processes.run_all(["stack", "perf"], None, 2, lambda n, r: None, True, 1, {"perf": 600.0})
+    assert limits == {"stack": 60, "perf": 780.0}
+
+
+@pytest.mark.parametrize(
+    ("name", "steady", "level"),
+    [
+        ("NVIDIA H200", 660.0, None),  # the project's own H200, sustained at 700 W
+        ("NVIDIA H200", 540.0, Status.FAILED),  # 0.56 of 989 is 553.8
+        ("NVIDIA H100 80GB HBM3", 550.0, Status.SKIPPED),  # no sustained run known
+    ],
+)
+def test_a_soaks_steady_gemm_is_judged_by_the_sustained_floor(
+    name: str, steady: float, level: Status | None
+) -> None:
+    from imagekit.selfcheck.perf_verdict import perf_findings
+
+    gpu = h200_snapshot()["gpus"][0]
+    gpu.update(name=name, soak={"seconds": 300.2, "windows": 300, "tflops_steady": steady})
+    found = [f for f in perf_findings(gpu)[0] if f.rule == "gemm-sustained"]
+    assert [f.level for f in found] == ([level] if level else [])
+    if level == Status.FAILED:
+        assert found[0].message.startswith(
+            "steady GEMM 540 TFLOP/s over a 300.2 s soak is 55% of the H200 SXM datasheet 989, "
+            "below the 56% a healthy H200 SXM sustains"
+        )

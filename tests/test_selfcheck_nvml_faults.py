@@ -30,7 +30,7 @@ import pynvml
 import pytest
 
 from imagekit.contract.checks import Status
-from imagekit.selfcheck import gpu_host, health, numa, nvml, snapshot
+from imagekit.selfcheck import gpu_host, health, numa, nvml, nvml_counters, snapshot
 from imagekit.selfcheck.__main__ import main
 
 H100 = "NVIDIA H100 80GB HBM3"
@@ -61,16 +61,19 @@ FABRIC = {"state": "completed", "status": "success", "clique_id": 32766, "cluste
 
 @functools.cache
 def nvml_calls() -> frozenset[str]:
-    """Every pynvml function nvml.py calls (`nvml.nvml...`), read from its source."""
-    tree = ast.parse(Path(nvml.__file__).read_text())
-    return frozenset(
-        node.attr
-        for node in ast.walk(tree)
-        if isinstance(node, ast.Attribute)
-        and isinstance(node.value, ast.Name)
-        and node.value.id == "nvml"
-        and node.attr.startswith("nvml")
-    )
+    """Every pynvml function nvml.py and nvml_counters.py call (`nvml.nvml...`, and the Xid
+    watch's `self._nvml.nvml...`), read from their source."""
+    calls: set[str] = set()
+    for module in (nvml, nvml_counters):
+        for node in ast.walk(ast.parse(Path(module.__file__).read_text())):
+            if not isinstance(node, ast.Attribute) or not node.attr.startswith("nvml"):
+                continue
+            owner = node.value
+            if (isinstance(owner, ast.Name) and owner.id == "nvml") or (
+                isinstance(owner, ast.Attribute) and owner.attr == "_nvml"
+            ):
+                calls.add(node.attr)
+    return frozenset(calls)
 
 
 @dataclass(frozen=True)
@@ -86,6 +89,9 @@ class MigHandle:
 
 # The system calls; every other call concerns one GPU (its handle, index or UUID).
 SYSTEM = {
+    "nvmlEventSetCreate",
+    "nvmlEventSetWait_v2",
+    "nvmlEventSetFree",
     "nvmlInit",
     "nvmlShutdown",
     "nvmlSystemGetDriverVersion",
@@ -123,6 +129,7 @@ class Host:
         self.affinity = ("0-71", "72-143") if grace else ("0-55,112-167", "56-111,168-223")
         self.fabric = {"state": pynvml.NVML_GPU_FABRIC_STATE_COMPLETED, "status": 0}
         self.cpu_set_sizes: list[int] = []  # the cpuSetSize of each CPU affinity asked
+        self.xids: dict[int, list[int]] = {}  # the Xid events each GPU raises during the run
 
     def install(self, monkeypatch: pytest.MonkeyPatch, keep: tuple[str, ...] = ()) -> None:
         for call in sorted(nvml_calls() - set(keep)):
@@ -166,6 +173,23 @@ class Host:
 
     def nvmlSystemGetProcessName(self, pid: int) -> str:
         return "python3"
+
+    # -- Xid events: one event set per GPU
+    def nvmlEventSetCreate(self) -> dict[str, Any]:
+        return {"gpu": None}
+
+    def nvmlDeviceRegisterEvents(self, h: Handle, types: int, events: dict[str, Any]) -> None:
+        assert types == pynvml.nvmlEventTypeXidCriticalError
+        events["gpu"] = h.gpu
+
+    def nvmlEventSetWait_v2(self, events: dict[str, Any], ms: int) -> Any:
+        pending = self.xids.get(events["gpu"], [])
+        if not pending:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_TIMEOUT)
+        return SimpleNamespace(eventData=pending.pop(0), eventType=0x8)
+
+    def nvmlEventSetFree(self, events: dict[str, Any]) -> None:
+        pass
 
     # -- handles
     def nvmlDeviceGetHandleByIndex(self, index: int) -> Handle:
@@ -218,6 +242,14 @@ class Host:
     def nvmlDeviceGetTotalEccErrors(self, h: Handle, kind: int, counter: int) -> int:
         return 0
 
+    def nvmlDeviceGetMemoryErrorCounter(
+        self, h: Handle, kind: int, counter: int, location: int
+    ) -> int:
+        return 0
+
+    def nvmlDeviceGetPcieReplayCounter(self, h: Handle) -> int:
+        return 0
+
     def nvmlDeviceGetRemappedRows(self, h: Handle) -> tuple[int, int, int, int]:
         return (0, 0, 0, 0)
 
@@ -256,6 +288,23 @@ class Host:
 
     def nvmlDeviceGetCurrentClocksThrottleReasons(self, h: Handle) -> int:
         return pynvml.nvmlClocksEventReasonSwPowerCap
+
+    def nvmlDeviceGetPowerUsage(self, h: Handle) -> int:
+        return 612_345  # mW
+
+    def nvmlDeviceGetTemperature(self, h: Handle, sensor: int) -> int:
+        assert sensor == pynvml.NVML_TEMPERATURE_GPU
+        return 71
+
+    def nvmlDeviceGetEnforcedPowerLimit(self, h: Handle) -> int:
+        return 700_000  # mW
+
+    def nvmlDeviceGetPowerManagementDefaultLimit(self, h: Handle) -> int:
+        return 700_000
+
+    def nvmlDeviceGetTemperatureThreshold(self, h: Handle, kind: int) -> int:
+        assert kind == pynvml.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN
+        return 87
 
     def nvmlDeviceGetC2cModeInfoV(self, h: Handle) -> Any:
         info = pynvml.c_nvmlC2cModeInfo_v1_t()
@@ -307,6 +356,8 @@ def host_snapshot(samples: int = 2) -> dict[str, Any]:
     """What a live run writes for this host: the parent's NVML reading (the real reader over
     the patched pynvml), the clock sampler's readings merged in (by UUID), torch's view, and
     the gpus and health verdicts selected."""
+    watch = nvml_counters.XidWatch()
+    watch.start()
     snap = snapshot.read_host(2)
     snap["container"] = {
         "device_nodes": ["/dev/nvidia0", "/dev/nvidia1"],
@@ -321,6 +372,7 @@ def host_snapshot(samples: int = 2) -> dict[str, Any]:
             sampler.sample()
         sampler.close()
     nvml.merge_readings(snap["gpus"], sampler.readings())
+    snapshot.with_xids(snap, watch.stop())
     snap["torch"] = {"version": "2.9.0", "cuda": "12.8", "cuda_available": True}
     snap["torch"]["device_count"] = 2
     snap["selected"] = ["gpus", "health"]
@@ -343,6 +395,12 @@ NEEDS: dict[tuple[str, ...], tuple[tuple[str, ...], ...]] = {
     ),
     # a part the product table gives NVLinks says so as nvlink-visible (issue 52)
     ("nvlink-down", "nvlink-visible"): (("nvlinks_active", "nvlinks_total"),),
+    ("xid",): (("xid_events",),),
+    ("ecc-sram",): (("ecc_sram_uncorrected", "ecc_sram_corrected"),),
+    ("ecc-aggregate",): (("ecc_aggregate_uncorrected",),),
+    ("pcie-replays",): (("pcie_replays_during_run",),),
+    ("power-limit",): (("power_limit_w", "power_default_limit_w"),),
+    ("temperature",): (("temperature_max_c", "temperature_slowdown_c"),),
     ("compute-mode",): (("compute_mode",),),
     ("persistence-off",): (("persistence_mode",),),
     ("clocks-hw-slowdown",): (("clock_event_reasons",),),
@@ -451,7 +509,10 @@ KEYS: dict[str, tuple[str, ...]] = {
     "nvmlDeviceGetMaxMigDeviceCount": ("mig_uuids",),
     "nvmlDeviceGetMigDeviceHandleByIndex": ("mig_uuids",),
     "nvmlDeviceGetEccMode": ("ecc_mode",),
-    "nvmlDeviceGetTotalEccErrors": ("ecc_volatile_uncorrected",),
+    "nvmlDeviceGetTotalEccErrors": ("ecc_volatile_uncorrected", "ecc_aggregate_uncorrected"),
+    "nvmlDeviceGetMemoryErrorCounter": ("ecc_sram_uncorrected", "ecc_sram_corrected"),
+    "nvmlDeviceGetPcieReplayCounter": ("pcie_replays",),
+    "nvmlDeviceRegisterEvents": ("xid_events",),
     "nvmlDeviceGetRemappedRows": ("remapped_rows_pending", "remapped_rows_failure"),
     "nvmlDeviceGetRetiredPagesPendingStatus": ("retired_pages_pending",),
     "nvmlDeviceGetCurrPcieLinkGeneration": ("pcie_gen", "pcie_gen_under_load"),
@@ -463,6 +524,11 @@ KEYS: dict[str, tuple[str, ...]] = {
     "nvmlDeviceGetComputeRunningProcesses": ("processes",),
     "nvmlDeviceGetCurrentClocksEventReasons": ("clock_event_reasons",),
     "nvmlDeviceGetCurrentClocksThrottleReasons": ("clock_event_reasons",),
+    "nvmlDeviceGetPowerUsage": ("power_max_w",),
+    "nvmlDeviceGetTemperature": ("temperature_max_c",),
+    "nvmlDeviceGetEnforcedPowerLimit": ("power_limit_w",),
+    "nvmlDeviceGetPowerManagementDefaultLimit": ("power_default_limit_w",),
+    "nvmlDeviceGetTemperatureThreshold": ("temperature_slowdown_c",),
     "nvmlDeviceGetC2cModeInfoV": ("host_link",),
     "nvmlDeviceGetNumaNodeId": ("numa_node",),
     "nvmlDeviceGetCpuAffinity": ("cpu_affinity",),
@@ -471,6 +537,7 @@ KEYS: dict[str, tuple[str, ...]] = {
 }
 # Answers that are no failure of the reading, by design (documented in nvml.py).
 MEANS_NONE = {
+    ("nvmlEventSetWait_v2", "NVML_ERROR_TIMEOUT"),  # no event left: none
     ("nvmlDeviceGetMigMode", "NVML_ERROR_NOT_SUPPORTED"),  # no MIG on this GPU
     ("nvmlDeviceGetNvLinkState", "NVML_ERROR_NOT_SUPPORTED"),  # no such link
     ("nvmlDeviceGetNvLinkState", "NVML_ERROR_INVALID_ARGUMENT"),
@@ -534,8 +601,14 @@ def one_call_fails(
         assert snap["nvml"]["reason"] == f"driver version not read: {said}"
         assert "driver" not in snap["nvml"] and snap["gpus"] == baseline["gpus"]
         return
-    if call == "nvmlShutdown":
+    if call in ("nvmlShutdown", "nvmlEventSetFree"):
         assert snap["gpus"] == baseline["gpus"]
+        return
+    if call in ("nvmlEventSetCreate", "nvmlEventSetWait_v2"):  # every GPU's set: every GPU
+        if (call, error) in MEANS_NONE:
+            assert snap["gpus"] == baseline["gpus"]
+        else:
+            assert all(g["unread"]["xid_events"].endswith(said) for g in snap["gpus"])
         return
     if call == "nvmlSystemGetProcessName":  # a PID of another namespace has no name here
         assert snap["gpus"][0]["processes"] == [{"pid": OTHER_PID, "used_mib": 512, "name": ""}]
@@ -569,7 +642,11 @@ def test_a_lost_gpu_fails_the_health_verdict_naming_it(
     snap = host_snapshot()
     assert snap["gpus"][1] == {
         "index": 1,
-        "unread": {"handle": "GPU is lost", **dict.fromkeys(nvml.SAMPLED, sampler_lost())},
+        "unread": {
+            "handle": "GPU is lost",
+            **dict.fromkeys(nvml.SAMPLED, sampler_lost()),
+            "xid_events": "GPU is lost",
+        },
         "gpu_lost": "handle: GPU is lost",
         "clock_samples": 0,
     }
@@ -779,9 +856,12 @@ def test_a_sampler_thread_that_dies_leaves_its_reason_on_every_reading(
         pass
     assert sampler.error == "clock sampling stopped: MemoryError: out of memory in the sampler"
     for key in (0, 1):
-        assert sampler.readings()[key] == {
+        assert sampler.readings()[key] == {  # the limits were read when it opened
             "clock_samples": 0,
-            "unread": dict.fromkeys(nvml.SAMPLED, sampler.error),
+            "power_limit_w": 700,
+            "power_default_limit_w": 700,
+            "temperature_slowdown_c": 87,
+            "unread": dict.fromkeys(("clock_event_reasons", *nvml.MAXIMA), sampler.error),
         }
 
 
@@ -1199,3 +1279,48 @@ def test_an_old_binding_over_an_old_driver(monkeypatch: pytest.MonkeyPatch) -> N
         "numa_node": "Function Not Found",
         "cpu_affinity": "Not Supported",
     }
+
+
+@pytest.mark.parametrize(
+    ("xids", "level"), [({1: [79]}, Status.FAILED), ({1: [13]}, Status.WARNED), ({}, None)]
+)
+def test_xid_events_during_the_run_reach_the_verdict(
+    xids: dict[int, list[int]], level: Status | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Through the real pynvml: GPU 1 raises Xid 79 (off the bus) or 13 (an application's
+    fault) between the first reading and the last; the watch's own event set delivers it."""
+    host = Host(mig_gpu=None)
+    host.xids = {gpu: list(events) for gpu, events in xids.items()}
+    host.install(monkeypatch)
+    snap = host_snapshot()
+    assert [g["xid_events"] for g in snap["gpus"]] == [xids.get(0, []), xids.get(1, [])]
+    found = {(f.level, f.rule, f.gpu) for f in health.health_findings(snap)[0]}
+    assert {(lv, gpu) for lv, rule, gpu in found if rule == "xid"} == (
+        {(level, 1)} if level else set()
+    )
+
+
+def test_nvml_counters_reach_the_snapshot_and_the_verdict(monkeypatch: pytest.MonkeyPatch) -> None:
+    """SRAM and lifetime ECC counts through the real pynvml, with its own constants."""
+
+    class Worn(Host):
+        def nvmlDeviceGetMemoryErrorCounter(
+            self, h: Handle, kind: int, counter: int, location: int
+        ) -> int:
+            assert (counter, location) == (
+                pynvml.NVML_AGGREGATE_ECC,
+                pynvml.NVML_MEMORY_LOCATION_SRAM,
+            )
+            return 3 if kind == pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED and h.gpu == 0 else 0
+
+        def nvmlDeviceGetTotalEccErrors(self, h: Handle, kind: int, counter: int) -> int:
+            return 7 if counter == pynvml.NVML_AGGREGATE_ECC else 0
+
+    Worn(mig_gpu=None).install(monkeypatch)
+    snap = host_snapshot()
+    gpu0 = snap["gpus"][0]
+    assert (gpu0["ecc_sram_uncorrected"], gpu0["ecc_sram_corrected"]) == (3, 0)
+    assert gpu0["ecc_aggregate_uncorrected"] == 7 and gpu0["ecc_volatile_uncorrected"] == 0
+    found = {(f.level, f.rule, f.gpu) for f in health.health_findings(snap)[0]}
+    assert (Status.FAILED, "ecc-sram", 0) in found and (Status.FAILED, "ecc-sram", 1) not in found
+    assert {(Status.WARNED, "ecc-aggregate", 0), (Status.WARNED, "ecc-aggregate", 1)} <= found

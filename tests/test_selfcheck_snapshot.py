@@ -361,3 +361,26 @@ def test_the_recorded_h200_runs_judged_again_fail_their_host_copy(
         printed = (GPU_RUNS / run / "table.txt").read_text().splitlines()[1:-1]
         kept = [line for line in printed if not line.startswith(("links ", "health "))]
         assert kept == [r for n, r in rows.items() if n not in ("links", "health")]
+
+
+def test_the_last_reading_counts_pcie_replays_during_the_run(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The replay counter is read before the checks and after them: the increase, over the
+    seconds between, is what the pcie-replays rule judges (DCGM's rate)."""
+    from datetime import datetime, timedelta, timezone
+
+    from imagekit.selfcheck import nvml
+
+    start = datetime.now(timezone.utc) - timedelta(seconds=90)
+    host = {
+        "taken_at": start.isoformat(timespec="seconds"),
+        "gpus": [{"index": 0, "pcie_replays": 10}, {"index": 1}],
+    }
+    after = [{"index": 0, "pcie_replays": 50}, {"index": 1, "pcie_replays": 3}]
+    monkeypatch.setattr(nvml, "read_nvml", lambda: ({"available": True}, after))
+    snap = snapshot.nvml_again(host)
+    assert snap["gpus"][0]["pcie_replays_during_run"] == 40
+    assert "pcie_replays_during_run" not in snap["gpus"][1]  # not read at the start
+    assert 89 <= snap["run_seconds"] <= 95
+    assert snapshot.nvml_again({**host, "taken_at": "never"})["run_seconds"] is None

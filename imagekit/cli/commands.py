@@ -388,6 +388,7 @@ def report_option(flag: str, dest: str, text: str) -> Callable[[Any], Any]:
     epilog=examples(
         "imagekit test ghcr.io/acme/train:2.7.1-cu126-py3.11-debian12-slim",
         "imagekit test IMAGE --require gpu,flash,tensorrt --junit reports/selfcheck.xml",
+        "imagekit test IMAGE --soak 300       # 5 minutes of GEMM load on every GPU",
         "imagekit test IMAGE --stamp          # tag IMAGE-validated when it passes",
         "imagekit test REGISTRY/NAME:TAG --attest cosign.key   # sign the passing verdict",
         "imagekit test IMAGE --nodes 2        # 2 containers, torchrun c10d, DDP across them",
@@ -429,6 +430,14 @@ def report_option(flag: str, dest: str, text: str) -> Callable[[Any], Any]:
     default=None,
     help="Seconds per check before it is killed (default: each check's own limit); "
     "with --nodes, for the check once every node has joined (default: 120).",
+)
+@click.option(
+    "--soak",
+    type=click.FloatRange(0, 3600),
+    default=0,
+    metavar="SECONDS",
+    help="Hold the GEMM on every GPU this long and judge its steady rate, the clocks, the "
+    "power limit and the temperature under that load (default 0: the short run).",
 )
 @json_option("Write every check's status, reason and measurements as JSON.")
 @report_option("--junit", "junit_path", "Write the results as JUnit XML (a test case per check).")
@@ -551,6 +560,7 @@ NOT_WITH_NODES = {
     "snapshot_path": "--snapshot",
     "stamp": "--stamp",
     "attest": "--attest",
+    "soak": "--soak",
 }
 
 

@@ -78,6 +78,18 @@ FLOORS = {  # model family -> (gemm floor, bandwidth floor, source)
 }
 
 
+# Sustained GEMM floors (the steady rate of a --soak), per family, each from runs long enough
+# for the default power limit to bite, less the same 0.10 margin.
+SUSTAINED: dict[str, dict[str, Any]] = {
+    "h200": {
+        "sustained_floor": 0.56,
+        "sustained_source": "this project's H200 at its 700 W default limit: random bf16 data "
+        "sustained 655-676 TFLOP/s = 0.66-0.68 of 989 over 40 s "
+        "(docs/gpu-runs/2026-11-26-h200-first/power/), less 0.10",
+    },
+}
+
+
 @dataclass(frozen=True)
 class Product:
     model: str  # e.g. "H100 SXM"; a family's catch-all row is named by the family, "H100"
@@ -92,6 +104,10 @@ class Product:
     gemm_floor: float = DEFAULT_GEMM_FLOOR  # healthy GEMM / tflops, less a margin
     bandwidth_floor: float = DEFAULT_BANDWIDTH_FLOOR  # healthy copy / tbps, less a margin
     floor_source: str = DEFAULT_FLOOR_SOURCE
+    # The GEMM a healthy card sustains under its default power limit (--soak), from runs
+    # long enough for the limit to bite; None where no such run is known.
+    sustained_floor: float | None = None
+    sustained_source: str = ""
     nvlinks: int = 0  # NVLinks the part has where it is fitted as sold (0: none promised)
     nvlink_board: bool = False  # True: on an SXM baseboard, every link wired; False: a bridge
 
@@ -186,6 +202,7 @@ _WITH_PEAKS: tuple[Product, ...] = (
         True,
         **_peaks(989, 4.8, BF16, DS["h200"]),
         **_floors("h200"),
+        **SUSTAINED["h200"],
         **_board(18),
     ),
     Product(

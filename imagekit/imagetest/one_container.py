@@ -39,6 +39,7 @@ class SelfCheckOptions:
     require: str = ""
     checks: str = ""
     timeout: float | None = None  # per check; None: each check's own limit
+    soak: float = 0.0  # --soak SECONDS: the GEMM held that long on every GPU (0: none)
     json_path: Path | None = None
     junit_path: Path | None = None
     snapshot_path: Path | None = None  # --snapshot: the host snapshot the verdict judged
@@ -66,6 +67,8 @@ def selfcheck_command(options: SelfCheckOptions) -> list[str]:
         "--junit",
         "/imagekit-reports/selfcheck.xml",
     ]
+    if options.soak:
+        cmd += ["--soak", f"{options.soak:g}"]
     if options.require:
         cmd += ["--require", options.require]
     if options.checks:
@@ -91,7 +94,8 @@ def run_selfcheck(
             env=selfcheck_env(info.labels, gpus, options.env, count, info.architecture),
             volumes={tmp: "/imagekit-reports"},
             timeout=registry.total_limit(_names(options.checks), options.timeout)
-            * slowdown_for(info.architecture),
+            * slowdown_for(info.architecture)
+            + options.soak,
         )
         result = engine.run(image, selfcheck_command(options), run_options)
         _copy(Path(tmp) / "selfcheck.json", options.json_path)

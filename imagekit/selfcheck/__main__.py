@@ -20,7 +20,11 @@ from imagekit.contract import exits
 from imagekit.contract.checks import ENV_TIMEOUT, CheckResult
 from imagekit.contract.text import escape
 from imagekit.selfcheck import emulated, judge, processes, report, snapshot
+from imagekit.selfcheck.nvml_counters import XidWatch
+from imagekit.selfcheck.perf import ENV_SOAK
 from imagekit.selfcheck.registry import ORDER, probes_for
+
+MAX_SOAK_S = 3600  # an hour: longer burn-ins are DCGM's (dcgmi diag -r 4) or a job's own
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
@@ -58,6 +62,15 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         help="the GPUs this container was given: torch, NVML and the device nodes must all "
         "see N (default: $IMAGEKIT_GPUS when it is a number, else what the container shows)",
     )
+    parser.add_argument(
+        "--soak",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="hold the GEMM on every GPU this long and judge its steady rate, the clocks, "
+        "the power limit and the temperature under that load (default 0: the short run, "
+        "about a minute in all)",
+    )
     parser.add_argument("--snapshot", type=Path, help="also write the host snapshot (JSON)")
     parser.add_argument(
         "--judge",
@@ -72,6 +85,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     unknown |= set(filter(None, args.require.split(","))) - set(judge.REQUIREMENTS)
     if unknown:
         parser.error(f"unknown check or requirement: {', '.join(sorted(unknown))}")
+    if not 0 <= args.soak <= MAX_SOAK_S:
+        parser.error(f"--soak {args.soak:g}: give the seconds to hold the load, 0 to {MAX_SOAK_S}")
     if args.expect_gpus is not None and args.expect_gpus < 0:
         parser.error(f"--expect-gpus {args.expect_gpus}: give the number of GPUs, 0 or more")
     return args
@@ -101,9 +116,17 @@ def live(args: argparse.Namespace) -> dict[str, Any]:
             file=sys.stderr,
             flush=True,
         )
-    results = processes.run_all(probes_for(names), args.timeout, jobs, _progress, gpu, slowdown)
+    if args.soak:  # the perf probe, a child, reads it; its time limit grows by as much
+        os.environ[ENV_SOAK] = f"{args.soak:g}"
+    xids = XidWatch()  # Xid events from here to the last reading
+    xids.start()
+    extra = {"perf": args.soak}  # every GPU holds its load at once, in a thread of its own
+    results = processes.run_all(
+        probes_for(names), args.timeout, jobs, _progress, gpu, slowdown, extra
+    )
     results = {n: emulated.unjudged_crash(r, host["cpu"]["emulated"]) for n, r in results.items()}
-    snap = snapshot.assemble(snapshot.nvml_again(host), results)
+    again = snapshot.with_xids(snapshot.nvml_again(host), xids.stop())
+    snap = snapshot.assemble(again, results)
     if args.snapshot:
         snapshot.write(snap, args.snapshot)
     return snap

@@ -16,6 +16,7 @@ from typing import Any
 
 from imagekit.contract import gpus as gpus_table
 from imagekit.contract.checks import CheckResult
+from imagekit.selfcheck.counter_rules import counter_findings
 from imagekit.selfcheck.findings import Finding, fail, result_of, skip, warn
 from imagekit.selfcheck.gpu_host import PCI_ORDER, parse_visible, resolve_visible
 from imagekit.selfcheck.peaks import normalise
@@ -410,17 +411,26 @@ def _clocks(gpu: Gpu) -> Judged:
     hw = [r for r in HW_SLOWDOWN if r in reasons]
     if hw:
         message = (
-            f"clocks cut by {', '.join(hw)} during the perf measurements: the hardware "
+            f"clocks cut by {_shares(gpu, hw)} during the perf measurements: the hardware "
             "protected itself from heat or a power-supply brake (check cooling, fans and PSUs)"
         )
         return [fail("clocks-hw-slowdown", message, index)], 1
     if "sw_thermal_slowdown" in reasons:
         message = (
-            "clocks cut by sw_thermal_slowdown during the perf measurements: the GPU ran "
-            "hot enough for the driver to slow it (check cooling and airflow)"
+            f"clocks cut by {_shares(gpu, ['sw_thermal_slowdown'])} during the perf "
+            "measurements: the GPU ran hot enough for the driver to slow it (check cooling "
+            "and airflow)"
         )
         return [warn("clocks-thermal", message, index)], 1
     return [], 1
+
+
+def _shares(gpu: Gpu, reasons: list[str]) -> str:
+    """e.g. "hw_slowdown (in 12 of 40 samples)": the share where the sampler counted them."""
+    counts, total = gpu.get("clock_event_counts") or {}, gpu.get("clock_samples")
+    return ", ".join(
+        f"{r} (in {counts[r]} of {total} samples)" if r in counts and total else r for r in reasons
+    )
 
 
 def _processes(gpu: Gpu) -> Judged:
@@ -467,9 +477,8 @@ def _lost(gpu: Gpu) -> Judged:
     return found, len(found)
 
 
-def _judge_gpu(gpu: Gpu, peers: int) -> Judged:
-    found: list[Finding] = []
-    judged = 0
+def _judge_gpu(gpu: Gpu, peers: int, run_seconds: Any = None) -> Judged:
+    found, judged = counter_findings(gpu, run_seconds)
     rules: list[Callable[[Gpu], Judged]] = [
         _lost,
         _memory,
@@ -502,7 +511,7 @@ def health_findings(snapshot: Snapshot) -> Judged:
     found: list[Finding] = []
     judged = 0
     for gpu in gpus:
-        more, n = _judge_gpu(gpu, len(gpus) - 1)
+        more, n = _judge_gpu(gpu, len(gpus) - 1, snapshot.get("run_seconds"))
         found += more
         judged += n
     return found, judged

@@ -36,6 +36,7 @@ from types import TracebackType
 from typing import Any
 
 from imagekit.selfcheck import numa
+from imagekit.selfcheck import nvml_counters as counters
 
 # nvmlClocksEventReason* bits (nvml.h; the same values as the older ClocksThrottleReason*).
 REASON_BITS: tuple[tuple[int, str], ...] = (
@@ -67,8 +68,11 @@ GPU_LOST, RESET_REQUIRED = "gpu_lost", "gpu_reset_required"
 FAULTS = {15: GPU_LOST, 16: RESET_REQUIRED}
 FAULT_KEYS = (GPU_LOST, RESET_REQUIRED)
 FAULT_CLASSES = {"NVMLError_GpuIsLost": GPU_LOST, "NVMLError_ResetRequired": RESET_REQUIRED}
-# What the clock sampler records per GPU (the keys a failed handle leaves unread).
-SAMPLED = ("clock_event_reasons", "pcie_gen_under_load", "pcie_width_under_load")
+# What the clock sampler records per GPU (the keys a failed handle leaves unread): the
+# maxima of each sample's power (W) and temperature (C), and the limits read once.
+MAXIMA = ("pcie_gen_under_load", "pcie_width_under_load", "power_max_w", "temperature_max_c")
+LIMITS = ("power_limit_w", "power_default_limit_w", "temperature_slowdown_c")
+SAMPLED = ("clock_event_reasons", *MAXIMA, *LIMITS)
 REASON_CHARS = 300
 NOT_SUPPORTED = "NVMLError_NotSupported"
 # Where a driver or an older nvidia-ml-py lacks a newer symbol (pynvml raises
@@ -281,6 +285,8 @@ def read_gpu(nvml: Any, index: int, own_pids: Collection[int] = ()) -> dict[str,
             )
         ),
     )
+    read("ecc_aggregate_uncorrected", lambda: counters.aggregate_uncorrected(nvml, handle))
+    read(("ecc_sram_uncorrected", "ecc_sram_corrected"), lambda: counters.sram(nvml, handle))
     read(("remapped_rows_pending", "remapped_rows_failure"), lambda: _remapped(nvml, handle))
     read(
         "retired_pages_pending",
@@ -292,6 +298,7 @@ def read_gpu(nvml: Any, index: int, own_pids: Collection[int] = ()) -> dict[str,
     # pcie.link.gen.max): a Gen5 card in a Gen4 slot says 4, which is no fault of the link.
     read("pcie_max_gen", lambda: int(nvml.nvmlDeviceGetMaxPcieLinkGeneration(handle)))
     read("pcie_max_width", lambda: int(nvml.nvmlDeviceGetMaxPcieLinkWidth(handle)))
+    read("pcie_replays", lambda: counters.pcie_replays(nvml, handle))
     read(("nvlinks_active", "nvlinks_total", "nvlink_version"), lambda: _nvlinks(nvml, handle))
     if gpu.get("nvlink_version") is None:
         gpu.pop("nvlink_version", None)
@@ -585,7 +592,8 @@ class ClockSampler:
         self.faults: dict[int, dict[str, str]] = {}  # GPU_LOST / RESET_REQUIRED, per key
         self._nvml = nvml
         self._seen: dict[int, Counter[str]] = {i: Counter() for i in self.indices}
-        self._pcie: dict[int, dict[str, int]] = {i: {} for i in self.indices}
+        self._pcie: dict[int, dict[str, int]] = {i: {} for i in self.indices}  # MAXIMA
+        self._limits: dict[int, dict[str, int]] = {}
         self._handles: dict[int, Any] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -614,10 +622,34 @@ class ClockSampler:
                     self._handles[key] = nvml.nvmlDeviceGetHandleByIndex(gpu)
             except Exception as exc:
                 self._failed(key, SAMPLED, exc, f"NVML found no handle for {gpu}: ")
+        for key, handle in self._handles.items():
+            self._read_limits(key, handle)
         if not self._handles:
             self.close()
             return False
         return True
+
+    def _read_limits(self, key: int, handle: Any) -> None:
+        """The power limit in force and its default (W), and the temperature (C) at which
+        the GPU starts to slow itself: read once, each on its own."""
+        nvml = self._nvml
+        for name, read in (
+            ("power_limit_w", lambda: nvml.nvmlDeviceGetEnforcedPowerLimit(handle) // 1000),
+            (
+                "power_default_limit_w",
+                lambda: nvml.nvmlDeviceGetPowerManagementDefaultLimit(handle) // 1000,
+            ),
+            (
+                "temperature_slowdown_c",
+                lambda: nvml.nvmlDeviceGetTemperatureThreshold(
+                    handle, nvml.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN
+                ),
+            ),
+        ):
+            try:
+                self._limits.setdefault(key, {})[name] = int(read())
+            except Exception as exc:
+                self._failed(key, [name], exc)
 
     def close(self) -> None:
         """Shut NVML down (the readings stay)."""
@@ -674,6 +706,11 @@ class ClockSampler:
             for name, read in (
                 ("pcie_gen_under_load", lambda h: nvml.nvmlDeviceGetCurrPcieLinkGeneration(h)),
                 ("pcie_width_under_load", lambda h: nvml.nvmlDeviceGetCurrPcieLinkWidth(h)),
+                ("power_max_w", lambda h: nvml.nvmlDeviceGetPowerUsage(h) // 1000),  # mW
+                (
+                    "temperature_max_c",
+                    lambda h: nvml.nvmlDeviceGetTemperature(h, nvml.NVML_TEMPERATURE_GPU),
+                ),
             ):
                 try:
                     value = int(read(handle))
@@ -693,7 +730,10 @@ class ClockSampler:
 
     def readings(self) -> dict[int, dict[str, Any]]:
         """Per GPU key, what to merge into its snapshot dict (see merge_readings):
-        clock_event_reasons, pcie_gen_under_load, pcie_width_under_load, clock_samples,
+        clock_event_reasons (and clock_event_counts: in how many samples each was seen),
+        pcie_gen_under_load, pcie_width_under_load, power_max_w, temperature_max_c (the
+        highest seen), power_limit_w, power_default_limit_w, temperature_slowdown_c (read
+        once), clock_samples,
         gpu_lost / gpu_reset_required, and `unread` for what no sample could read (with
         NVML's reason, or the sampler's own `error`)."""
         out: dict[int, dict[str, Any]] = {}
@@ -702,7 +742,9 @@ class ClockSampler:
             entry: dict[str, Any] = {"clock_samples": self.samples[key]}
             if self._reads[key]:
                 entry["clock_event_reasons"] = reasons[key]
+                entry["clock_event_counts"] = {n: self._seen[key][n] for n in reasons[key]}
             entry.update(self._pcie[key])
+            entry.update(self._limits.get(key, {}))
             entry.update(self.faults.get(key, {}))
             failed = {k: v for k, v in self.unread.get(key, {}).items() if k not in entry}
             if self.error:

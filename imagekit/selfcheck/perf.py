@@ -24,6 +24,10 @@ from imagekit.contract.checks import CheckResult, failed, passed, skipped
 from imagekit.selfcheck.peaks import gemm_dtype, stable
 
 WARMUP_BUDGET_S = 8.0
+# --soak SECONDS (python -m imagekit.selfcheck) reaches the probe through this variable: the
+# GEMM is then held that long on every GPU and judged by its steady rate.
+ENV_SOAK = "IMAGEKIT_SOAK_S"
+SOAK_WINDOW_S = 1.0  # the soak's GEMM rate is timed in windows of about this long
 GEMM_N = 8192
 COPY_BYTES = 1 << 30
 CHUNK_BYTES = 1 << 30  # the memory test's unit of allocation
@@ -79,6 +83,8 @@ def check_perf() -> CheckResult:
     # Host copies share the host's memory and PCIe root: one GPU at a time.
     one_at_a_time(working, lambda i: copies.measure_host(torch, i), gpus, "host copies")
     m: dict[str, Any] = {"device": "cuda", "host_copies": dict(copies.HOST_CONDITIONS)}
+    if soak_seconds():
+        m["soak_s"] = soak_seconds()
     broken = []
     try:
         m["p2p"] = peers_identified(copies.measure_p2p(torch) if count > 1 else [], matches)
@@ -200,10 +206,14 @@ def measure_gpu(torch: Any, index: int) -> dict[str, Any]:
     device = torch.device("cuda", index)
     props = torch.cuda.get_device_properties(index)
     dtype = gemm_dtype((props.major, props.minor))
+    soak: dict[str, Any] = {}
     with torch.cuda.stream(torch.cuda.Stream(device)):
         gemm = _gemm_tflops(torch, device, dtype)
+        if soak_seconds():  # judged apart: the short figure keeps its own floor
+            soak = gemm_soak(torch, device, dtype, soak_seconds())
         copy = _copy_tbps(torch, device)
     return {
+        **({"soak": soak} if soak else {}),
         "index": index,
         "name": torch.cuda.get_device_name(index),
         "memory_total_mib": props.total_memory >> 20,
@@ -234,6 +244,44 @@ def _gemm_tflops(torch: Any, device: Any, dtype: str, n: int = GEMM_N) -> float:
     b = torch.randn(n, n, device=device, dtype=getattr(torch, dtype))
     seconds = settled_time(lambda: a @ b, _sync(torch, device), 10)
     return float(2 * n**3 / seconds / 1e12)
+
+
+def soak_seconds() -> float:
+    """The soak asked for (0: none); a value that is no positive number is none."""
+    try:
+        return max(0.0, float(os.environ.get(ENV_SOAK, "0")))
+    except ValueError:
+        return 0.0
+
+
+def gemm_soak(
+    torch: Any, device: Any, dtype: str, seconds: float, n: int = GEMM_N
+) -> dict[str, Any]:
+    """The GEMM held for `seconds`, timed in windows of about SOAK_WINDOW_S: the first
+    window's rate, the slowest, and the steady one (the median of the second half, when
+    power capping and heat have had their say), TFLOP/s."""
+    a = torch.randn(n, n, device=device, dtype=getattr(torch, dtype))
+    b = torch.randn(n, n, device=device, dtype=getattr(torch, dtype))
+    sync = _sync(torch, device)
+    per_call = settled_time(lambda: a @ b, sync, 3)
+    batch = max(1, int(SOAK_WINDOW_S / max(per_call, 1e-9)))
+    rates: list[float] = []
+    start = time.monotonic()
+    while not rates or time.monotonic() - start < seconds:
+        sync()
+        began = time.perf_counter()
+        for _ in range(batch):
+            a @ b
+        sync()
+        rates.append(2 * n**3 * batch / (time.perf_counter() - began) / 1e12)
+    later = sorted(rates[len(rates) // 2 :])
+    return {
+        "seconds": round(time.monotonic() - start, 1),
+        "windows": len(rates),
+        "tflops_first": round(rates[0], 1),
+        "tflops_min": round(min(rates), 1),
+        "tflops_steady": round(later[len(later) // 2], 1),
+    }
 
 
 def _copy_tbps(torch: Any, device: Any, nbytes: int = COPY_BYTES) -> float:

@@ -42,6 +42,7 @@ def perf_findings(
         found.append(skip("perf-model", f"no datasheet peak for {name}: measured only", index))
         return found, judged
     judged += _gemm(gpu, peak, index, found) + _copy(gpu, peak, index, found)
+    judged += _soak(gpu, peak, index, found)
     return found, judged
 
 
@@ -92,12 +93,37 @@ def _gemm(gpu: dict[str, Any], peak: Peak, index: int | None, found: list[Findin
         found.append(
             fail(
                 "gemm-low",
-                f"{dtype} GEMM {tflops:g} TFLOP/s is {fraction:.0%} of the {peak.model} datasheet "
-                f"{peak.tflops:g}, below the {peak.gemm_floor:.0%} floor for a healthy "
+                f"{dtype} GEMM {tflops:g} TFLOP/s is {fraction:.0%} of the {peak.model} "
+                f"datasheet {peak.tflops:g}, below the {peak.gemm_floor:.0%} floor for a healthy "
                 f"{peak.model} ({peak.floor_source})",
                 index,
             )
         )
+    return 1
+
+
+def _soak(gpu: dict[str, Any], peak: Peak, index: int | None, found: list[Finding]) -> int:
+    """The steady GEMM rate of a --soak against the model's sustained floor: from runs long
+    enough for its power limit to bite, where such runs are known; else measured only."""
+    soak = gpu.get("soak")
+    if not isinstance(soak, dict) or not isinstance(soak.get("tflops_steady"), (int, float)):
+        return 0
+    steady, seconds = soak["tflops_steady"], soak.get("seconds")
+    if peak.sustained_floor is None:
+        text = (
+            f"steady GEMM {steady:g} TFLOP/s over a {seconds} s soak, not judged: no sustained "
+            f"run of a healthy {peak.model} is known to set its floor"
+        )
+        found.append(skip("gemm-sustained", text, index))
+        return 0
+    fraction = steady / peak.tflops
+    if fraction < peak.sustained_floor:
+        text = (
+            f"steady GEMM {steady:g} TFLOP/s over a {seconds} s soak is {fraction:.0%} of the "
+            f"{peak.model} datasheet {peak.tflops:g}, below the {peak.sustained_floor:.0%} a "
+            f"healthy {peak.model} sustains ({peak.sustained_source})"
+        )
+        found.append(fail("gemm-sustained", text, index))
     return 1
 
 
@@ -151,6 +177,9 @@ def figures(gpu: dict[str, Any]) -> str:
         if isinstance(value, (int, float)):
             share = f" ({value / of:.2f} of {of:g})" if of else ""
             parts.append(f"{'GEMM' if key.startswith('gemm') else 'copy'} {value:g} {unit}{share}")
+    soak = gpu.get("soak") or {}
+    if isinstance(soak.get("tflops_steady"), (int, float)):
+        parts.append(f"steady GEMM {soak['tflops_steady']:g} TFLOP/s over {soak.get('seconds')} s")
     memtest = gpu.get("memtest") or {}
     if isinstance(memtest.get("bytes"), int):
         tested = memtest["bytes"] / 1e9

@@ -15,7 +15,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -36,14 +36,18 @@ def run_all(
     done: Callable[[str, CheckResult], None],
     gpu_host: bool = True,
     slowdown: float = 1,
+    extra_s: Mapping[str, float] | None = None,
 ) -> dict[str, CheckResult]:
     """Functional checks side by side, then the ones that time something on this host
     (registry.alone), one at a time; results come back in ORDER. `slowdown` raises each
-    check's own limit (under emulation), never one given with --timeout."""
+    check's own limit (under emulation), never one given with --timeout; `extra_s` adds
+    seconds to a check's limit (the perf probe's soak)."""
     results: dict[str, CheckResult] = {}
+    more = extra_s or {}
 
     def one(name: str) -> None:
-        results[name] = run_check(name, limit(name, timeout) * (1 if timeout else slowdown))
+        own = limit(name, timeout) * (1 if timeout else slowdown)
+        results[name] = run_check(name, own + more.get(name, 0.0))
         done(name, results[name])
 
     # The longest first (by limit), so the slowest check is not the last one started.

@@ -37,8 +37,15 @@ GPU_MEASURED = (
     "d2h_gbps",
     "host_copy_settled",
     "clock_event_reasons",
+    "clock_event_counts",
     "pcie_gen_under_load",
     "pcie_width_under_load",
+    "power_max_w",
+    "temperature_max_c",
+    "power_limit_w",
+    "power_default_limit_w",
+    "temperature_slowdown_c",
+    "soak",
     "clock_samples",
     "perf_error",
     "name",
@@ -113,10 +120,37 @@ def nvml_again(host: Snapshot) -> Snapshot:
         return host
     before = {g.get("index"): g for g in host.get("gpus") or []}
     for gpu in gpus:
+        first = before.get(gpu.get("index"), {})
         for key in nvml.FAULT_KEYS:  # a GPU found gone or unusable stays marked
-            if key in before.get(gpu.get("index"), {}):
-                gpu.setdefault(key, before[gpu["index"]][key])
-    return {**host, "nvml": status, "gpus": gpus}
+            if key in first:
+                gpu.setdefault(key, first[key])
+        if isinstance(first.get("pcie_replays"), int) and isinstance(gpu.get("pcie_replays"), int):
+            gpu["pcie_replays_during_run"] = gpu["pcie_replays"] - first["pcie_replays"]
+    return {**host, "nvml": status, "gpus": gpus, "run_seconds": _since(host.get("taken_at"))}
+
+
+def _since(taken_at: Any) -> int | None:
+    """Whole seconds from the first reading (`taken_at`) to now; None where it is unreadable."""
+    try:
+        start = datetime.fromisoformat(str(taken_at))
+    except ValueError:
+        return None
+    return max(0, round((datetime.now(timezone.utc) - start).total_seconds()))
+
+
+def with_xids(snap: Snapshot, readings: Mapping[int, dict[str, Any]]) -> Snapshot:
+    """The Xid watch's readings (nvml_counters.XidWatch.stop) merged into each GPU by NVML's
+    index; key -1 (NVML or its event set could not be had) concerns every GPU."""
+    for gpu in snap.get("gpus") or []:
+        reading = readings.get(gpu.get("index"), readings.get(-1, {}))
+        if "xid_events" in reading:
+            gpu["xid_events"] = reading["xid_events"]
+        for fault in ("gpu_lost", "gpu_reset_required"):  # the first answer that said so
+            if fault in reading:
+                gpu.setdefault(fault, reading[fault])
+        if reading.get("unread"):
+            gpu["unread"] = {**gpu.get("unread", {}), **reading["unread"]}
+    return snap
 
 
 def assemble(host: Snapshot, results: Mapping[str, CheckResult]) -> Snapshot:
@@ -127,7 +161,7 @@ def assemble(host: Snapshot, results: Mapping[str, CheckResult]) -> Snapshot:
     snap["torch"] = _torch_view(results.get("stack"))
     perf = _measured(results.get(PERF_PROBE))
     snap["gpus"] = merge_gpus(host.get("gpus", []), perf.get("gpus", []))
-    for key in ("p2p", "host_copies"):
+    for key in ("p2p", "host_copies", "soak_s"):
         if key in perf:
             snap[key] = perf[key]
     nccl = _nccl_view(results.get("ddp"))
