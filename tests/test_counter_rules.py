@@ -61,6 +61,20 @@ def levels(readings: dict[str, Any], run_seconds: Any = 60) -> set[tuple[str, st
         ),
         ({"pcie_replays_during_run": 16, "pcie_gen_under_load": 4}, set()),
         ({"pcie_replays_during_run": None}, {(Status.SKIPPED, "pcie-replays")}),
+        # the counter went back (the driver reloaded), or a link read as x0: not judged
+        ({"pcie_replays_during_run": -5}, {(Status.SKIPPED, "pcie-replays")}),
+        (
+            {"pcie_replays_during_run": 40, "pcie_width_under_load": 0},
+            {(Status.SKIPPED, "pcie-replays")},
+        ),
+        # a hand-edited snapshot: what is not a count is a skip, never a crash or a pass
+        ({"xid_events": "79"}, {(Status.SKIPPED, "xid")}),
+        ({"xid_events": [79, None]}, {(Status.SKIPPED, "xid")}),
+        ({"ecc_sram_uncorrected": "1"}, {(Status.SKIPPED, "ecc-sram")}),
+        ({"ecc_aggregate_uncorrected": True}, {(Status.SKIPPED, "ecc-aggregate")}),
+        ({"pcie_replays_during_run": 3.5}, {(Status.SKIPPED, "pcie-replays")}),
+        ({"power_limit_w": "700"}, {(Status.SKIPPED, "power-limit")}),
+        ({"temperature_max_c": [90]}, {(Status.SKIPPED, "temperature")}),
         # a Grace superchip's GPU reaches its CPU over NVLink-C2C: no PCIe link to count
         (
             {"pcie_replays_during_run": None, "host_link": "c2c", "pcie_gen_under_load": None},

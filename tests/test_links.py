@@ -175,6 +175,17 @@ def test_two_or_more_gpus_without_a_peer_pair_is_never_a_pass(name: str, level: 
     assert finding.message.startswith("no pair of the 2 GPUs has peer access: P2P is off")
 
 
+def test_one_gpu_given_to_torch_of_two_is_no_missing_peer() -> None:
+    """CUDA_VISIBLE_DEVICES=1 on a two-GPU container: torch measured one GPU (torch_index),
+    so there was no pair to have; a MIG device has no peer access at all."""
+    one = {"gpus": [gpu(0), gpu(1, torch_index=0)], "p2p": []}
+    assert levels(links.p2p_findings(one)) == [(Status.SKIPPED, "p2p")]
+    both = {"gpus": [gpu(0, torch_index=0), gpu(1, torch_index=1)], "p2p": []}
+    assert levels(links.p2p_findings(both)) == [(Status.FAILED, "p2p-none")]
+    mig = {"gpus": [gpu(i, mig_mode=True) for i in range(2)], "p2p": []}
+    assert levels(links.p2p_findings(mig)) == [(Status.SKIPPED, "p2p")]
+
+
 def test_p2p_not_measured_or_not_possible_is_a_skip_never_a_pass() -> None:
     assert levels(links.p2p_findings({"gpus": hgx_h100(1)})) == [(Status.SKIPPED, "p2p")]
     snapshot = {"gpus": hgx_h100(1), "p2p": []}
@@ -252,9 +263,17 @@ def test_a_snapshot_without_copy_conditions_is_judged_and_told_why_it_may_read_l
 
 
 def test_copies_whose_batches_never_agreed_say_so() -> None:
-    one = gpu(1, h2d_gbps=30.0, d2h_gbps=54.0, host_copy_settled=False)
+    one = gpu(1, h2d_gbps=30.0, d2h_gbps=54.0, host_copy_settled=False, host_copy_cpus="0-55")
     (finding,) = links.h2d_findings({"gpus": [one], **MEASURED_APART})
     assert finding.text().endswith("the far socket; its timed batches never agreed")
+
+
+def test_copies_from_memory_not_placed_near_the_gpu_say_so() -> None:
+    one = gpu(1, h2d_gbps=30.0, d2h_gbps=54.0)
+    (finding,) = links.h2d_findings({"gpus": [one], **MEASURED_APART})
+    assert finding.text().endswith(
+        "the probe's pinned memory was not placed near this GPU (its CPUs unread)"
+    )
 
 
 def test_c2c_failure_names_the_share_of_the_link() -> None:

@@ -400,3 +400,51 @@ def test_host_judges_the_ib_promise_by_the_weakest_hop(
     got = judge_transport(report)
     assert got["status"] == status
     assert status == "passed" or "InfiniBand/RDMA" in got["reason"]
+
+
+class OneRankOfTwo:
+    """torch.distributed as rank 1 of 2 sees it, the other rank played here: its all-reduce
+    adds what rank 0 holds (the pattern plus 1), and its gathered finding is `other`."""
+
+    def __init__(self, other: str) -> None:
+        self.other = other
+
+    def get_world_size(self) -> int:
+        return 2
+
+    def get_rank(self) -> int:
+        return 1
+
+    def all_reduce(self, tensor: Any, group: Any = None) -> None:
+        tensor.mul_(2).sub_(1)  # rank 1 holds p + 2; p + 1 + p + 2 = 2(p + 2) - 1
+
+    def all_gather_object(self, out: list[Any], mine: Any) -> None:
+        out[:] = [self.other, mine]
+
+
+@pytest.mark.parametrize(
+    ("other", "fault", "wrong"),
+    [
+        ("", "", None),
+        ("rank 0: the all-reduce of 1 MiB gave 2 wrong of 262144 elements", "", "rank 0: "),
+        ("", "allreduce-wrong", "rank 1: the all-reduce of 1 MiB gave 1 wrong"),
+    ],
+)
+def test_the_multinode_all_reduce_checks_its_sum_on_every_rank(
+    other: str, fault: str, wrong: str | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A wrong sum on any rank reaches rank 0's report (the one written), naming the rank."""
+    import argparse
+
+    import torch
+
+    from imagekit.selfcheck import nodes_check
+
+    monkeypatch.setenv("IMAGEKIT_SELFCHECK_FAULT", fault)
+    args = argparse.Namespace(megabytes=1, iterations=2)
+    figures = nodes_check.time_allreduce(torch, OneRankOfTwo(other), "cpu", args)
+    assert figures["checked"] is True
+    if wrong is None:
+        assert "wrong" not in figures
+    else:
+        assert figures["wrong"].startswith(wrong)

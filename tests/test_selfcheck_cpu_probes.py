@@ -7,6 +7,7 @@ build): a missing torch fails here rather than skipping these."""
 from __future__ import annotations
 
 import math
+import os
 import threading
 from collections.abc import Callable
 from datetime import timedelta
@@ -322,7 +323,33 @@ def test_a_wrong_sum_fails_naming_the_rank(tmp_path: Path, monkeypatch: pytest.M
     ]
 
 
-def test_the_wake_script_says_so_without_a_gpu(capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_wrong_sum_in_a_sweep_keeps_every_rank_in_step(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every size's checked all-reduce runs on every rank, whatever a rank found before: the
+    rank that saw a wrong sum goes on, so nobody waits in a collective it skipped. The check
+    compares in slices (here of 1000 elements), and still names the first wrong element."""
+    from imagekit.selfcheck import results
+
+    monkeypatch.setenv("IMAGEKIT_SELFCHECK_FAULT", "allreduce-wrong")
+    monkeypatch.setattr(ddp, "ALLREDUCE_SWEEP", (16 * KIB, 32 * KIB))
+    monkeypatch.setattr(results, "CHECK_SLICE", 1000)
+    out = two_ranks(
+        tmp_path,
+        lambda rank, group: ddp.allreduce_sweep(torch, dist, rank, 2, "cpu", 64 * KIB, group),
+    )
+    (points0, wrong0), (points1, wrong1) = out
+    assert len(points0) == len(points1) == 3 and wrong0 == ""
+    # the first size's: 4096 elements, the middle one off (2048 % 251 = 40: 2 x 40 + 3 = 83)
+    assert wrong1 == (
+        "rank 1: the all-reduce of 0.015625 MiB gave 1 wrong of 4096 elements (first at 2048: "
+        "84, expected 83)"
+    )
+
+
+def test_the_wake_script_says_so_without_a_gpu(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """scripts/host-copy-wake.py (run by gpu-selfcheck.sh) imports, and where torch sees no
     GPU it exits 2 with the reason as JSON instead of a traceback."""
     import importlib.util
@@ -334,7 +361,7 @@ def test_the_wake_script_says_so_without_a_gpu(capsys: pytest.CaptureFixture[str
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    assert not torch.cuda.is_available()
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # also on a GPU machine
     assert module.main() == 2
     assert json.loads(capsys.readouterr().out) == {"error": "torch sees no GPU"}
 
@@ -347,8 +374,28 @@ def test_the_soak_holds_the_gemm_and_reports_its_steady_rate(
     monkeypatch.setattr(perf, "SOAK_WINDOW_S", 0.02)
     soak = perf.gemm_soak(torch, CPU, "bfloat16", 0.3, n=64)
     assert soak["seconds"] >= 0.3 and soak["windows"] >= 2
-    assert 0 <= soak["tflops_min"] <= soak["tflops_steady"]  # 0.0 TFLOP/s: a CPU, n 64
     assert set(soak) == {"seconds", "windows", "tflops_first", "tflops_min", "tflops_steady"}
+
+
+@pytest.mark.parametrize(
+    ("rates", "first", "low", "steady"),
+    [
+        ([10.0, 10.0, 8.0, 6.0, 6.0, 6.0], 10.0, 6.0, 6.0),  # the power cap bites, then holds
+        ([700.0, 690.0, 655.0, 676.0], 700.0, 655.0, 676.0),  # second half 655, 676: upper
+        ([5.0], 5.0, 5.0, 5.0),
+    ],
+)
+def test_a_soaks_steady_rate_is_the_median_of_its_second_half(
+    rates: list[float], first: float, low: float, steady: float
+) -> None:
+    summary = perf.soak_summary(rates, 300.04)
+    assert summary == {
+        "seconds": 300.0,
+        "windows": len(rates),
+        "tflops_first": first,
+        "tflops_min": low,
+        "tflops_steady": steady,
+    }
 
 
 @pytest.mark.parametrize(("value", "seconds"), [("300", 300.0), ("", 0.0), ("-5", 0.0), ("x", 0.0)])
@@ -357,3 +404,26 @@ def test_the_soak_reaches_the_probe_through_its_variable(
 ) -> None:
     monkeypatch.setenv(perf.ENV_SOAK, value)
     assert perf.soak_seconds() == seconds
+
+
+def test_the_host_copy_binds_to_the_gpus_cpus_and_back() -> None:
+    """The pinned buffer is allocated on the GPU's CPUs (its NUMA node's pages), then the
+    thread's own CPUs come back; CPUs outside this process's set, or none, bind nothing."""
+    allowed = os.sched_getaffinity(0)
+    first = min(allowed)
+    with copies.bound_to(f"{first},100000") as cpus:
+        assert cpus == str(first) and os.sched_getaffinity(0) == {first}
+    assert os.sched_getaffinity(0) == allowed
+    for near in (None, "", "100000-100001", "7-3", "x"):
+        with copies.bound_to(near) as cpus:
+            assert cpus == "" and os.sched_getaffinity(0) == allowed
+
+
+@pytest.mark.parametrize(
+    ("text", "cpus"), [("0-2,5", {0, 1, 2, 5}), ("7", {7}), ("", set()), (" 1 , 3-4", {1, 3, 4})]
+)
+def test_cpulists_read_and_written(text: str, cpus: set[int]) -> None:
+    from imagekit.selfcheck import numa
+
+    assert numa.cpus_of(text) == cpus
+    assert numa.cpus_of(numa.cpulist_of(cpus)) == cpus

@@ -286,7 +286,11 @@ def memtest(torch: Any, index: int) -> dict[str, Any]:
 
 def host(gbps: float) -> Any:
     """copies.measure_host as a GPU at `gbps` both ways answers it."""
-    return lambda torch, index: {"h2d_gbps": gbps, "d2h_gbps": gbps, "host_copy_settled": True}
+    return lambda torch, index, *near_and_kept: {
+        "h2d_gbps": gbps,
+        "d2h_gbps": gbps,
+        "host_copy_settled": True,
+    }
 
 
 @pytest.fixture
@@ -300,7 +304,7 @@ def one_of_two(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int]]:
     monkeypatch.setattr(perf, "measure_memory", memtest)
     h2d: list[tuple[str, int]] = []
 
-    def measure_host(torch: Any, index: int) -> dict[str, Any]:
+    def measure_host(torch: Any, index: int, *near_and_kept: Any) -> dict[str, Any]:
         h2d.append(("h2d", index))
         return host(55.3)(torch, index)
 
@@ -423,13 +427,15 @@ def test_the_copies_run_one_gpu_at_a_time_between_the_load_and_the_memory_test(
     Host(mig_gpu=None).install(monkeypatch)
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     events: list[str] = []
+    hosts: list[tuple[int, str | None]] = []
     busy = {"host": 0, "max": 0}
 
     def gpu(torch: Any, index: int) -> dict[str, Any]:
         events.append(f"gemm {index}")
         return measure(torch, index)
 
-    def measure_host(torch: Any, index: int) -> dict[str, Any]:
+    def measure_host(torch: Any, index: int, near: str | None, kept: list[Any]) -> dict[str, Any]:
+        hosts.append((index, near))
         busy["host"] += 1
         busy["max"] = max(busy["max"], busy["host"])
         events.append(f"host {index}")
@@ -449,6 +455,8 @@ def test_the_copies_run_one_gpu_at_a_time_between_the_load_and_the_memory_test(
     result, snap = live_run(monkeypatch, [CUuuid(UUIDS[0]), CUuuid(UUIDS[1])])
     assert sorted(events[:2]) == ["gemm 0", "gemm 1"]
     assert events[2:5] == ["host 0", "host 1", "p2p"] and busy["max"] == 1
+    # each GPU's copies placed near its own CPUs, as NVML gives them
+    assert hosts == [(0, "0-55,112-167"), (1, "56-111,168-223")]
     # the memory test last, on the GPU whose copies worked only
     assert events[5:] == ["memtest 0"]
     # a copy that fails is that GPU's measuring error, the probe goes on
@@ -507,6 +515,12 @@ def test_nvml_reads_the_uuids_the_matching_needs(monkeypatch: pytest.MonkeyPatch
     known, why = nvml.read_identities()
     assert why == ""
     assert known == [
-        {"index": 0, "uuid": UUIDS[0], "mig_mode": False},
-        {"index": 1, "uuid": UUIDS[1], "mig_mode": True, "mig_uuids": MIG_UUIDS},
+        {"index": 0, "uuid": UUIDS[0], "mig_mode": False, "cpu_affinity": "0-55,112-167"},
+        {
+            "index": 1,
+            "uuid": UUIDS[1],
+            "mig_mode": True,
+            "mig_uuids": MIG_UUIDS,
+            "cpu_affinity": "56-111,168-223",
+        },
     ]

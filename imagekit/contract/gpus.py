@@ -257,7 +257,9 @@ _FAMILIES: tuple[Product, ...] = (
     _family("GH200", HOPPER, True),
     _family("H200", HOPPER, True),
     _family("H100", HOPPER, True),
-    _family("H800", HOPPER, True, **_board(8)),  # 400 GB/s (H800 SXM)
+    # H800 SXM: 400 GB/s = 8 links on its baseboard; the H800 PCIe is bridged, if at all
+    Product("H800 PCIe", r"H800 PCIE(?: .*)?", HOPPER, True),
+    _family("H800", HOPPER, True, **_board(8)),
     _family("H20", HOPPER, True, **_board(18)),  # 900 GB/s
     _family("L40S", (8, 9), True),
     _family("L40", (8, 9), True),

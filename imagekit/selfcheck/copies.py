@@ -15,10 +15,13 @@ without a GPU; between GPUs it times with CUDA events on the stream that does th
 
 from __future__ import annotations
 
+import contextlib
+import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
+from imagekit.selfcheck.numa import cpulist_of, cpus_of
 from imagekit.selfcheck.peaks import stable
 
 COPY_BYTES = 256 * 2**20  # big enough that launch overhead is noise (<1% at 400 GB/s)
@@ -33,6 +36,7 @@ HOST_CONDITIONS = {
     "pinned": True,
     "alone": True,
     "when": "before-memtest",
+    "placed": "near-gpu",
 }
 
 
@@ -130,10 +134,26 @@ def settled_gbps(
     return (max(rates[-2:]) if agreed else max(rates)), agreed
 
 
-def measure_host(torch: Any, index: int, nbytes: int = COPY_BYTES) -> dict[str, Any]:
+def measure_host(
+    torch: Any,
+    index: int,
+    near: str | None = None,
+    keep: list[Any] | None = None,
+    nbytes: int = COPY_BYTES,
+) -> dict[str, Any]:
     """Pinned host -> device and device -> host GB/s on GPU `index` (torch's), one way after
-    the other, each settled; `host_copy_settled` is False when either way never did."""
-    host = torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
+    the other, each settled; `host_copy_settled` is False when either way never did.
+
+    The pinned buffer is allocated by this thread bound to `near` (the GPU's CPUs as NVML
+    gives them, a cpulist), so its pages land on the GPU's NUMA node, as Azure's check binds
+    with numactl; `host_copy_cpus` records where, absent when it could not be bound. `keep`
+    holds each GPU's buffer until all are measured: freed, torch's pinned cache would hand
+    the same pages (on the first GPU's node) to the next GPU."""
+    with bound_to(near) as cpus:
+        host = torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
+        host.fill_(0)
+    if keep is not None:
+        keep.append(host)
     device = torch.empty(nbytes, dtype=torch.uint8, device=f"cuda:{index}")
     with torch.cuda.device(index):
         h2d, h2d_agreed = settled_gbps(torch, host, device)
@@ -142,4 +162,24 @@ def measure_host(torch: Any, index: int, nbytes: int = COPY_BYTES) -> dict[str, 
         "h2d_gbps": round(h2d, 1),
         "d2h_gbps": round(d2h, 1),
         "host_copy_settled": h2d_agreed and d2h_agreed,
+        **({"host_copy_cpus": cpus} if cpus else {}),
     }
+
+
+@contextlib.contextmanager
+def bound_to(near: str | None) -> Iterator[str]:
+    """This thread on the CPUs of `near` it may use, for the block; yields them as a cpulist,
+    or "" where none could be (unread, malformed, outside this container's cpuset)."""
+    try:
+        allowed = os.sched_getaffinity(0)
+        wanted = cpus_of(near or "") & allowed
+    except (OSError, ValueError):
+        wanted = set()
+    if not wanted:
+        yield ""
+        return
+    os.sched_setaffinity(0, wanted)
+    try:
+        yield cpulist_of(wanted)
+    finally:
+        os.sched_setaffinity(0, allowed)

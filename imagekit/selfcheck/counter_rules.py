@@ -38,6 +38,11 @@ REPLAYS_PER_LANE_MINUTE = {1: 0.15, 2: 0.3, 3: 0.48, 4: 0.96, 5: 1.92, 6: 3.84}
 TEMPERATURE_MARGIN_C = 5
 
 
+def _count(value: Any) -> bool:
+    """A count as a snapshot holds it: an int, never a bool (which JSON also writes)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def _unread(gpu: Gpu, key: str, rule: str, what: str) -> Finding:
     why = (gpu.get("unread") or {}).get(key)
     said = f"NVML said: {why}" if why else "not read"
@@ -52,6 +57,8 @@ def xids(gpu: Gpu) -> Judged:
     events = gpu.get("xid_events")
     if events is None:
         return [_unread(gpu, "xid_events", "xid", "Xid events during the run")], 0
+    if not isinstance(events, list) or not all(_count(x) for x in events):
+        return [skip("xid", f"xid_events {events!r}: not a list of Xids", gpu.get("index"))], 0
     critical = sorted({x for x in events if x in CRITICAL_XIDS})
     others = sorted({x for x in events if x not in CRITICAL_XIDS})
     found: list[Finding] = []
@@ -76,7 +83,7 @@ def sram_ecc(gpu: Gpu) -> Judged:
     if gpu.get("mig_mode"):
         return [_mig(gpu, "ecc-sram", "SRAM errors")], 0
     bad, fixed = gpu.get("ecc_sram_uncorrected"), gpu.get("ecc_sram_corrected")
-    if bad is None or fixed is None:
+    if not _count(bad) or not _count(fixed):
         return [_unread(gpu, "ecc_sram_uncorrected", "ecc-sram", "SRAM ECC counts")], 0
     index = gpu.get("index")
     if bad > 0:
@@ -98,7 +105,7 @@ def aggregate_ecc(gpu: Gpu) -> Judged:
     if gpu.get("mig_mode"):
         return [_mig(gpu, "ecc-aggregate", "lifetime ECC errors")], 0
     count = gpu.get("ecc_aggregate_uncorrected")
-    if count is None:
+    if not _count(count):
         what = "lifetime ECC count"
         return [_unread(gpu, "ecc_aggregate_uncorrected", "ecc-aggregate", what)], 0
     if count == 0:
@@ -126,9 +133,14 @@ def pcie_replays(gpu: Gpu, run_seconds: Any) -> Judged:
         return [], 0  # NVML read the host link as NVLink-C2C: no PCIe link to judge
     if during is None:
         return [_unread(gpu, "pcie_replays", "pcie-replays", "PCIe replays during the run")], 0
+    if not _count(during):
+        return [skip("pcie-replays", f"{during!r}: not a count of replays", index)], 0
+    if during < 0:
+        text = f"the replay counter went back by {-during} (the driver reloaded): not judged"
+        return [skip("pcie-replays", text, index)], 0
     gen = gpu.get("pcie_gen_under_load") or gpu.get("pcie_max_gen")
     width = gpu.get("pcie_width_under_load") or gpu.get("pcie_max_width")
-    if gen not in REPLAYS_PER_LANE_MINUTE or not isinstance(width, int):
+    if gen not in REPLAYS_PER_LANE_MINUTE or not _count(width) or width <= 0:
         return [skip("pcie-replays", f"{during} replays; link not read", index)], 0
     seconds = run_seconds if isinstance(run_seconds, (int, float)) else 60.0
     limit = replay_limit(gen, width, seconds)
@@ -145,7 +157,7 @@ def power_limit(gpu: Gpu) -> Judged:
     if gpu.get("mig_mode"):
         return [_mig(gpu, "power-limit", "the power limits")], 0
     limit, default = gpu.get("power_limit_w"), gpu.get("power_default_limit_w")
-    if limit is None or default is None:
+    if not _count(limit) or not _count(default):
         return [_unread(gpu, "power_limit_w", "power-limit", "power limit")], 0
     if limit >= default:
         return [], 1
@@ -160,9 +172,9 @@ def temperature(gpu: Gpu) -> Judged:
     if gpu.get("mig_mode"):
         return [_mig(gpu, "temperature", "the temperatures")], 0
     peak, slowdown = gpu.get("temperature_max_c"), gpu.get("temperature_slowdown_c")
-    if peak is None or slowdown is None:
+    if not _count(peak) or not _count(slowdown):
         what = "temperature under load"
-        key = "temperature_max_c" if peak is None else "temperature_slowdown_c"
+        key = "temperature_max_c" if not _count(peak) else "temperature_slowdown_c"
         return [_unread(gpu, key, "temperature", what)], 0
     if peak < slowdown - TEMPERATURE_MARGIN_C:
         return [], 1

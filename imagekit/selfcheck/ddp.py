@@ -266,5 +266,8 @@ def allreduce_sweep(
     for nbytes in sweep_sizes(message, world):
         busbw = _busbw(torch, dist, world, device, nbytes, group)
         points.append({"bytes": nbytes, "busbw_GBps": round(busbw, 1)})
-        wrong = wrong or checked_sum(torch, dist, rank, world, device, nbytes, group)
+        # every rank runs every size's checked all-reduce, whatever it found before: a
+        # rank that stopped would leave the others waiting in the collective
+        found = checked_sum(torch, dist, rank, world, device, nbytes, group)
+        wrong = wrong or found
     return points, wrong

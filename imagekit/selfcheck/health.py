@@ -427,9 +427,13 @@ def _clocks(gpu: Gpu) -> Judged:
 
 def _shares(gpu: Gpu, reasons: list[str]) -> str:
     """e.g. "hw_slowdown (in 12 of 40 samples)": the share where the sampler counted them."""
-    counts, total = gpu.get("clock_event_counts") or {}, gpu.get("clock_samples")
+    counts, total = gpu.get("clock_event_counts"), gpu.get("clock_samples")
+    counts = counts if isinstance(counts, dict) else {}
     return ", ".join(
-        f"{r} (in {counts[r]} of {total} samples)" if r in counts and total else r for r in reasons
+        f"{r} (in {counts[r]} of {total} samples)"
+        if isinstance(counts.get(r), int) and isinstance(total, int) and total
+        else r
+        for r in reasons
     )
 
 

@@ -226,8 +226,14 @@ def _no_peers(gpus: list[dict[str, Any]]) -> Finding:
     """No pair with peer access: one GPU has none to have; on two or more data-center GPUs
     every collective then goes through host memory, a failure. GeForce and workstation
     drivers do not enable P2P on most boards: a warning there."""
+    # The GPUs the probe measured (torch's, where the snapshot says which), not every GPU
+    # NVML sees: CUDA_VISIBLE_DEVICES may give this process one of them.
+    measured = [g for g in gpus if "torch_index" in g]
+    gpus = measured or gpus
     if len(gpus) < 2:
         return skip("p2p", "no pair of GPUs has peer access: one GPU")
+    if any(g.get("mig_mode") for g in gpus):
+        return skip("p2p", "MIG devices have no peer access: not judged")
     text = (
         f"no pair of the {len(gpus)} GPUs has peer access: P2P is off (a VM without peer "
         "support, the IOMMU or PCIe ACS in the way, or the driver), so every copy between GPUs "
@@ -308,6 +314,8 @@ def _host_finding(gpu: dict[str, Any], way: tuple[str, str, str], note: str) -> 
         return None
     if gpu.get("host_copy_settled") is False:
         why += "; its timed batches never agreed"
+    if not note and "host_copy_cpus" not in gpu and not grace.is_c2c(gpu):
+        why += "; the probe's pinned memory was not placed near this GPU (its CPUs unread)"
     return fail(
         rule,
         f"{words} copy at {gbps:g} GB/s, below {num(need)} GB/s ({floor.fraction:.0%} of "
@@ -502,7 +510,9 @@ def sweep_figure(sweep: list[Any]) -> str:
     points = [
         f"{p['bytes'] / 2**20:g} MiB {p['busbw_gbps']:g}"
         for p in sweep
-        if isinstance(p, dict) and isinstance(p.get("bytes"), int)
+        if isinstance(p, dict)
+        and isinstance(p.get("bytes"), int)
+        and isinstance(p.get("busbw_gbps"), (int, float))
     ]
     return f"all-reduce busbw {', '.join(points)} GB/s"
 

@@ -132,8 +132,13 @@ def time_allreduce(torch: Any, dist: Any, device: str, args: argparse.Namespace)
     sync = sync_of(torch, device.partition(":")[0])  # cpu, or cuda:N
     seconds = timed(lambda: dist.all_reduce(buffer), args.iterations, sync)
     figures = bandwidth(numel * 4, seconds, world)
-    # nccl-tests -c: the sum of values every rank knows, checked element by element here
-    wrong = checked_sum(torch, dist, dist.get_rank(), world, device, numel * 4)
+    # nccl-tests -c: the sum of values every rank knows, checked element by element on each
+    # rank; every rank's finding gathered, so rank 0's report names a wrong sum on any rank
+    found: list[Any] = [None] * world
+    dist.all_gather_object(
+        found, checked_sum(torch, dist, dist.get_rank(), world, device, numel * 4)
+    )
+    wrong = "; ".join(w for w in found if w)
     checked = {"checked": True, **({"wrong": wrong} if wrong else {})}
     return {"megabytes": args.megabytes, "iterations": args.iterations, **figures, **checked}
 

@@ -36,6 +36,24 @@ def cpulist(masks: Sequence[int], word_bits: int = WORD_BITS) -> str:
     return ",".join(_span(first, last) for first, last in _runs(cpus))
 
 
+def cpus_of(cpulist_text: str) -> set[int]:
+    """The CPU numbers a Linux cpulist names ("0-55,112-167" -> {0, ..., 167}); ValueError if
+    malformed."""
+    out: set[int] = set()
+    for part in filter(None, (p.strip() for p in cpulist_text.split(","))):
+        low, _, high = part.partition("-")
+        first, last = int(low), int(high or low)
+        if last < first:
+            raise ValueError(f"{part!r} runs backwards")
+        out.update(range(first, last + 1))
+    return out
+
+
+def cpulist_of(cpus: Iterable[int]) -> str:
+    """CPU numbers as a Linux cpulist: {0, 1, 2, 5} -> "0-2,5"."""
+    return ",".join(_span(first, last) for first, last in _runs(sorted(cpus)))
+
+
 def _runs(cpus: Iterable[int]) -> list[tuple[int, int]]:
     """Ascending CPU numbers as (first, last) runs of consecutive ones."""
     runs: list[tuple[int, int]] = []

@@ -158,7 +158,8 @@ def read_with(
 
 def read_identities(nvml: Any = None) -> tuple[list[dict[str, Any]], str]:
     """Each GPU's `index`, `uuid`, `mig_mode` and `mig_uuids` (what the perf probe matches
-    torch's devices against), with `unread` as read_gpu; ([], why) where NVML cannot be read.
+    torch's devices against) and `cpu_affinity` (where its pinned host copies are placed),
+    with `unread` as read_gpu; ([], why) where NVML cannot be read.
     """
     if nvml is None:
         try:
@@ -250,6 +251,7 @@ def read_identity(nvml: Any, index: int) -> dict[str, Any]:
     read("mig_mode", lambda: _mig_mode(nvml, handle))
     if gpu.get("mig_mode"):
         read("mig_uuids", lambda: _mig_uuids(nvml, handle))
+    read("cpu_affinity", lambda: _cpu_affinity(nvml, handle))  # where its host copies go
     if unread:
         gpu["unread"] = unread
     return gpu

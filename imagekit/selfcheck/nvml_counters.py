@@ -82,11 +82,11 @@ class XidWatch:
 
                 self._nvml = pynvml
             self._nvml.nvmlInit()
+            self._started = True  # shut down in stop(), whatever follows
             count = int(self._nvml.nvmlDeviceGetCount())
         except Exception as exc:
             self._unread[-1] = unread(exc, "NVML did not start: ")
             return
-        self._started = True
         for index in range(count):
             try:
                 self._sets[index] = self._register(index)
@@ -131,6 +131,8 @@ class XidWatch:
 
     def _close(self) -> None:
         nvml = self._nvml
+        if nvml is None:
+            return
         for events in self._sets.values():
             with contextlib.suppress(Exception):
                 nvml.nvmlEventSetFree(events)

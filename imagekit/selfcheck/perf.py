@@ -80,9 +80,16 @@ def check_perf() -> CheckResult:
         gpu["torch_index"] = gpu.pop("index")
     nvml.merge_readings(gpus, sampler.readings(), key="torch_index")
     working = [g["torch_index"] for g in gpus if "perf_error" not in g]
-    # Host copies share the host's memory and PCIe root: one GPU at a time.
-    one_at_a_time(working, lambda i: copies.measure_host(torch, i), gpus, "host copies")
-    m: dict[str, Any] = {"device": "cuda", "host_copies": dict(copies.HOST_CONDITIONS)}
+    # Host copies share the host's memory and PCIe root: one GPU at a time, each from
+    # pinned memory on its own NUMA node (kept until all are done).
+    near, kept = near_cpus(matches, known), []  # type: ignore[var-annotated]
+    one_at_a_time(
+        working, lambda i: copies.measure_host(torch, i, near.get(i), kept), gpus, "host copies"
+    )
+    kept.clear()
+    m: dict[str, Any] = {"device": "cuda"}
+    if any("h2d_gbps" in g for g in gpus):
+        m["host_copies"] = dict(copies.HOST_CONDITIONS)
     if soak_seconds():
         m["soak_s"] = soak_seconds()
     broken = []
@@ -101,6 +108,16 @@ def check_perf() -> CheckResult:
     m["gpus"] = identified(gpus, matches, uuids)
     broken[:0] = [f"{_named(g)}: {g['perf_error']}" for g in m["gpus"] if "perf_error" in g]
     return failed("; ".join(broken), **m) if broken else passed(**m)
+
+
+def near_cpus(matches: list[Any], known: list[dict[str, Any]]) -> dict[int, str]:
+    """torch's index -> the CPUs NVML gives its GPU (a cpulist), where both are known."""
+    affinity = {g.get("index"): g.get("cpu_affinity") for g in known}
+    return {
+        m.torch_index: affinity[m.index]
+        for m in matches
+        if m.index is not None and isinstance(affinity.get(m.index), str)
+    }
 
 
 def error_text(exc: BaseException, what: str = "") -> str:
@@ -274,9 +291,15 @@ def gemm_soak(
             a @ b
         sync()
         rates.append(2 * n**3 * batch / (time.perf_counter() - began) / 1e12)
+    return soak_summary(rates, time.monotonic() - start)
+
+
+def soak_summary(rates: list[float], seconds: float) -> dict[str, Any]:
+    """A soak's windows (TFLOP/s each, in order) as the snapshot keeps them: the first, the
+    slowest, and the steady rate, the median of the second half (upper median)."""
     later = sorted(rates[len(rates) // 2 :])
     return {
-        "seconds": round(time.monotonic() - start, 1),
+        "seconds": round(seconds, 1),
         "windows": len(rates),
         "tflops_first": round(rates[0], 1),
         "tflops_min": round(min(rates), 1),

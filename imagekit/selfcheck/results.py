@@ -77,26 +77,47 @@ def sync_of(torch: Any, device: str) -> Callable[[], None]:
 PATTERN_PERIOD = 251
 
 
+# The checked all-reduce fills and compares in slices of this many elements (64 MiB of
+# fp32): beside the message itself it needs a few slices, never a second message.
+CHECK_SLICE = 16 * 2**20
+
+
 def checked_sum(
     torch: Any, dist: Any, rank: int, world: int, device: str, nbytes: int, group: Any = None
 ) -> str:
     """One all-reduce of values every rank can compute, compared element by element with
-    their sum: "" when all are right, else how many were wrong on this rank, and the first."""
+    their sum (nccl-tests -c): "" when all are right, else how many were wrong on this rank,
+    and the first."""
     count = nbytes // 4
-    base = torch.arange(count, dtype=torch.int32, device=device).remainder_(PATTERN_PERIOD)
-    base = base.to(torch.float32)
-    tensor = base + float(rank + 1)
+    tensor = torch.empty(count, dtype=torch.float32, device=device)
+    for start in range(0, count, CHECK_SLICE):
+        part = tensor[start : start + CHECK_SLICE]
+        part.copy_(pattern(torch, start, part.numel(), device)).add_(rank + 1)
     dist.all_reduce(tensor, group=group)
     if fault("allreduce-wrong") and rank == world - 1:
         tensor[count // 2] += 1  # one element off, on the last rank only
-    expected = base.mul_(world).add_(world * (world + 1) / 2)
-    bad = tensor.ne(expected)
-    wrong = int(bad.sum())
+    wrong, first = 0, ""
+    for start in range(0, count, CHECK_SLICE):
+        part = tensor[start : start + CHECK_SLICE]
+        want = pattern(torch, start, part.numel(), device).float()
+        want.mul_(world).add_(world * (world + 1) // 2)
+        bad = part.ne(want)
+        found = int(bad.sum())
+        if found and not first:
+            at = int(bad.to(torch.uint8).argmax())
+            first = f"first at {start + at}: {part[at].item():g}, expected {want[at].item():g}"
+        wrong += found
     if not wrong:
         return ""
-    first = int(bad.nonzero()[0][0])
     return (
         f"rank {rank}: the all-reduce of {nbytes / 2**20:g} MiB gave {wrong} wrong of {count} "
-        f"elements (first at {first}: {tensor[first].item():g}, expected "
-        f"{expected[first].item():g})"
+        f"elements ({first})"
     )
+
+
+def pattern(torch: Any, start: int, count: int, device: str) -> Any:
+    """(position mod PATTERN_PERIOD) for positions start .. start+count-1, as int32 (exact at
+    any message size): every sum of world of them plus world(world+1)/2 is an integer fp32
+    holds exactly."""
+    positions = torch.arange(start, start + count, dtype=torch.int32, device=device)
+    return positions.remainder_(PATTERN_PERIOD)

@@ -49,6 +49,8 @@ def test_two_containers_pass(project: Path, tmp_path: Path, procs: int) -> None:
     assert "transport         gloo/TCP (what NCCL or gloo used)" in result.stdout
     assert report["max_grad_difference"] == 0
     assert report["allreduce"]["busbw_GBps"] > 0
+    # every rank checked the all-reduce's sum element by element (nccl-tests -c)
+    assert report["allreduce"]["checked"] is True and "wrong" not in report["allreduce"]
     assert "hosts             node0 (rank" in result.stdout
     assert leftovers(report["run_id"]) == []
     print(
