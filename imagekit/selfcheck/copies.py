@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from imagekit.selfcheck.numa import cpulist_of, cpus_of
-from imagekit.selfcheck.peaks import stable
+from imagekit.selfcheck.peaks import stable, until_stable
 
 COPY_BYTES = 256 * 2**20  # big enough that launch overhead is noise (<1% at 400 GB/s)
 COPY_REPEAT = 5
@@ -126,12 +126,9 @@ def settled_gbps(
         for _ in range(COPY_REPEAT):
             dst.copy_(src, non_blocking=True)
 
-    rates: list[float] = []
-    deadline = time.monotonic() + budget_s
-    while not stable(rates) and (len(rates) < 2 or time.monotonic() < deadline):
-        rates.append(nbytes / clock.seconds(batch) / 1e9)
-    agreed = stable(rates)
-    return (max(rates[-2:]) if agreed else max(rates)), agreed
+    timings = until_stable(lambda: clock.seconds(batch), budget_s, at_least=2)
+    agreed = stable(timings)
+    return nbytes / min(timings[-2:] if agreed else timings) / 1e9, agreed
 
 
 def measure_host(

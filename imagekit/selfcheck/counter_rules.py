@@ -14,7 +14,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from imagekit.selfcheck.findings import Finding, fail, skip, warn
+from imagekit.selfcheck.findings import Finding, fail, mig_skip, not_read, skip, warn
 
 Gpu = Mapping[str, Any]
 Judged = tuple[list[Finding], int]
@@ -43,20 +43,10 @@ def _count(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _unread(gpu: Gpu, key: str, rule: str, what: str) -> Finding:
-    why = (gpu.get("unread") or {}).get(key)
-    said = f"NVML said: {why}" if why else "not read"
-    return skip(rule, f"{what} ({said})", gpu.get("index"))
-
-
-def _mig(gpu: Gpu, rule: str, what: str) -> Finding:
-    return skip(rule, f"MIG slice: {what} are the whole GPU's, not judged here", gpu.get("index"))
-
-
 def xids(gpu: Gpu) -> Judged:
     events = gpu.get("xid_events")
     if events is None:
-        return [_unread(gpu, "xid_events", "xid", "Xid events during the run")], 0
+        return [not_read(gpu, "xid_events", "xid", "Xid events during the run")], 0
     if not isinstance(events, list) or not all(_count(x) for x in events):
         return [skip("xid", f"xid_events {events!r}: not a list of Xids", gpu.get("index"))], 0
     critical = sorted({x for x in events if x in CRITICAL_XIDS})
@@ -81,10 +71,10 @@ def xids(gpu: Gpu) -> Judged:
 
 def sram_ecc(gpu: Gpu) -> Judged:
     if gpu.get("mig_mode"):
-        return [_mig(gpu, "ecc-sram", "SRAM errors")], 0
+        return [mig_skip(gpu, "ecc-sram", "the SRAM error count")], 0
     bad, fixed = gpu.get("ecc_sram_uncorrected"), gpu.get("ecc_sram_corrected")
     if not _count(bad) or not _count(fixed):
-        return [_unread(gpu, "ecc_sram_uncorrected", "ecc-sram", "SRAM ECC counts")], 0
+        return [not_read(gpu, "ecc_sram_uncorrected", "ecc-sram", "SRAM ECC counts")], 0
     index = gpu.get("index")
     if bad > 0:
         text = (
@@ -103,11 +93,11 @@ def sram_ecc(gpu: Gpu) -> Judged:
 
 def aggregate_ecc(gpu: Gpu) -> Judged:
     if gpu.get("mig_mode"):
-        return [_mig(gpu, "ecc-aggregate", "lifetime ECC errors")], 0
+        return [mig_skip(gpu, "ecc-aggregate", "the lifetime ECC count")], 0
     count = gpu.get("ecc_aggregate_uncorrected")
     if not _count(count):
         what = "lifetime ECC count"
-        return [_unread(gpu, "ecc_aggregate_uncorrected", "ecc-aggregate", what)], 0
+        return [not_read(gpu, "ecc_aggregate_uncorrected", "ecc-aggregate", what)], 0
     if count == 0:
         return [], 1
     text = (
@@ -126,13 +116,13 @@ def replay_limit(gen: int, width: int, seconds: float) -> int:
 
 def pcie_replays(gpu: Gpu, run_seconds: Any) -> Judged:
     if gpu.get("mig_mode"):
-        return [_mig(gpu, "pcie-replays", "PCIe replays")], 0
+        return [mig_skip(gpu, "pcie-replays", "the PCIe replay counter")], 0
     during = gpu.get("pcie_replays_during_run")
     index = gpu.get("index")
     if during is None and gpu.get("host_link") == "c2c" and gpu.get("pcie_max_gen") is None:
         return [], 0  # NVML read the host link as NVLink-C2C: no PCIe link to judge
     if during is None:
-        return [_unread(gpu, "pcie_replays", "pcie-replays", "PCIe replays during the run")], 0
+        return [not_read(gpu, "pcie_replays", "pcie-replays", "PCIe replays during the run")], 0
     if not _count(during):
         return [skip("pcie-replays", f"{during!r}: not a count of replays", index)], 0
     if during < 0:
@@ -155,10 +145,10 @@ def pcie_replays(gpu: Gpu, run_seconds: Any) -> Judged:
 
 def power_limit(gpu: Gpu) -> Judged:
     if gpu.get("mig_mode"):
-        return [_mig(gpu, "power-limit", "the power limits")], 0
+        return [mig_skip(gpu, "power-limit", "the power limit")], 0
     limit, default = gpu.get("power_limit_w"), gpu.get("power_default_limit_w")
     if not _count(limit) or not _count(default):
-        return [_unread(gpu, "power_limit_w", "power-limit", "power limit")], 0
+        return [not_read(gpu, "power_limit_w", "power-limit", "power limit")], 0
     if limit >= default:
         return [], 1
     text = (
@@ -170,12 +160,12 @@ def power_limit(gpu: Gpu) -> Judged:
 
 def temperature(gpu: Gpu) -> Judged:
     if gpu.get("mig_mode"):
-        return [_mig(gpu, "temperature", "the temperatures")], 0
+        return [mig_skip(gpu, "temperature", "the temperature")], 0
     peak, slowdown = gpu.get("temperature_max_c"), gpu.get("temperature_slowdown_c")
     if not _count(peak) or not _count(slowdown):
         what = "temperature under load"
         key = "temperature_max_c" if not _count(peak) else "temperature_slowdown_c"
-        return [_unread(gpu, key, "temperature", what)], 0
+        return [not_read(gpu, key, "temperature", what)], 0
     if peak < slowdown - TEMPERATURE_MARGIN_C:
         return [], 1
     text = (

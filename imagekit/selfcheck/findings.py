@@ -5,7 +5,7 @@ every hardware verdict (gpus, health, perf, links) is a list of these over the h
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -33,6 +33,22 @@ def warn(rule: str, message: str, gpu: int | None = None) -> Finding:
 
 def skip(rule: str, message: str, gpu: int | None = None) -> Finding:
     return Finding(Status.SKIPPED, rule, message, gpu)
+
+
+def not_read(gpu: Mapping[str, Any], key: str, rule: str, what: str) -> Finding:
+    """The skip for a rule whose reading `key` is missing from one GPU's readings: NVML's
+    reason where it gave one (for the key, or for the GPU's handle), else "not read"."""
+    unread = gpu.get("unread") or {}
+    why = unread.get(key) or unread.get("handle")
+    said = f"NVML said: {why}" if why else "not read"
+    return skip(rule, f"{what} ({said})", gpu.get("index"))
+
+
+def mig_skip(gpu: Mapping[str, Any], rule: str, what: str) -> Finding:
+    """A MIG slice's container reads the whole GPU's state, which is not the slice's own."""
+    return skip(
+        rule, f"MIG slice: {what} is read on the whole GPU, not judged here", gpu.get("index")
+    )
 
 
 def result_of(findings: Iterable[Finding], judged: int, **measurements: Any) -> CheckResult:

@@ -35,6 +35,7 @@ from typing import Any
 
 from imagekit.contract.checks import Status
 from imagekit.selfcheck.findings import Finding, fail, skip, warn
+from imagekit.selfcheck.numa import cpus_of
 
 C2C_GBPS = 450.0  # per direction, between one Grace and its GPUs
 C2C_SOURCE = "NVIDIA Grace Hopper Superchip Architecture In-Depth (NVLink-C2C 900 GB/s)"
@@ -77,14 +78,7 @@ def c2c_gbps(gpu: Mapping[str, Any]) -> tuple[float, str]:
 
 def cpu_count(cpulist: str) -> int:
     """How many CPUs a Linux cpulist names ("0-71", "0-35,72-107"); ValueError if malformed."""
-    total = 0
-    for part in filter(None, (p.strip() for p in cpulist.split(","))):
-        low, _, high = part.partition("-")
-        first, last = int(low), int(high or low)
-        if last < first:
-            raise ValueError(f"{part!r} runs backwards")
-        total += last - first + 1
-    return total
+    return len(cpus_of(cpulist))
 
 
 def cpus_per_rank(gpus: list[Mapping[str, Any]]) -> dict[int, tuple[str, int]]:

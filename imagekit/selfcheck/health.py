@@ -17,7 +17,7 @@ from typing import Any
 from imagekit.contract import gpus as gpus_table
 from imagekit.contract.checks import CheckResult
 from imagekit.selfcheck.counter_rules import counter_findings
-from imagekit.selfcheck.findings import Finding, fail, result_of, skip, warn
+from imagekit.selfcheck.findings import Finding, fail, mig_skip, not_read, result_of, skip, warn
 from imagekit.selfcheck.gpu_host import PCI_ORDER, parse_visible, resolve_visible
 from imagekit.selfcheck.peaks import normalise
 from imagekit.selfcheck.snapshot import Snapshot
@@ -166,23 +166,12 @@ def _count_message(counts: Mapping[str, int]) -> str:
 # -- one GPU's health -----------------------------------------------------------------------
 
 
-def _not_read(gpu: Gpu, key: str, rule: str, what: str) -> Finding:
-    unread = gpu.get("unread") or {}
-    why = unread.get(key) or unread.get("handle")
-    said = f"NVML said: {why}" if why else "not read"
-    return skip(rule, f"{what} ({said})", gpu.get("index"))
-
-
-def _mig_skip(gpu: Gpu, rule: str, what: str) -> Finding:
-    return skip(rule, f"MIG slice: {what} is read on the whole GPU, not judged here", gpu["index"])
-
-
 def _memory(gpu: Gpu) -> Judged:
     index = gpu.get("index")
     if gpu.get("mig_mode"):
         return [
-            _mig_skip(gpu, "ecc-uncorrected", "the memory error state"),
-            _mig_skip(gpu, "row-remap-pending", "memory repair (row remapping, page retirement)"),
+            mig_skip(gpu, "ecc-uncorrected", "the memory error state"),
+            mig_skip(gpu, "row-remap-pending", "memory repair (row remapping, page retirement)"),
         ], 0
     found: list[Finding] = []
     judged = 0
@@ -202,7 +191,7 @@ def _memory(gpu: Gpu) -> Judged:
     elif gpu.get("ecc_mode") is False:
         found.append(skip("ecc-uncorrected", "ECC is off: memory errors are not counted", index))
     else:
-        found.append(_not_read(gpu, "ecc_volatile_uncorrected", "ecc-uncorrected", "ECC errors"))
+        found.append(not_read(gpu, "ecc_volatile_uncorrected", "ecc-uncorrected", "ECC errors"))
     repair, n = _memory_repair(gpu)
     return found + repair, judged + n
 
@@ -246,7 +235,7 @@ def _memory_repair(gpu: Gpu) -> Judged:
                 )
             )
     if not judged:
-        found.append(_not_read(gpu, "remapped_rows_pending", "row-remap-pending", "row remapping"))
+        found.append(not_read(gpu, "remapped_rows_pending", "row-remap-pending", "row remapping"))
     return found, judged
 
 
@@ -257,18 +246,18 @@ def _pcie(gpu: Gpu) -> Judged:
     a failure."""
     index = gpu.get("index")
     if gpu.get("mig_mode"):
-        return [_mig_skip(gpu, "pcie-link", "the PCIe link")], 0
+        return [mig_skip(gpu, "pcie-link", "the PCIe link")], 0
     top_gen, top_width = gpu.get("pcie_max_gen"), gpu.get("pcie_max_width")
     if (top_gen is None or top_width is None) and gpu.get("host_link") == "c2c":
         return [], 0  # NVML read the host link as NVLink-C2C: no PCIe link to judge
     if top_gen is None or top_width is None:
         key = "pcie_max_gen" if top_gen is None else "pcie_max_width"
-        return [_not_read(gpu, key, "pcie-link", "the PCIe link's maximum")], 0
+        return [not_read(gpu, key, "pcie-link", "the PCIe link's maximum")], 0
     loaded = "pcie_gen_under_load" in gpu
     gen = gpu.get("pcie_gen_under_load", gpu.get("pcie_gen"))
     width = gpu.get("pcie_width_under_load", gpu.get("pcie_width"))
     if gen is None or width is None:
-        return [_not_read(gpu, "pcie_gen", "pcie-link", "the PCIe link")], 0
+        return [not_read(gpu, "pcie_gen", "pcie-link", "the PCIe link")], 0
     link = (
         f"PCIe link at Gen{gen} x{width}, the maximum of this card in this slot is "
         f"Gen{top_gen} x{top_width}"
@@ -305,7 +294,7 @@ def _nvlink(gpu: Gpu, peers: int) -> Judged:
     where a bridge is fitted: a partial set, or none beside peers on an NVL part, a warning."""
     index = gpu.get("index")
     if gpu.get("mig_mode"):
-        return [_mig_skip(gpu, "nvlink-down", "the NVLink state")], 0
+        return [mig_skip(gpu, "nvlink-down", "the NVLink state")], 0
     total, active = gpu.get("nvlinks_total"), gpu.get("nvlinks_active")
     product = _product(gpu)
     if product is not None and product.nvlinks:
@@ -313,7 +302,7 @@ def _nvlink(gpu: Gpu, peers: int) -> Judged:
         if unseen is not None:
             return unseen
     if total is None or active is None:
-        return [_not_read(gpu, "nvlinks_total", "nvlink-down", "NVLink state")], 0
+        return [not_read(gpu, "nvlinks_total", "nvlink-down", "NVLink state")], 0
     if total == 0 or active == total:
         return [], 1
     fabric = bool(_FABRIC.fullmatch(normalise(str(gpu.get("name", "")))))
@@ -339,7 +328,7 @@ def _nvlink_unseen(gpu: Gpu, product: gpus_table.Product, peers: int) -> Judged 
     links than it has, or none active; None when they are all there to judge."""
     total, active, expected = gpu.get("nvlinks_total"), gpu.get("nvlinks_active"), product.nvlinks
     if total is None or active is None:
-        said = _not_read(gpu, "nvlinks_total", "nvlink-visible", "NVLink state").message
+        said = not_read(gpu, "nvlinks_total", "nvlink-visible", "NVLink state").message
         seen = f"NVLink not visible: {said}"
     elif active == 0 or total < expected:
         seen = f"NVLink not visible: NVML shows {active} active of {total} links"
@@ -362,7 +351,7 @@ def _compute_mode(gpu: Gpu) -> Judged:
     index = gpu.get("index")
     mode = gpu.get("compute_mode")
     if mode is None:
-        return [_not_read(gpu, "compute_mode", "compute-mode", "compute mode")], 0
+        return [not_read(gpu, "compute_mode", "compute-mode", "compute mode")], 0
     if mode == "PROHIBITED":
         return [
             fail(
@@ -374,7 +363,7 @@ def _compute_mode(gpu: Gpu) -> Judged:
     others = gpu.get("processes") or []
     if mode in EXCLUSIVE and gpu.get("processes") is None:
         what = f"compute mode {mode}: whether another process holds the GPU"
-        return [_not_read(gpu, "processes", "gpu-exclusive-busy", what)], 1
+        return [not_read(gpu, "processes", "gpu-exclusive-busy", what)], 1
     if mode in EXCLUSIVE and others:
         pids = _pids(others)
         return [
@@ -391,7 +380,7 @@ def _compute_mode(gpu: Gpu) -> Judged:
 def _persistence(gpu: Gpu) -> Judged:
     mode = gpu.get("persistence_mode")
     if mode is None:
-        return [_not_read(gpu, "persistence_mode", "persistence-off", "persistence mode")], 0
+        return [not_read(gpu, "persistence_mode", "persistence-off", "persistence mode")], 0
     if mode:
         return [], 1
     message = (
@@ -407,7 +396,7 @@ def _clocks(gpu: Gpu) -> Judged:
     reasons = gpu.get("clock_event_reasons")
     if reasons is None:
         what = "clock event reasons during the perf measurements"
-        return [_not_read(gpu, "clock_event_reasons", "clocks-hw-slowdown", what)], 0
+        return [not_read(gpu, "clock_event_reasons", "clocks-hw-slowdown", what)], 0
     hw = [r for r in HW_SLOWDOWN if r in reasons]
     if hw:
         message = (
@@ -441,7 +430,7 @@ def _processes(gpu: Gpu) -> Judged:
     index = gpu.get("index")
     procs = gpu.get("processes")
     if procs is None:
-        return [_not_read(gpu, "processes", "other-processes", "other processes")], 0
+        return [not_read(gpu, "processes", "other-processes", "other processes")], 0
     if not procs:
         return [], 1
     held = ", ".join(

@@ -272,11 +272,9 @@ def _pair_finding(
 
 # -- host copies ------------------------------------------------------------------------------
 
-# The two ways a pinned host copy goes: the snapshot's key, the finding's rule, the words.
-HOST_WAYS = (
-    ("h2d_gbps", "h2d-bandwidth", "host-to-device"),
-    ("d2h_gbps", "d2h-bandwidth", "device-to-host"),
-)
+# The two ways a pinned host copy goes: its name (the snapshot's key is `<name>_gbps`, its
+# rules `<name>`, `<name>-bandwidth`, `<name>-link`) and its words.
+HOST_WAYS = (("h2d", "host-to-device"), ("d2h", "device-to-host"))
 # A snapshot without `host_copies` was written before the copies were timed apart from the
 # memory test: its host-to-device figure may hold the wake of that test's free.
 UNRECORDED_CONDITIONS = (
@@ -297,9 +295,9 @@ def h2d_findings(snapshot: dict[str, Any]) -> list[Finding]:
     return [f for f in found if f is not None]
 
 
-def _host_finding(gpu: dict[str, Any], way: tuple[str, str, str], note: str) -> Finding | None:
-    key, rule, words = way
-    way_name = rule.split("-")[0]  # h2d, d2h
+def _host_finding(gpu: dict[str, Any], way: tuple[str, str], note: str) -> Finding | None:
+    way_name, words = way
+    key = f"{way_name}_gbps"
     index, gbps = gpu["index"], gpu.get(key)
     if not isinstance(gbps, (int, float)):
         # A snapshot from before device-to-host was measured (no conditions) has none.
@@ -317,7 +315,7 @@ def _host_finding(gpu: dict[str, Any], way: tuple[str, str, str], note: str) -> 
     if not note and "host_copy_cpus" not in gpu and not grace.is_c2c(gpu):
         why += "; the probe's pinned memory was not placed near this GPU (its CPUs unread)"
     return fail(
-        rule,
+        f"{way_name}-bandwidth",
         f"{words} copy at {gbps:g} GB/s, below {num(need)} GB/s ({floor.fraction:.0%} of "
         f"{what} per direction; {floor.source}): {why}{note if key == 'h2d_gbps' else ''}",
         index,
@@ -524,7 +522,7 @@ def judged_readings(snapshot: dict[str, Any], findings: list[Finding]) -> int:
     measured += sum(
         isinstance(g.get(key), (int, float))
         for g in by_index(snapshot).values()
-        for key in ("h2d_gbps", "d2h_gbps")
+        for key in (f"{name}_gbps" for name, _ in HOST_WAYS)
     )
     nccl = snapshot.get("nccl")
     if isinstance(nccl, dict) and isinstance(nccl.get("busbw_gbps"), (int, float)):

@@ -27,13 +27,12 @@ _MEM_TOTAL = re.compile(r"Node\s+\d+\s+MemTotal:\s+(\d+)\s*kB")
 def cpulist(masks: Sequence[int], word_bits: int = WORD_BITS) -> str:
     """The CPUs set in bitmask words (word i holds CPUs i*word_bits and up, lowest bit
     first), as a Linux cpulist: "0-71", "0-35,72-107", "5"; "" where none is set."""
-    cpus = [
+    return cpulist_of(
         word * word_bits + bit
         for word, mask in enumerate(masks)
         for bit in range(word_bits)
         if int(mask) >> bit & 1
-    ]
-    return ",".join(_span(first, last) for first, last in _runs(cpus))
+    )
 
 
 def cpus_of(cpulist_text: str) -> set[int]:

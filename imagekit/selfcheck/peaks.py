@@ -8,6 +8,8 @@ with the whole GPU. Pure data and functions.
 from __future__ import annotations
 
 import re
+import time
+from collections.abc import Callable
 
 from imagekit.contract.gpus import (
     DEFAULT_BANDWIDTH_FLOOR,
@@ -68,3 +70,13 @@ def stable(timings: list[float], tolerance: float = WARM_TIMINGS_AGREE) -> bool:
         return False
     a, b = timings[-2], timings[-1]
     return abs(a - b) <= tolerance * min(a, b)
+
+
+def until_stable(measure: Callable[[], float], budget_s: float, at_least: int = 1) -> list[float]:
+    """measure() again and again until two timings in a row agree (stable) or `budget_s` is
+    spent, and at least `at_least` times; the timings, in order."""
+    timings: list[float] = []
+    deadline = time.monotonic() + budget_s
+    while not stable(timings) and (len(timings) < at_least or time.monotonic() < deadline):
+        timings.append(measure())
+    return timings

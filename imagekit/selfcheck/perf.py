@@ -21,7 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 from imagekit.contract.checks import CheckResult, failed, passed, skipped
-from imagekit.selfcheck.peaks import gemm_dtype, stable
+from imagekit.selfcheck.peaks import gemm_dtype, until_stable
 
 WARMUP_BUDGET_S = 8.0
 # --soak SECONDS (python -m imagekit.selfcheck) reaches the probe through this variable: the
@@ -40,16 +40,16 @@ PATTERN_SEED = -7046029254386353131
 def settled_time(fn: Callable[[], Any], sync: Callable[[], None], repeat: int) -> float:
     """Seconds per call once clocks have ramped: time batches until two agree (or the budget
     runs out), so a healthy GPU still at idle clocks does not read low."""
-    timings: list[float] = []
-    deadline = time.monotonic() + WARMUP_BUDGET_S
-    while not stable(timings) and time.monotonic() < deadline:
+
+    def batch() -> float:
         sync()
         start = time.perf_counter()
         for _ in range(repeat):
             fn()
         sync()
-        timings.append((time.perf_counter() - start) / repeat)
-    return min(timings[-2:])
+        return (time.perf_counter() - start) / repeat
+
+    return min(until_stable(batch, WARMUP_BUDGET_S)[-2:])
 
 
 def check_perf() -> CheckResult:

@@ -141,15 +141,11 @@ def _since(taken_at: Any) -> int | None:
 def with_xids(snap: Snapshot, readings: Mapping[int, dict[str, Any]]) -> Snapshot:
     """The Xid watch's readings (nvml_counters.XidWatch.stop) merged into each GPU by NVML's
     index; key -1 (NVML or its event set could not be had) concerns every GPU."""
-    for gpu in snap.get("gpus") or []:
-        reading = readings.get(gpu.get("index"), readings.get(-1, {}))
-        if "xid_events" in reading:
-            gpu["xid_events"] = reading["xid_events"]
-        for fault in ("gpu_lost", "gpu_reset_required"):  # the first answer that said so
-            if fault in reading:
-                gpu.setdefault(fault, reading[fault])
-        if reading.get("unread"):
-            gpu["unread"] = {**gpu.get("unread", {}), **reading["unread"]}
+    from imagekit.selfcheck import nvml
+
+    gpus = snap.get("gpus") or []
+    every = readings.get(-1, {})
+    nvml.merge_readings(gpus, {g.get("index"): readings.get(g.get("index"), every) for g in gpus})
     return snap
 
 
