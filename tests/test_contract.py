@@ -55,6 +55,58 @@ def test_runtime_and_selfcheck_do_not_import_each_other(package: str, other: str
         assert not crossing, f"{package}/{path.name} imports {crossing}: share it via contract/"
 
 
+def test_the_host_never_imports_the_selfcheck() -> None:
+    """What the host and the image both need lives in contract/; the host's code (everything
+    outside selfcheck/ and runtime/, which run in images) imports nothing of selfcheck/."""
+    crossing = [
+        f"{path.relative_to(PACKAGE)} imports {name}"
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if path.relative_to(PACKAGE).parts[0] not in ("selfcheck", "runtime")
+        for name in imported(path)
+        if name.startswith("imagekit.selfcheck") or _imports_selfcheck_by_name(path)
+    ]
+    assert crossing == []
+
+
+def _imports_selfcheck_by_name(path: Path) -> bool:
+    """`from imagekit import selfcheck`: the package itself, by name."""
+    return any(
+        isinstance(node, ast.ImportFrom)
+        and node.module == "imagekit"
+        and any(alias.name == "selfcheck" for alias in node.names)
+        for node in ast.walk(ast.parse(path.read_text(), str(path)))
+    )
+
+
+# The self-check's rooms, lowest first: a room may import the rooms below it, never one above.
+# verdicts: pure decisions; readers: the host, NVML, logs and the snapshot's assembly;
+# probes: code that measures (torch imported when they run); run: the registry, the process
+# runner, the judge, the report. The doors (selfcheck/__main__.py, nodes_check.py,
+# failures.py) are the module names other tools call; they only start run/ or probes/.
+ROOMS = ("verdicts", "readers", "probes", "run")
+
+
+@pytest.mark.parametrize("room", ROOMS)
+def test_each_selfcheck_room_imports_only_the_rooms_below_it(room: str) -> None:
+    above = ROOMS[ROOMS.index(room) + 1 :]
+    doors = ("__main__", "nodes_check", "failures")
+    upward = [
+        f"{path.name} imports {name}"
+        for path in files(f"selfcheck/{room}")
+        for name in imported(path)
+        if any(name.startswith(f"imagekit.selfcheck.{other}") for other in above + doors)
+    ]
+    assert upward == [], f"{room}/ may import only {ROOMS[: ROOMS.index(room)]} and contract/"
+
+
+def test_every_selfcheck_module_lives_in_a_room_or_is_a_door() -> None:
+    top = sorted(p.name for p in (PACKAGE / "selfcheck").glob("*.py"))
+    assert top == ["__init__.py", "__main__.py", "failures.py", "nodes_check.py"]
+    for door in ("__main__.py", "failures.py", "nodes_check.py"):
+        lines = (PACKAGE / "selfcheck" / door).read_text().splitlines()
+        assert len(lines) <= 20, f"{door} is a door: it starts run/ or probes/, no more"
+
+
 def test_label_keys_are_written_only_in_contract_labels() -> None:
     where = []
     for path in sorted(PACKAGE.rglob("*.py")):
@@ -107,7 +159,7 @@ def test_one_gpu_table_answers_both_questions() -> None:
 
 
 def test_the_ddp_checks_share_one_gradient_tolerance() -> None:
-    from imagekit.selfcheck import nodes_check
+    from imagekit.selfcheck.probes import nodes as nodes_check
 
     assert nodes_check.GRAD_TOLERANCE == tolerances.DDP_GRAD_SPREAD
     assert tolerances.ONNX_VS_TORCH < tolerances.TENSORRT_VS_TORCH

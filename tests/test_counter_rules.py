@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from imagekit.contract.checks import Status
-from imagekit.selfcheck import counter_rules
+from imagekit.selfcheck.verdicts import counter_rules
 
 HEALTHY = {
     "index": 3,

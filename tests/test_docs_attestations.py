@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
-from imagekit.selfcheck import registry
+from imagekit.contract import check_table as registry
 from imagekit.supply import attestation
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "attestations.md"

@@ -201,8 +201,8 @@ def test_wheel_ships_templates_catalog_and_data(tmp_path: Path) -> None:
         "imagekit/data/init/matrix.yaml.j2",
         "imagekit/data/init/dockerignore",
         "imagekit/data/init/workflow-header.yml",
-        "imagekit/selfcheck/registry.py",
-        "imagekit/selfcheck/rules.py",
+        "imagekit/selfcheck/run/registry.py",
+        "imagekit/selfcheck/verdicts/rules.py",
         "imagekit/runtime/threads.py",
     ):
         assert needed in names, needed

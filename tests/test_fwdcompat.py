@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from imagekit.contract import driver as driver_rules
 from imagekit.matrix import compat
 from imagekit.matrix.catalog import load_cells
 from imagekit.runtime import fwdcompat
-from imagekit.selfcheck import gpu_host
 
 ROOT = Path(__file__).resolve().parent.parent
 H100 = "NVIDIA H100 80GB HBM3"
@@ -41,8 +41,8 @@ def runtime_accepts(require: str, driver: str, driver_cuda: str, brand: str) -> 
         key, op, value = _split(constraint)
         if key == "brand":
             return brand == value
-        have = gpu_host.version_tuple(driver_cuda if key == "cuda" else driver)
-        want = gpu_host.version_tuple(value)
+        have = driver_rules.version_tuple(driver_cuda if key == "cuda" else driver)
+        want = driver_rules.version_tuple(value)
         return {">=": have >= want, "<": have < want}[op]
 
     return any(all(holds(c) for c in group.split(",")) for group in require.split())
@@ -62,9 +62,9 @@ def test_runtime_label_entrypoint_and_selfcheck_agree(version: str, flavor: str)
     row = compat.load().cuda[version]
     require = row.require_cuda(forward=flavor == "nvidia")
     assert require.split()[0] == f"cuda>={row.major}.0"
-    assert row.min_driver == gpu_host.MAJOR_DRIVER_FLOOR[row.major]
+    assert row.min_driver == driver_rules.MAJOR_DRIVER_FLOOR[row.major]
     for driver, driver_cuda, brand, name in HOSTS:
-        native = gpu_host.driver_problem(driver, row.min_driver, version) is None
+        native = driver_rules.driver_problem(driver, row.min_driver, version) is None
         decision = fwdcompat.decide(
             driver,
             row.min_driver,
@@ -76,10 +76,11 @@ def test_runtime_label_entrypoint_and_selfcheck_agree(version: str, flavor: str)
         assert starts == (native or decision.enable), (driver, brand)
         if decision.enable:  # the self-check then passes on the compat libcuda
             assert (
-                gpu_host.driver_problem(driver, row.min_driver, version, row.toolkit_driver) is None
+                driver_rules.driver_problem(driver, row.min_driver, version, row.toolkit_driver)
+                is None
             )
         elif not native:
-            assert decision.reason and gpu_host.driver_problem(driver, row.min_driver, version)
+            assert decision.reason and driver_rules.driver_problem(driver, row.min_driver, version)
 
 
 def test_cuda13_nvidia_image_starts_on_r535_datacenter_but_not_on_geforce() -> None:

@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 
 from imagekit.contract.checks import Status
+from imagekit.contract.transports import transport_problem
 from imagekit.matrix.profiles import PROFILE_ENV, PROFILE_SHM, RDMA_PROFILES, image_env
 from imagekit.runtime.threads import threads_for
-from imagekit.selfcheck import grace, health, links
-from imagekit.selfcheck.transports import transport_problem
+from imagekit.selfcheck.verdicts import grace, health, links
 
 SNAPSHOTS = Path(__file__).parent / "data" / "snapshots"
 

@@ -387,7 +387,7 @@ def test_a_crash_log_escapes_the_values_it_holds(
 @given(value=values)
 def test_the_in_image_report_escapes_what_drivers_and_probes_said(value: str) -> None:
     from imagekit.contract.checks import CheckResult, Status
-    from imagekit.selfcheck.report import checks_table
+    from imagekit.selfcheck.run.report import checks_table
 
     results = {
         "gpus": CheckResult(Status.FAILED, value, {"name": value}, "gpus"),

@@ -608,7 +608,7 @@ def test_a_node_that_passes_is_not_drained(tmp_path: Path) -> None:
 
 
 def test_the_failures_summary_is_safe_for_scontrol_and_short() -> None:
-    from imagekit.selfcheck import failures
+    from imagekit.selfcheck.run import failure_line as failures
 
     report = {
         "checks": [

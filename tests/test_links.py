@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 
+from imagekit.contract import transports
 from imagekit.contract.checks import Status
-from imagekit.selfcheck import links, transports
+from imagekit.selfcheck.verdicts import links
 
 H100 = "NVIDIA H100 80GB HBM3"  # NVML's name of the H100 SXM5
 
@@ -96,7 +97,7 @@ def test_nvlink_link_rate_by_architecture(
 
 
 def test_the_fallback_rate_is_keyed_by_what_nvml_py_stores() -> None:
-    from imagekit.selfcheck.nvml import NVLINK_GENERATION
+    from imagekit.selfcheck.readers.nvml import NVLINK_GENERATION
 
     # Every generation nvml.py can store has a rate, and the rate follows the generation:
     # B200's NVML enum 7 (NVLink 5.0) becomes 5, whose rate is 50 GB/s a link.
@@ -493,14 +494,14 @@ def test_check_links_lists_every_finding_and_keeps_the_readings() -> None:
     ],
 )
 def test_allreduce_bytes(free: int, world: int, size: int) -> None:
-    from imagekit.selfcheck.ddp import allreduce_bytes
+    from imagekit.selfcheck.probes.ddp import allreduce_bytes
 
     assert allreduce_bytes(free, world) == size
     assert size % (4 * world) == 0
 
 
 def test_nccl_writes_its_info_log_to_the_ranks_file(tmp_path: Any) -> None:
-    from imagekit.selfcheck.ddp import nccl_log_env
+    from imagekit.selfcheck.probes.ddp import nccl_log_env
 
     env = nccl_log_env(tmp_path / "rank0.log")
     assert env == {

@@ -284,7 +284,7 @@ def test_torchruns_root_cause_and_the_telling_line() -> None:
 
 
 def test_in_image_figures_and_verdict() -> None:
-    from imagekit.selfcheck import nodes_check
+    from imagekit.selfcheck.probes import nodes as nodes_check
 
     figures = nodes_check.bandwidth(64 * 2**20, 0.1, 4)
     assert figures["algbw_GBps"] == round(64 * 2**20 / 0.1 / 1e9, 3)
@@ -357,7 +357,7 @@ def test_the_transport_rule_keeps_what_the_profile_allows(
 
 
 def test_in_image_transport_and_verdict(tmp_path: Path) -> None:
-    from imagekit.selfcheck import nodes_check
+    from imagekit.selfcheck.probes import nodes as nodes_check
 
     log = tmp_path / "rank0.log"
     log.write_text("h:1:2 [0] NCCL INFO Channel 00/0 : 0[0] -> 8[0] [send] via NET/IB/0/GDRDMA\n")
@@ -438,7 +438,7 @@ def test_the_multinode_all_reduce_checks_its_sum_on_every_rank(
 
     import torch
 
-    from imagekit.selfcheck import nodes_check
+    from imagekit.selfcheck.probes import nodes as nodes_check
 
     monkeypatch.setenv("IMAGEKIT_SELFCHECK_FAULT", fault)
     args = argparse.Namespace(megabytes=1, iterations=2)

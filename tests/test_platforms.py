@@ -288,7 +288,7 @@ ARM_FLAGS = ["fp", "asimd", "asimddp", "sve2", "i8mm", "bf16"]
 def test_emulation_is_known_from_the_host_or_the_cpu(
     machine: str, flags: list[str], env: dict[str, str], found: str
 ) -> None:
-    from imagekit.selfcheck.emulated import emulation
+    from imagekit.selfcheck.verdicts.emulated import emulation
 
     said = emulation(machine, flags, env)
     assert (found in said) if found else said == ""
@@ -328,8 +328,8 @@ CPU revision\t: 0
 def test_qemus_made_up_arm_cpu_is_known_without_the_host_saying_so(
     cpuinfo: str, env: dict[str, str], found: str
 ) -> None:
-    from imagekit.selfcheck.emulated import emulation
-    from imagekit.selfcheck.int8 import parse_cpuinfo
+    from imagekit.selfcheck.readers.cpuinfo import parse_cpuinfo
+    from imagekit.selfcheck.verdicts.emulated import emulation
 
     cpu = parse_cpuinfo(cpuinfo)
     said = emulation("aarch64", cpu["flags"], env, cpu.get("implementer", ""))
@@ -337,7 +337,7 @@ def test_qemus_made_up_arm_cpu_is_known_without_the_host_saying_so(
 
 
 def test_an_aarch64_process_runs_arms_int8_rule_whatever_cpuinfo_says() -> None:
-    from imagekit.selfcheck.int8 import int8_scheme
+    from imagekit.selfcheck.verdicts.int8 import int8_scheme
 
     assert int8_scheme(["avx2"]).name == "U8U8"  # x86 without VNNI: U8S8 saturates
     emulated = int8_scheme(["avx2"], "aarch64")  # the same host's cpuinfo, under QEMU
@@ -359,8 +359,8 @@ def test_imagekit_test_tells_an_image_of_another_platform_it_is_emulated() -> No
 def test_time_limits_grow_under_emulation_but_never_a_given_timeout(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from imagekit.selfcheck import processes
-    from imagekit.selfcheck.registry import BY_NAME
+    from imagekit.contract.check_table import BY_NAME
+    from imagekit.selfcheck.run import processes
 
     seen: dict[str, float] = {}
     monkeypatch.setattr(processes, "run_check", lambda name, limit: seen.setdefault(name, limit))
@@ -392,7 +392,7 @@ def test_torch_compile_gets_setuptools_where_nothing_else_brings_it(
 
 
 def crashed_result() -> CheckResult:
-    from imagekit.selfcheck.processes import _result
+    from imagekit.selfcheck.run.processes import _result
 
     return _result(-11, Path("/nonexistent"), "")  # what the runner makes of a SIGSEGV
 
@@ -410,7 +410,7 @@ def crashed_result() -> CheckResult:
 def test_a_crash_under_emulation_is_not_judged(
     result: CheckResult, under: str, status: str
 ) -> None:
-    from imagekit.selfcheck.emulated import unjudged_crash
+    from imagekit.selfcheck.verdicts.emulated import unjudged_crash
 
     out = unjudged_crash(result, under)
     assert out.status.value == status
@@ -430,8 +430,8 @@ def test_a_crash_under_emulation_is_not_judged(
 def test_an_images_promise_is_not_required_where_emulation_cannot_prove_it(
     require: list[str], crash_under: str, onnx: str
 ) -> None:
-    from imagekit.selfcheck import judge
-    from imagekit.selfcheck.emulated import unjudged_crash
+    from imagekit.selfcheck.run import judge
+    from imagekit.selfcheck.verdicts.emulated import unjudged_crash
 
     crash = unjudged_crash(crashed_result(), crash_under)
     snap = {

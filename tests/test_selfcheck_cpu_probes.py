@@ -18,9 +18,9 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from imagekit.selfcheck import copies, ddp, perf
-from imagekit.selfcheck.perf_verdict import perf_findings
-from imagekit.selfcheck.results import bus_bandwidth
+from imagekit.selfcheck.probes import copies, ddp, perf
+from imagekit.selfcheck.probes.results import bus_bandwidth
+from imagekit.selfcheck.verdicts.perf_verdict import perf_findings
 
 CPU = torch.device("cpu")
 KIB = 1024
@@ -329,7 +329,7 @@ def test_a_wrong_sum_in_a_sweep_keeps_every_rank_in_step(
     """Every size's checked all-reduce runs on every rank, whatever a rank found before: the
     rank that saw a wrong sum goes on, so nobody waits in a collective it skipped. The check
     compares in slices (here of 1000 elements), and still names the first wrong element."""
-    from imagekit.selfcheck import results
+    from imagekit.selfcheck.probes import results
 
     monkeypatch.setenv("IMAGEKIT_SELFCHECK_FAULT", "allreduce-wrong")
     monkeypatch.setattr(ddp, "ALLREDUCE_SWEEP", (16 * KIB, 32 * KIB))
@@ -423,7 +423,7 @@ def test_the_host_copy_binds_to_the_gpus_cpus_and_back() -> None:
     ("text", "cpus"), [("0-2,5", {0, 1, 2, 5}), ("7", {7}), ("", set()), (" 1 , 3-4", {1, 3, 4})]
 )
 def test_cpulists_read_and_written(text: str, cpus: set[int]) -> None:
-    from imagekit.selfcheck import numa
+    from imagekit.selfcheck.verdicts import cpulist as numa
 
     assert numa.cpus_of(text) == cpus
     assert numa.cpus_of(numa.cpulist_of(cpus)) == cpus

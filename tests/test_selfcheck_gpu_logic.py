@@ -9,14 +9,17 @@ from pathlib import Path
 
 import pytest
 
+from imagekit.contract import check_table as registry
+from imagekit.contract import driver
+from imagekit.contract.archs import arch_verdict, parse_entry
 from imagekit.contract.checks import CheckResult, Status, failed, passed
 from imagekit.errors import UsageError
 from imagekit.imagetest.image import wants_gpus
 from imagekit.imagetest.stamp import validated_on
-from imagekit.selfcheck import gpu_host, registry
-from imagekit.selfcheck.archs import arch_verdict, parse_entry
-from imagekit.selfcheck.peaks import gemm_dtype, mig_reason, normalise, peak_for, stable
-from imagekit.selfcheck.rules import (
+from imagekit.selfcheck.readers import host as host_reader
+from imagekit.selfcheck.verdicts import devices
+from imagekit.selfcheck.verdicts.peaks import gemm_dtype, mig_reason, normalise, peak_for, stable
+from imagekit.selfcheck.verdicts.rules import (
     CPU,
     CUDA,
     TRT,
@@ -35,7 +38,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # -- architectures ------------------------------------------------------------------------
 
 # torch.cuda.get_arch_list() of official Linux wheels. cu130 was read from torch
-# 2.11.0+cu130 on an H100 (docs/selfcheck-gpu_host.md); the others from the release builds'
+# 2.11.0+cu130 on an H100 (docs/selfcheck-devices.md); the others from the release builds'
 # TORCH_CUDA_ARCH_LIST (.ci/manywheel/build_cuda.sh of each release branch).
 ARCH_LISTS = {
     "cu118": ["sm_37", "sm_50", "sm_60", "sm_70", "sm_75", "sm_80", "sm_86", "sm_90"],
@@ -130,7 +133,7 @@ def test_arch_entries_parse_and_odd_ones_never_crash() -> None:
 # -- is a GPU expected, and why is there none? ----------------------------------------------
 
 
-def host(**overrides: object) -> gpu_host.Host:
+def host(**overrides: object) -> devices.Host:
     values: dict[str, object] = {
         "device_nodes": ("/dev/nvidia0",),
         "proc_driver": True,
@@ -139,7 +142,7 @@ def host(**overrides: object) -> gpu_host.Host:
         "gpus_requested": False,
     }
     values.update(overrides)
-    return gpu_host.Host(**values)  # type: ignore[arg-type]
+    return devices.Host(**values)  # type: ignore[arg-type]
 
 
 CUDA_LABELS = {"io.imagekit.cuda": "12.8", "io.imagekit.min-driver": "525.60.13"}
@@ -157,9 +160,9 @@ CUDA_LABELS = {"io.imagekit.cuda": "12.8", "io.imagekit.min-driver": "525.60.13"
     ],
 )
 def test_gpu_expected(
-    the_host: gpu_host.Host, labels: dict[str, str], torch_cuda: str | None, expected: bool
+    the_host: devices.Host, labels: dict[str, str], torch_cuda: str | None, expected: bool
 ) -> None:
-    assert gpu_host.gpu_expected(the_host, gpu_host.is_cuda_image(labels, torch_cuda)) is expected
+    assert devices.gpu_expected(the_host, devices.is_cuda_image(labels, torch_cuda)) is expected
 
 
 @pytest.mark.parametrize(
@@ -178,29 +181,29 @@ def test_gpu_expected(
     ],
 )
 def test_no_gpu_cause_names_the_likely_cause(
-    the_host: gpu_host.Host, labels: dict[str, str], torch_cuda: str, words: str
+    the_host: devices.Host, labels: dict[str, str], torch_cuda: str, words: str
 ) -> None:
-    need = gpu_host.min_driver(labels, torch_cuda)
-    assert words in gpu_host.no_gpu_cause(the_host, need, torch_cuda, "no CUDA GPUs are available")
+    need = driver.min_driver(labels, torch_cuda)
+    assert words in devices.no_gpu_cause(the_host, need, torch_cuda, "no CUDA GPUs are available")
 
 
 def test_driver_verdict_and_reader(tmp_path: Path) -> None:
-    assert gpu_host.driver_problem("580.159.04", "580.65.06", "13.0") is None
-    assert gpu_host.driver_problem("525.60.13", "525.60.13", "12.8") is None
-    assert gpu_host.driver_problem(None, "525.60.13", "12.8") is None
+    assert driver.driver_problem("580.159.04", "580.65.06", "13.0") is None
+    assert driver.driver_problem("525.60.13", "525.60.13", "12.8") is None
+    assert driver.driver_problem(None, "525.60.13", "12.8") is None
     proc = tmp_path / "version"
     proc.write_text(
         "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build  "
         "(nixbld@)\nGCC version:  gcc version 15.3.0 (GCC)\n"
     )
-    assert gpu_host.read_driver(str(proc)) == "580.159.04"  # the driver, not gcc's 15.3.0
-    assert gpu_host.read_driver(str(tmp_path / "none")) is None
+    assert driver.read_driver(str(proc)) == "580.159.04"  # the driver, not gcc's 15.3.0
+    assert driver.read_driver(str(tmp_path / "none")) is None
 
 
 def test_read_host_sees_device_nodes_but_not_control_nodes(tmp_path: Path) -> None:
     for name in ("nvidia0", "nvidia1", "nvidiactl", "nvidia-uvm", "null"):
         (tmp_path / name).touch()
-    seen = gpu_host.read_host({"IMAGEKIT_GPUS": "all"}, dev=str(tmp_path))
+    seen = host_reader.read_host({"IMAGEKIT_GPUS": "all"}, dev=str(tmp_path))
     assert seen.device_nodes == (f"{tmp_path}/nvidia0", f"{tmp_path}/nvidia1")
     assert seen.gpus_requested
 
@@ -266,7 +269,7 @@ def test_warm_up_waits_for_two_agreeing_timings() -> None:
 
 
 def test_provider_errors_keep_ort_s_words_without_colour_codes() -> None:
-    # As ORT 1.31.1 logged it on an H100 without the tensorrt package (docs/selfcheck-gpu_host.md).
+    # As ORT 1.31.1 logged it on an H100 without the tensorrt package (docs/selfcheck-devices.md).
     log = (
         "\x1b[1;31m2026-11-23 07:57:03.933919012 [E:onnxruntime:Default, provider_bridge_ort.cc"
         ":2430 operator()] Failed to load library libonnxruntime_providers_tensorrt.so with "
@@ -447,7 +450,7 @@ def test_a_rank_that_dies_before_reporting_is_named_at_once() -> None:
     import queue
     import time
 
-    from imagekit.selfcheck.ddp import _collect
+    from imagekit.selfcheck.probes.ddp import _collect
 
     reports: queue.Queue = queue.Queue()  # type: ignore[type-arg]
     reports.put((0, 0, passed()))
@@ -462,14 +465,14 @@ def test_a_rank_that_dies_before_reporting_is_named_at_once() -> None:
 def test_a_rank_that_never_reports_fails_at_the_deadline() -> None:
     import queue
 
-    from imagekit.selfcheck.ddp import _collect
+    from imagekit.selfcheck.probes.ddp import _collect
 
     got = _collect(queue.Queue(), {(0, 0): FakeRank(True, None)}, deadline=0.0)
     assert got[(0, 0)].failed and "did not report" in got[(0, 0)].reason
 
 
 def test_the_rank_that_died_is_named_before_its_peers_echo() -> None:
-    from imagekit.selfcheck.ddp import merge_ranks
+    from imagekit.selfcheck.probes.ddp import merge_ranks
 
     echo = failed("rank 0: RuntimeError: Connection closed by peer")
     died = failed("rank 1 died with exit code 3")
@@ -490,7 +493,7 @@ def test_the_rank_that_died_is_named_before_its_peers_echo() -> None:
 def test_a_flash_attn_that_fails_to_import_fails_instead_of_not_installed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from imagekit.selfcheck.attention import _flash_attn_package, flash_attn_installed
+    from imagekit.selfcheck.probes.attention import _flash_attn_package, flash_attn_installed
 
     assert flash_attn_installed() is None  # not installed here: reported as absent
     broken = tmp_path / "flash_attn"
@@ -508,7 +511,7 @@ def test_a_flash_attn_that_fails_to_import_fails_instead_of_not_installed(
 
 
 def test_a_nan_or_infinite_difference_is_never_within_tolerance() -> None:
-    from imagekit.selfcheck.rules import differs
+    from imagekit.selfcheck.verdicts.rules import differs
 
     assert differs(float("nan"), 1e-3) and differs(float("inf"), 1e-3)
     assert differs(2e-3, 1e-3) and not differs(1e-3, 1e-3) and not differs(0.0, 1e-6)
@@ -518,8 +521,8 @@ def test_the_nccl_sweep_and_its_check_reach_the_ddp_result(monkeypatch: pytest.M
     """What the NCCL ranks measured (the curve, the checked sums) is the check's, under the
     names the snapshot reads; a wrong sum on a rank is the check's failure, naming it."""
     from imagekit.contract.checks import failed, passed
-    from imagekit.selfcheck import ddp
-    from imagekit.selfcheck.rules import DdpRun
+    from imagekit.selfcheck.probes import ddp
+    from imagekit.selfcheck.verdicts.rules import DdpRun
 
     runs = [DdpRun("gloo", 2, "the sync logic"), DdpRun("nccl", 2, "every GPU")]
     sweep = [{"bytes": 8 << 20, "busbw_GBps": 90.0}, {"bytes": 1 << 30, "busbw_GBps": 300.0}]

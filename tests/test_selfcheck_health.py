@@ -15,8 +15,9 @@ import pynvml
 import pytest
 
 from imagekit.contract.checks import Status
-from imagekit.selfcheck import health, nvml
-from imagekit.selfcheck.findings import Finding
+from imagekit.selfcheck.readers import nvml
+from imagekit.selfcheck.verdicts import health
+from imagekit.selfcheck.verdicts.findings import Finding
 
 SNAPSHOTS = Path(__file__).parent / "data" / "snapshots"
 

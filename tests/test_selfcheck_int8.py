@@ -15,14 +15,13 @@ from typing import Any
 
 import pytest
 
-from imagekit.selfcheck.int8 import (
+from imagekit.selfcheck.readers.cpuinfo import parse_cpuinfo, read_cpu
+from imagekit.selfcheck.verdicts.int8 import (
     U8S8_TOLERANCE,
     Int8Scheme,
     dot_product,
     int8_scheme,
     int8_verdict,
-    parse_cpuinfo,
-    read_cpu,
 )
 
 ROOT = Path(__file__).resolve().parents[1]

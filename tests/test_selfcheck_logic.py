@@ -25,8 +25,9 @@ from imagekit.engine.interface import RunOptions, RunResult
 from imagekit.errors import SelfCheckFailed, UsageError
 from imagekit.imagetest.one_container import SelfCheckOptions, check_image, selfcheck_command
 from imagekit.imagetest.stamp import validated_ref
-from imagekit.selfcheck import failures, judge, processes, report
-from imagekit.selfcheck.peaks import peak_for
+from imagekit.selfcheck.run import failure_line as failures
+from imagekit.selfcheck.run import judge, processes, report
+from imagekit.selfcheck.verdicts.peaks import peak_for
 
 
 def result(status: str, reason: str = "", **m: Any) -> CheckResult:
@@ -232,7 +233,7 @@ def test_drain_line_from_a_report_that_is_not_one() -> None:
 def test_judging_a_snapshot_with_a_result_that_is_not_one_is_a_usage_error(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from imagekit.selfcheck.__main__ import main
+    from imagekit.selfcheck.run.main import main
 
     path = tmp_path / "snap.json"
     path.write_text(json.dumps({"format": 1, "checks": {"ddp": {"status": "green"}}}))
@@ -287,7 +288,7 @@ def test_a_verdict_chosen_without_its_probes_fails_with_theirs() -> None:
 def test_a_soak_out_of_range_is_a_usage_error_naming_it(
     given: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from imagekit.selfcheck.__main__ import main
+    from imagekit.selfcheck.run.main import main
 
     with pytest.raises(SystemExit) as exit_:
         main(["--soak", given, "--checks", "stack"])
@@ -300,7 +301,7 @@ def test_a_soak_out_of_range_is_a_usage_error_naming_it(
 def test_the_perf_probes_limit_grows_by_the_soak(monkeypatch: pytest.MonkeyPatch) -> None:
     """A 300 s soak on 2 GPUs (each GPU's thread holds its own load at once, but the limit
     is the safe side of that) gives perf 180 + 600 s; no other check's limit moves."""
-    from imagekit.selfcheck import processes
+    from imagekit.selfcheck.run import processes
 
     limits: dict[str, float] = {}
     monkeypatch.setattr(
@@ -321,7 +322,7 @@ def test_the_perf_probes_limit_grows_by_the_soak(monkeypatch: pytest.MonkeyPatch
 def test_a_soaks_steady_gemm_is_judged_by_the_sustained_floor(
     name: str, steady: float, level: Status | None
 ) -> None:
-    from imagekit.selfcheck.perf_verdict import perf_findings
+    from imagekit.selfcheck.verdicts.perf_verdict import perf_findings
 
     gpu = h200_snapshot()["gpus"][0]
     gpu.update(name=name, soak={"seconds": 300.2, "windows": 300, "tflops_steady": steady})

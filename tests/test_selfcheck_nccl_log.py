@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 import pytest
 
-from imagekit.selfcheck.nccl_log import transport_from_log, transports_from_log
+from imagekit.selfcheck.readers.nccl_log import transport_from_log, transports_from_log
 
 # The format strings, as NCCL's source at each tag has them (github.com/NVIDIA/nccl); a
 # name's suffix is the release that introduced that wording. PREFIX is debug.cc's INFO prefix

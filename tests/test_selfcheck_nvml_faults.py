@@ -30,8 +30,10 @@ import pynvml
 import pytest
 
 from imagekit.contract.checks import Status
-from imagekit.selfcheck import gpu_host, health, numa, nvml, nvml_counters, snapshot
-from imagekit.selfcheck.__main__ import main
+from imagekit.selfcheck.readers import nvml, nvml_counters, snapshot
+from imagekit.selfcheck.run.main import main
+from imagekit.selfcheck.verdicts import cpulist as numa
+from imagekit.selfcheck.verdicts import devices, health
 
 H100 = "NVIDIA H100 80GB HBM3"
 UUIDS = ["GPU-5d1a2e3b-7c4f-4d8e-9a0b-1c2d3e4f5a6b", "GPU-9e8d35e3-0c1d-4b5a-8f7e-6d5c4b3a2910"]
@@ -714,7 +716,7 @@ def test_random_faults_never_escape_and_nothing_unread_passes(
         assert lost <= failed, host.raised
         # the perf probe's identity reading and match never raise either
         known, _why = nvml.read_identities()
-        gpu_host.match_devices([UUIDS[0], None], known, "0,1", "PCI_BUS_ID")
+        devices.match_devices([UUIDS[0], None], known, "0,1", "PCI_BUS_ID")
 
 
 @pytest.mark.subprocess

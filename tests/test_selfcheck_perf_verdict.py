@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from imagekit.contract.checks import Status
-from imagekit.selfcheck.peaks import DEFAULT_FLOOR_SOURCE, PEAKS, peak_for
-from imagekit.selfcheck.perf_verdict import check_perf_verdict, perf_findings
+from imagekit.selfcheck.verdicts.peaks import DEFAULT_FLOOR_SOURCE, PEAKS, peak_for
+from imagekit.selfcheck.verdicts.perf_verdict import check_perf_verdict, perf_findings
 
 GIB = 2**30
 

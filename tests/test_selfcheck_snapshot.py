@@ -14,14 +14,17 @@ from typing import Any
 
 import pytest
 
+from imagekit.contract import check_table as registry
 from imagekit.contract.checks import CheckResult, Status
 from imagekit.engine.fake import FakeEngine
 from imagekit.engine.interface import ImageInfo, RunOptions, RunResult
 from imagekit.imagetest.one_container import SelfCheckOptions, run_selfcheck
-from imagekit.selfcheck import ddp, judge, processes, registry, snapshot
-from imagekit.selfcheck.__main__ import main
-from imagekit.selfcheck.report import checks_table
-from imagekit.selfcheck.rules import DdpRun
+from imagekit.selfcheck.probes import ddp
+from imagekit.selfcheck.readers import snapshot
+from imagekit.selfcheck.run import judge, processes
+from imagekit.selfcheck.run.main import main
+from imagekit.selfcheck.run.report import checks_table
+from imagekit.selfcheck.verdicts.rules import DdpRun
 
 from .test_selfcheck_health import EXPECTED
 
@@ -222,7 +225,7 @@ def test_judge_runs_without_torch_or_a_gpu(tmp_path: Path) -> None:
     snapshot.write(snapshot.assemble(cpu_host(), cpu_results()), path)
     code = (
         "import sys; sys.modules['torch'] = None; sys.modules['pynvml'] = None\n"
-        "from imagekit.selfcheck.__main__ import main\n"
+        "from imagekit.selfcheck.run.main import main\n"
         f"sys.exit(main(['--judge', {str(path)!r}]))"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
@@ -270,7 +273,7 @@ def test_a_check_runs_forked_from_the_server_or_spawned(spawn: str) -> None:
     torch once, and through a fresh interpreter; a limit kills either as a timeout."""
     code = (
         "import json, sys\n"
-        "from imagekit.selfcheck import processes\n"
+        "from imagekit.selfcheck.run import processes\n"
         "forked = processes.fork_server() is not None\n"
         "ok = processes.run_check('stack', 120)\n"
         "late = processes.run_check('stack', 0.01)\n"
@@ -370,7 +373,7 @@ def test_the_last_reading_counts_pcie_replays_during_the_run(
     seconds between, is what the pcie-replays rule judges (DCGM's rate)."""
     from datetime import datetime, timedelta, timezone
 
-    from imagekit.selfcheck import nvml
+    from imagekit.selfcheck.readers import nvml
 
     start = datetime.now(timezone.utc) - timedelta(seconds=90)
     host = {

@@ -16,9 +16,12 @@ from typing import Any
 import pytest
 
 from imagekit.contract.checks import CheckResult, Status, passed
-from imagekit.selfcheck import copies, gpu_host, health, judge, nvml, perf, snapshot
-from imagekit.selfcheck.__main__ import main
-from imagekit.selfcheck.gpu_host import Match, match_devices, parse_visible, resolve_visible
+from imagekit.selfcheck.probes import copies, perf
+from imagekit.selfcheck.readers import nvml, snapshot
+from imagekit.selfcheck.run import judge
+from imagekit.selfcheck.run.main import main
+from imagekit.selfcheck.verdicts import devices, health
+from imagekit.selfcheck.verdicts.devices import Match, match_devices, parse_visible, resolve_visible
 
 from .test_selfcheck_nvml_faults import H100, MIG_UUIDS, UUIDS, Host
 
@@ -129,9 +132,9 @@ def test_uuid_spellings_are_one_key() -> None:
         uuidlib.UUID(bare).bytes,
         types.SimpleNamespace(bytes=list(uuidlib.UUID(bare).bytes)),
     ):
-        assert gpu_host.uuid_key(spelling) == bare, spelling
+        assert devices.uuid_key(spelling) == bare, spelling
     for other in (None, "", "GPU-9e8d35e3", f"MIG-{UUIDS[1]}/1/0", b"short", 7):
-        assert gpu_host.uuid_key(other) is None, other
+        assert devices.uuid_key(other) is None, other
 
 
 # -- matching torch's devices to NVML's GPUs ------------------------------------------------------

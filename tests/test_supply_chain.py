@@ -128,7 +128,7 @@ def test_statements_are_read_from_cosigns_envelopes() -> None:
 
 
 def test_a_verdict_reads_as_lines() -> None:
-    lines = attestation.Verdict(DIGEST, statement()["predicate"]).lines()
+    lines = attestation.VerifiedRun(DIGEST, statement()["predicate"]).lines()
     assert lines[0].startswith("attested 2026-11-26T12:00:00Z by imagekit")
     assert f"1 GPU(s): {H100}" in lines[0] and "CUDA 12.6" in lines[1]
 

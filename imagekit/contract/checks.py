@@ -130,6 +130,12 @@ GPUS_NONE, GPUS_ALL = "none", "all"
 ENV_PROFILE = "IMAGEKIT_PROFILE"  # the launch profile (matrix/profiles.py), over the label
 ENV_TIMEOUT = "IMAGEKIT_SELFCHECK_TIMEOUT"  # seconds per check, over each check's own limit
 ENV_FAULT = "IMAGEKIT_SELFCHECK_FAULT"  # comma list of faults, for the runner's own tests
+# Set by `imagekit test` where the image's platform is not the host's (QEMU user emulation).
+ENV_EMULATED = "IMAGEKIT_EMULATED"
+# How much longer a check may take under emulation: QEMU ran this project's arm64 steps
+# 2-8x slower than native on two x86-64 cores (docs/benchmarks.md, arm64), torch's first
+# compile slower still; the limits are for hangs, not for speed.
+EMULATED_SLOWDOWN = 10
 
 
 def gpus_value(given: bool, count: int | None) -> str:

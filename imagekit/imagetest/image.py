@@ -10,11 +10,16 @@ import os
 from imagekit import terminal
 from imagekit.contract import labels as label
 from imagekit.contract import refs
-from imagekit.contract.checks import ENV_GPUS, ENV_LABELS, gpus_value
+from imagekit.contract.checks import (
+    EMULATED_SLOWDOWN,
+    ENV_EMULATED,
+    ENV_GPUS,
+    ENV_LABELS,
+    gpus_value,
+)
 from imagekit.engine.emulation import is_foreign
 from imagekit.engine.interface import Engine, ImageInfo
 from imagekit.errors import UsageError
-from imagekit.selfcheck import emulated
 
 
 def checkable_image(engine: Engine, image: str) -> ImageInfo:
@@ -61,13 +66,13 @@ def selfcheck_env(
     this host's runs under emulation, which the self-check is told; then yours."""
     env = {ENV_LABELS: json.dumps(labels), ENV_GPUS: gpus_value(gpus, count)}
     if is_foreign(architecture):
-        env[emulated.ENV] = f"qemu, a linux/{architecture} image on a {os.uname().machine} host"
+        env[ENV_EMULATED] = f"qemu, a linux/{architecture} image on a {os.uname().machine} host"
     return {**env, **extra}
 
 
 def slowdown_for(architecture: str) -> int:
     """How much longer the self-check of this image may take here."""
-    return emulated.SLOWDOWN if is_foreign(architecture) else 1
+    return EMULATED_SLOWDOWN if is_foreign(architecture) else 1
 
 
 def gpu_count(choice: str) -> int | None:

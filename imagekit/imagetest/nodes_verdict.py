@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from imagekit.contract.checks import FAILED, PASSED
+from imagekit.contract.transports import transport_problem
 from imagekit.engine.interface import ContainerState
 from imagekit.imagetest.nodes_plan import Plan
-from imagekit.selfcheck.transports import transport_problem
 
 
 @dataclass

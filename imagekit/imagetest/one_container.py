@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from imagekit import terminal
-from imagekit.contract import exits
+from imagekit.contract import check_table, exits
 from imagekit.contract.checks import CheckResult, RecordError, results_from_report
 from imagekit.engine.interface import Engine, RunOptions, RunResult
 from imagekit.errors import SelfCheckFailed
@@ -28,7 +28,6 @@ from imagekit.imagetest.image import (
     wants_gpus,
 )
 from imagekit.imagetest.stamp import stamp_labels, validated_ref
-from imagekit.selfcheck import registry
 
 
 @dataclass(frozen=True)
@@ -93,7 +92,7 @@ def run_selfcheck(
             gpu_ids=tuple(str(i) for i in range(count or 0)),
             env=selfcheck_env(info.labels, gpus, options.env, count, info.architecture),
             volumes={tmp: "/imagekit-reports"},
-            timeout=registry.total_limit(_names(options.checks), options.timeout)
+            timeout=check_table.total_limit(_names(options.checks), options.timeout)
             * slowdown_for(info.architecture)
             + options.soak,
         )
@@ -111,7 +110,7 @@ def _bytes(path: Path) -> bytes | None:
 
 def _names(checks: str) -> list[str]:
     chosen = [n for n in checks.split(",") if n]
-    return chosen or list(registry.ORDER)
+    return chosen or list(check_table.ORDER)
 
 
 def _results(report: bytes | None) -> list[CheckResult]:

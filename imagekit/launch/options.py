@@ -11,12 +11,12 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from imagekit.contract.check_table import ORDER
 from imagekit.errors import UsageError
 from imagekit.matrix.cells import Cell
 from imagekit.matrix.profiles import PROFILE_ENV, PROFILE_SHM, RDMA_PROFILES
 from imagekit.matrix.ref_checks import check_image_ref, pinned
 from imagekit.platforms import AMD64, PLATFORMS
-from imagekit.selfcheck.registry import ORDER
 from imagekit.sizes import QUANTITY, quantity_kib
 
 KINDS = {"kubernetes": ("trainjob", "jobset"), "slurm": ("pyxis", "apptainer")}

@@ -1,7 +1,7 @@
 """`imagekit compat show`: the tables, and which images run on a given driver and GPU.
 
-The verdicts are the self-check's own pure functions (selfcheck.gpu_host.driver_problem,
-selfcheck.archs.arch_verdict) over the compatibility data, so `compat show` refuses exactly
+The verdicts are the rules the self-check judges with (contract.driver.driver_problem,
+contract.archs.arch_verdict) over the compatibility data, so `compat show` refuses exactly
 what an image's self-check would fail on that host.
 """
 
@@ -11,14 +11,14 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from imagekit.contract.archs import arch_verdict
+from imagekit.contract.driver import driver_problem as gpu_driver_problem
 from imagekit.contract.driver import version_tuple
 from imagekit.errors import CompatError, UsageError
 from imagekit.matrix import compat as compat_mod
 from imagekit.matrix.compat import Compat, CudaRelease, TorchRelease
 from imagekit.platforms import AMD64
 from imagekit.runtime import fwdcompat, gpu_models
-from imagekit.selfcheck.archs import arch_verdict
-from imagekit.selfcheck.gpu_host import driver_problem as gpu_driver_problem
 from imagekit.text_table import render_table
 
 
@@ -30,7 +30,7 @@ class Host:
 
 
 @dataclass(frozen=True)
-class Verdict:
+class Fit:
     runs: bool
     why: str  # short, for the row
     rule: str = ""  # the rule that refused, with its source: printed once, as a footnote
@@ -58,7 +58,7 @@ def parse_host(driver: str | None, gpu: str | None) -> Host:
     return Host(driver, gpu, capability)
 
 
-def driver_verdict(data: Compat, cuda: CudaRelease, host: Host, jit: bool) -> Verdict:
+def driver_verdict(data: Compat, cuda: CudaRelease, host: Host, jit: bool) -> Fit:
     source = data.source_text(cuda.source, only=("cuda-notes", "cuda-runfiles"))
     if gpu_driver_problem(host.driver, cuda.min_driver, cuda.version):
         rule = (
@@ -66,14 +66,14 @@ def driver_verdict(data: Compat, cuda: CudaRelease, host: Host, jit: bool) -> Ve
             f"compatibility); source: {source}"
         )
         why = f"driver {host.driver} < {cuda.min_driver}; {_forward_note(cuda, host)}"
-        return Verdict(False, why, rule)
+        return Fit(False, why, rule)
     if jit and host.driver and version_tuple(host.driver) < version_tuple(cuda.toolkit_driver):
         rule = (
             f"PTX JIT needs the toolkit's own driver ({cuda.toolkit_driver} for CUDA "
             f"{cuda.version}); minor-version compatibility does not cover it; source: {source}"
         )
-        return Verdict(False, f"this GPU needs PTX JIT; driver {host.driver} is too old", rule)
-    return Verdict(True, "")
+        return Fit(False, f"this GPU needs PTX JIT; driver {host.driver} is too old", rule)
+    return Fit(True, "")
 
 
 def _forward_note(cuda: CudaRelease, host: Host) -> str:
@@ -89,28 +89,26 @@ def _forward_note(cuda: CudaRelease, host: Host) -> str:
 
 def arch_text(
     data: Compat, torch: TorchRelease, cuda: CudaRelease, host: Host, platform: str = AMD64
-) -> Verdict:
+) -> Fit:
     """Whether the wheel of `platform` has code for the host's GPU: the aarch64 wheels are
     compiled for other GPUs than the x86-64 ones (an A100 on an arm64 host needs sm_80 in
     the aarch64 list)."""
     if host.capability is None:
-        return Verdict(True, "")
+        return Fit(True, "")
     try:
         archs = data.archs_for(torch.version, cuda.version, platform)
     except CompatError as exc:  # no list for the platform: refuse rather than guess
-        return Verdict(False, "its arch list is not in the compat data", str(exc))
+        return Fit(False, "its arch list is not in the compat data", str(exc))
     verdict = arch_verdict(host.capability, compat_mod.arch_entries(archs))
     if verdict.runs:
-        return Verdict(
-            True, f"{verdict.via} (JIT)" if verdict.jit else verdict.via, jit=verdict.jit
-        )
+        return Fit(True, f"{verdict.via} (JIT)" if verdict.jit else verdict.via, jit=verdict.jit)
     gpu = f"sm_{host.capability[0]}{host.capability[1]}"
     rule = (
         "SASS sm_XY runs on GPUs of major X and minor >= Y, PTX compute_XY on any GPU >= X.Y "
         "(CUDA programming guide, binary compatibility); the wheels' arch lists: source: "
         + data.source_text(_archs_source(data, cuda, platform))
     )
-    return Verdict(False, f"no code for {gpu} (built for {' '.join(archs)})", rule)
+    return Fit(False, f"no code for {gpu} (built for {' '.join(archs)})", rule)
 
 
 def _archs_source(data: Compat, cuda: CudaRelease, platform: str) -> Mapping[str, str]:
@@ -120,14 +118,14 @@ def _archs_source(data: Compat, cuda: CudaRelease, platform: str) -> Mapping[str
 
 def row_verdict(
     data: Compat, torch: TorchRelease, cuda: CudaRelease, host: Host, platform: str = AMD64
-) -> Verdict:
+) -> Fit:
     archs = arch_text(data, torch, cuda, host, platform)
     if not archs.runs:
         return archs
     driver = driver_verdict(data, cuda, host, jit=archs.jit)
     if not driver.runs:
         return driver
-    return Verdict(True, archs.why)
+    return Fit(True, archs.why)
 
 
 def show(driver: str | None = None, gpu: str | None = None, platform: str = AMD64) -> list[str]:

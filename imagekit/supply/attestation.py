@@ -99,7 +99,7 @@ def attest(image: str, pred: Mapping[str, Any], key: str) -> list[str]:
 
 
 @dataclass(frozen=True)
-class Verdict:
+class VerifiedRun:
     """One verified attestation of a passing run."""
 
     digest: str
@@ -140,7 +140,9 @@ def statements(cosign_output: str) -> list[dict[str, Any]]:
     return [s for s in found if isinstance(s, dict)]
 
 
-def verdicts(found: Sequence[Mapping[str, Any]], digest: str, gpu_model: str = "") -> list[Verdict]:
+def verdicts(
+    found: Sequence[Mapping[str, Any]], digest: str, gpu_model: str = ""
+) -> list[VerifiedRun]:
     """The statements that attest a passing self-check of exactly `digest` (sha256:...), on a
     GPU named `gpu_model` where one is asked for. Anything else is no verdict."""
     good = []
@@ -154,7 +156,7 @@ def verdicts(found: Sequence[Mapping[str, Any]], digest: str, gpu_model: str = "
             and _passing(pred)
             and (not gpu_model or gpu_model in ((pred.get("gpu") or {}).get("models") or []))
         ):
-            good.append(Verdict(digest, pred))
+            good.append(VerifiedRun(digest, pred))
     return good
 
 
@@ -183,7 +185,7 @@ def _passing(pred: Mapping[str, Any]) -> bool:
     )
 
 
-def verify(image: str, key: str, gpu_model: str = "") -> tuple[str, list[Verdict]]:
+def verify(image: str, key: str, gpu_model: str = "") -> tuple[str, list[VerifiedRun]]:
     """(the digest IMAGE names in its registry, the verified verdicts for it). cosign reads
     the digest (a tag is resolved once, by cosign) and checks every signature against KEY
     and every statement's subject against that digest; NotVerified where none is left of a
