@@ -12,7 +12,7 @@ writes bench/results/cold-<installer>-docker<engine>.json (the engine's major ve
 "containerd" for the containerd image store). Also prints the export's own steps as BuildKit
 logs them (exporting layers, unpacking, ...): where the export's time goes on each store.
 
-Usage: python bench/bench_cold.py [--installer pip|uv] [--rounds N] [--no-push]
+Usage: python -m bench.bench_cold [--installer pip|uv] [--rounds N] [--no-push]
 Needs the engine and registry of .ci/setup-host.sh and network to PyPI. It prunes BuildKit's
 whole cache (the next builds on this machine start cold) and removes what it built.
 """
@@ -35,10 +35,9 @@ from collections.abc import Iterator
 from datetime import datetime, timezone
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from devkit.realengine import HOST_CA, docker, prune_build_cache, require_engine
 
-from tests.realengine import HOST_CA, docker, prune_build_cache, require_engine  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 REPO = "imagekit-bench-cold"
 EMPTY = "127.0.0.1:5001"  # a registry of the bench's own (empty_registry)
