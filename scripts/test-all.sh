@@ -127,7 +127,7 @@ if [ $# -gt 0 ]; then
   exec python -m pytest "$@"
 fi
 
-phase lint 300 sh -c 'ruff check imagekit tests bench && ruff format --check imagekit tests bench'
+phase lint 300 sh -c 'ruff check imagekit tests bench devkit && ruff format --check imagekit tests bench devkit'
 phase render-check 120 imagekit render --check
 # the unit tests on every CPU (pytest-xdist), then the few that time themselves, alone. Not
 # beside the real phase: with the CPUs halved, a real test then ran over its budget
