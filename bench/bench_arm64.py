@@ -13,7 +13,7 @@
 4. with --onnx: the same arm64 cell with `features: [onnx]` (onnxruntime's aarch64 wheel)
    built cold and self-checked under QEMU, so the onnx and int8 checks run on Arm's kernels.
 
-Usage: python bench/bench_arm64.py [--cell-only | --onnx]   (the containerd engine running,
+Usage: python -m bench.bench_arm64 [--cell-only | --onnx]   (the containerd engine running,
 QEMU registered for arm64: `bash .ci/setup-host.sh`; --cell-only: step 3's arm64 build again;
 --onnx: step 4 alone, merged into the results).
 Writes bench/results/arm64.json; removes what it built and prunes BuildKit's cache before
@@ -32,10 +32,7 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from tests.realengine import (  # noqa: E402
+from devkit.realengine import (
     docker,
     imagekit,
     marked_ca_bundle,
@@ -43,6 +40,8 @@ from tests.realengine import (  # noqa: E402
     require_engine,
     wheelhouse,
 )
+
+ROOT = Path(__file__).resolve().parent.parent
 
 BASE = "bench-arm64/debian-{arch}:bookworm"
 CELL = """registry: 127.0.0.1:5000

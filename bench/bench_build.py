@@ -14,7 +14,7 @@ c. runtime image size vs the single-stage image of the same content
 Each (b) rebuild leaves about 1.6 GB in BuildKit's cache, so (b) prunes that cache to its
 newest 12 GB after each row and removes the images it built.
 
-Usage: python bench/bench_build.py [--wheelhouse /opt/wheels] [--only a|b] [--link-mbit 0 100]
+Usage: python -m bench.bench_build [--wheelhouse /opt/wheels] [--only a|b] [--link-mbit 0 100]
 """
 
 from __future__ import annotations
@@ -25,13 +25,13 @@ import os
 import platform
 import shutil
 import subprocess
-import sys
 import time
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
+from devkit.pypi_mirror import Mirror
 from imagekit.builder import context
 from imagekit.builder.inputs import find_ca_bundle
 from imagekit.builder.log import StepLog
@@ -43,8 +43,6 @@ from imagekit.matrix.catalog import load_cells
 from imagekit.render.dockerfile import render
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-from tests.pypi_mirror import Mirror  # noqa: E402 - a test helper, shared with the tests
 
 WORK = ROOT / ".imagekit" / "bench"
 BASE_DEPS = ["scipy", "pandas", "scikit-learn", "matplotlib", "sympy"]

@@ -12,7 +12,7 @@ writes bench/results/cold-<installer>-docker<engine>.json (the engine's major ve
 "containerd" for the containerd image store). Also prints the export's own steps as BuildKit
 logs them (exporting layers, unpacking, ...): where the export's time goes on each store.
 
-Usage: python bench/bench_cold.py [--installer pip|uv] [--rounds N] [--no-push]
+Usage: python -m bench.bench_cold [--installer pip|uv] [--rounds N] [--no-push]
 Needs the engine and registry of .ci/setup-host.sh and network to PyPI. It prunes BuildKit's
 whole cache (the next builds on this machine start cold) and removes what it built.
 """
@@ -32,13 +32,13 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from devkit.realengine import HOST_CA, docker, prune_build_cache, require_engine
 
-from tests.realengine import HOST_CA, docker, prune_build_cache, require_engine  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 REPO = "imagekit-bench-cold"
 EMPTY = "127.0.0.1:5001"  # a registry of the bench's own (empty_registry)
@@ -198,55 +198,83 @@ def ready_engine() -> None:
                         "bookworm"], check=True)  # fmt: skip
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--installer", choices=["pip", "uv"], default="pip")
-    parser.add_argument("--rounds", type=int, default=1, help="cold build and floor, N times")
-    parser.add_argument("--no-push", action="store_true", help="skip the build + push run")
-    args = parser.parse_args()
-    ready_engine()
-    builds: list[float] = []
-    floors: list[float] = []
-    timelines: list[dict[str, float]] = []
-    exports: list[dict[str, float]] = []
-    export_log: list[str] = []
+@dataclass
+class Runs:
+    """What the rounds measured: each round's cold build and floor, and the build + push."""
+
+    builds: list[float] = field(default_factory=list)
+    floors: list[float] = field(default_factory=list)
+    timelines: list[dict[str, float]] = field(default_factory=list)
+    exports: list[dict[str, float]] = field(default_factory=list)
+    export_log: list[str] = field(default_factory=list)  # the last round's export lines
+    push_s: float | None = None
+
+    def build_ratio(self) -> float:
+        """The median of each round's build over that round's floor."""
+        return statistics.median([b / f for b, f in zip(self.builds, self.floors, strict=True)])
+
+    def floor_s(self) -> float:
+        return statistics.median(self.floors)
+
+    def critical_path(self) -> dict[str, float]:
+        return {
+            name: statistics.median([t[name] for t in self.timelines]) for name in self.timelines[0]
+        }
+
+    def export_medians(self) -> dict[str, float]:
+        return {
+            name: statistics.median([e.get(name, 0.0) for e in self.exports])
+            for name in self.exports[0]
+        }
+
+
+def run_rounds(installer: str, rounds: int, push: bool) -> Runs:
+    """The cold build and the floor, `rounds` times in turn, then the build + push; BuildKit's
+    cache pruned after them."""
+    runs = Runs()
     with tempfile.TemporaryDirectory() as tmp, empty_registry(Path(tmp)):
         root = Path(tmp) / "project"
         (root / "envs").mkdir(parents=True)
-        (root / "envs" / "cold.yaml").write_text(MATRIX.replace("INSTALLER", args.installer))
-        for round_ in range(args.rounds):
+        (root / "envs" / "cold.yaml").write_text(MATRIX.replace("INSTALLER", installer))
+        for round_ in range(rounds):
             build_s, _, lines = cold_build(root, push=False)
-            builds.append(build_s)
-            timelines.append(phases(lines, build_s))
-            exports.append(export_steps(lines))
-            export_log = [text for _, text in lines if _EXPORT_LINE.search(text)]
-            floors.append(floor(f"{EMPTY}/{REPO}:{CELL}", Path(tmp) / f"floor{round_}"))
-        push_s = None if args.no_push else cold_build(root, push=True)[0]
+            runs.builds.append(build_s)
+            runs.timelines.append(phases(lines, build_s))
+            runs.exports.append(export_steps(lines))
+            runs.export_log = [text for _, text in lines if _EXPORT_LINE.search(text)]
+            runs.floors.append(floor(f"{EMPTY}/{REPO}:{CELL}", Path(tmp) / f"floor{round_}"))
+        runs.push_s = cold_build(root, push=True)[0] if push else None
         docker("rmi", f"{EMPTY}/{REPO}:{CELL}", check=False)
     prune_build_cache()
-    build_ratio = statistics.median([b / f for b, f in zip(builds, floors, strict=True)])
-    floor_s = statistics.median(floors)
+    return runs
+
+
+def print_runs(args: argparse.Namespace, runs: Runs, engine: str) -> None:
+    """The ratios against the goals, the cold build's critical path and the export's steps."""
+    push_s, floor_s = runs.push_s, runs.floor_s()
     rows = [
-        ("cold build", statistics.median(builds), build_ratio, 2.0),
+        ("cold build", statistics.median(runs.builds), runs.build_ratio(), 2.0),
         *([("cold build + push", push_s, push_s / floor_s, 3.0)] if push_s else []),
         ("bare uv install (the floor)", floor_s, 1.0, None),
     ]
-    engine = engine_name()
     print(f"README cell ({CELL}), installer {args.installer}, {args.rounds} round(s), medians")
     print(f"engine: {engine}")
     print(f"{'what':<32}{'seconds':>9}{'x floor':>9}{'goal':>7}")
     for name, seconds, ratio, goal in rows:
         print(f"{name:<32}{seconds:>9.1f}{ratio:>8.1f}x{(f'{goal:.0f}x' if goal else ''):>7}")
-    breakdown = {name: statistics.median([t[name] for t in timelines]) for name in timelines[0]}
     print("the cold build's critical path (median seconds):")
-    for name, seconds in breakdown.items():
+    for name, seconds in runs.critical_path().items():
         print(f"  {seconds:>6.1f} s  {name}")
-    export = {name: statistics.median([e.get(name, 0.0) for e in exports]) for name in exports[0]}
     print("the export's own steps, as BuildKit logs them (median seconds):")
-    for name, seconds in export.items():
+    for name, seconds in runs.export_medians().items():
         print(f"  {seconds:>6.1f} s  {name}")
+
+
+def write_runs(args: argparse.Namespace, runs: Runs, engine: str) -> Path:
+    """bench/results/cold-<installer>-docker<engine>.json."""
     store = "containerd" if "containerd" in engine else engine.split()[1].split(".")[0]
     out = ROOT / "bench" / "results" / f"cold-{args.installer}-docker{store}.json"
+    push_s, floor_s = runs.push_s, runs.floor_s()
     out.write_text(
         json.dumps(
             {
@@ -255,19 +283,33 @@ def main() -> None:
                 "engine": engine,
                 "installer": args.installer,
                 "rounds": args.rounds,
-                "cold_build_s": builds,
-                "bare_uv_install_s": floors,
-                "cold_build_over_floor_median": build_ratio,
+                "cold_build_s": runs.builds,
+                "bare_uv_install_s": runs.floors,
+                "cold_build_over_floor_median": runs.build_ratio(),
                 "cold_build_push_s": push_s,
                 "cold_build_push_over_floor": push_s / floor_s if push_s else None,
-                "critical_path_s": breakdown,
-                "export_steps_s": export,
-                "export_log": export_log,
+                "critical_path_s": runs.critical_path(),
+                "export_steps_s": runs.export_medians(),
+                "export_log": runs.export_log,
             },
             indent=2,
         )
         + "\n"
     )
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--installer", choices=["pip", "uv"], default="pip")
+    parser.add_argument("--rounds", type=int, default=1, help="cold build and floor, N times")
+    parser.add_argument("--no-push", action="store_true", help="skip the build + push run")
+    args = parser.parse_args()
+    ready_engine()
+    runs = run_rounds(args.installer, args.rounds, push=not args.no_push)
+    engine = engine_name()
+    print_runs(args, runs, engine)
+    out = write_runs(args, runs, engine)
     print(f"wrote {out.relative_to(ROOT)}")
 
 

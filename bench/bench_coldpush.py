@@ -5,7 +5,7 @@ install` of the same wheels into a fresh venv, empty cache), beside the physical
 each part on this machine; and, with --pulls, a cold `docker pull` of the zstd image against
 the gzip one, and with --twin, the registry bytes of a second cell that differs only in Python.
 
-Usage: python bench/bench_coldpush.py [--pulls N] [--twin 3.12] [--skip-build]
+Usage: python -m bench.bench_coldpush [--pulls N] [--twin 3.12] [--skip-build]
 Run it once per engine (`bash .ci/engines.sh start containerd|classic|docker20`); it writes
 bench/results/coldpush-<engine>.json. Needs the engine, network to PyPI and docker-registry;
 it prunes BuildKit's cache and removes what it built.
@@ -26,11 +26,7 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
-
-from bench_cold import (  # noqa: E402
+from bench.bench_cold import (
     CELL,
     EMPTY,
     MATRIX,
@@ -43,14 +39,15 @@ from bench_cold import (  # noqa: E402
     phases,
     ready_engine,
 )
-
-from imagekit.engine.pushed import pushed_image  # noqa: E402
-from tests.realengine import (  # noqa: E402
+from devkit.realengine import (
     DOCKER,
     HOST_CA,
     docker,
     prune_build_cache,
 )
+from imagekit.engine.pushed import pushed_image
+
+ROOT = Path(__file__).resolve().parent.parent
 
 TAG = f"{EMPTY}/{REPO}:{CELL}"
 

@@ -7,7 +7,7 @@ this bench builds that cell in two projects (two repositories): (a) one after th
 runner with a persistent cache). Before pip's cache mount became `sharing=private`, the
 second build's torch install waited for the first one's to release the locked cache.
 
-Usage: python bench/bench_jobs.py [--repeat 2]
+Usage: python -m bench.bench_jobs [--repeat 2]
 Prints a table and writes bench/results/jobs.json. Removes the images it builds.
 """
 
@@ -25,16 +25,15 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from tests.realengine import (  # noqa: E402  (the tests' helpers drive the real engine)
+from devkit.realengine import (
     build_args,
     docker,
     make_project,
     marked_ca_bundle,
     require_engine,
 )
+
+ROOT = Path(__file__).resolve().parent.parent
 
 REPOS = ("imagekit-bench-jobs-a", "imagekit-bench-jobs-b")
 

@@ -10,7 +10,7 @@ Python 3.11, Debian 12) and its twin on Python 3.13 / Debian 13. Then:
 (c) the README cell's cold build time: split must not be more than 5% slower.
 It also checks that the two split cells share the CUDA-libraries layer.
 
-Usage: python bench/bench_layers.py     (needs .ci/setup-host.sh's engine and registry, network
+Usage: python -m bench.bench_layers     (needs .ci/setup-host.sh's engine and registry, network
 to PyPI and the Debian mirror; about 20 minutes; prunes BuildKit's cache and what it built).
 Writes bench/results/layers.json.
 """
@@ -26,10 +26,7 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from tests.realengine import (  # noqa: E402
+from devkit.realengine import (
     HOST_CA,
     REGISTRY,
     docker,
@@ -38,6 +35,8 @@ from tests.realengine import (  # noqa: E402
     prune_build_cache,
     require_engine,
 )
+
+ROOT = Path(__file__).resolve().parent.parent
 
 CELLS = ("cu126-torch2.7.1-py3.11-debian12-slim", "cu126-torch2.7.1-py3.13-debian13-slim")
 MATRIX = """

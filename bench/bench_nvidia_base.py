@@ -9,7 +9,7 @@ the forward-compatibility package. nvidia/cuda cannot be pulled on this machine,
 - computed: the nvidia flavor before and after, as those same layers plus the libraries
   cudnn-runtime holds twice (the wheels' installed sizes of the libraries it also ships).
 
-Usage: python bench/bench_nvidia_base.py [IMAGE]   (default: the README cell's image, which
+Usage: python -m bench.bench_nvidia_base [IMAGE]   (default: the README cell's image, which
 `bash scripts/quickstart.sh` builds). Writes bench/results/nvidia-base.json.
 """
 

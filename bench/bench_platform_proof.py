@@ -2,7 +2,7 @@
 through the engine (a local build) and back from its registry (a push without --load), beside
 decompressing its largest layer alone, the floor of the registry read.
 
-Usage: python bench/bench_platform_proof.py --image REGISTRY/NAME:TAG [--repeat 3]
+Usage: python -m bench.bench_platform_proof --image REGISTRY/NAME:TAG [--repeat 3]
 The image must be on the running engine and in its registry (e.g. the real suite's session
 image, 127.0.0.1:5000/imagekit-test:2.13.0-cpu-py3.11-debian12-slim). Prints a table and
 writes bench/results/platform-proof.json.

@@ -1,6 +1,6 @@
 """Time loading + validating + completing + rendering the whole default matrix.
 
-Usage: python bench/bench_render.py [--repeat 20]
+Usage: python -m bench.bench_render [--repeat 20]
 Prints a table and writes bench/results/render.json. Target: well under a second.
 """
 

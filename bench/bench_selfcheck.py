@@ -3,12 +3,12 @@ container, and what torch.compile support (g++ and the Python headers in the run
 to the image. Targets (issue 13): CPU self-check in a container <= 20 s; GPU <= 60 s (the
 GPU figure comes from docs/selfcheck-gpu.md, measured on a lent H100).
 
-Usage: python bench/bench_selfcheck.py [--repeat 3] [--skip-size]
+Usage: python -m bench.bench_selfcheck [--repeat 3] [--skip-size]
 Needs the engine and registry of .ci/setup-host.sh. Prints a table and writes
 bench/results/selfcheck.json. Builds the CPU test cell twice (compile on, compile off) in a
 scratch project and removes what it built.
 
-Native (no engine): python bench/bench_selfcheck.py --native PYTHON [--cpu-kind avx2]
+Native (no engine): python -m bench.bench_selfcheck --native PYTHON [--cpu-kind avx2]
 runs `python -m imagekit.selfcheck` of this checkout with PYTHON (a venv with torch, onnx,
 onnxscript, onnxruntime), each run cold as in a new container: a fresh TMPDIR holds
 inductor's cache and its precompiled header. `--cpu-kind avx2` emulates an x86 host without
@@ -27,16 +27,12 @@ import platform
 import re
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from tests.realengine import (  # noqa: E402  (the tests' helpers drive the real engine)
+from devkit.realengine import (
     REGISTRY,
     build_args,
     docker,
@@ -45,6 +41,8 @@ from tests.realengine import (  # noqa: E402  (the tests' helpers drive the real
     marked_ca_bundle,
     require_engine,
 )
+
+ROOT = Path(__file__).resolve().parent.parent
 
 TAGS = {
     True: f"{REGISTRY}/imagekit-bench-sc:on",

@@ -3,7 +3,7 @@ included (issue 36, part 3). Runs `imagekit list` as a subprocess in a scratch f
 envs/m.yaml is one hostile matrix, several times each, and compares the median wall time
 with start-up alone (`imagekit --version`) and a trivial one-cell matrix.
 
-Usage: python bench/hostile_matrix.py [--repeat 5] [--timeout 60] [--only NAME ...] [--out F]
+Usage: python -m bench.hostile_matrix [--repeat 5] [--timeout 60] [--only NAME ...] [--out F]
 Prints a table and writes bench/results/hostile-matrix.json (or --out). A run past
 --timeout is recorded as it is and not repeated. Removes its scratch folder.
 """

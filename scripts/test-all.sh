@@ -127,7 +127,7 @@ if [ $# -gt 0 ]; then
   exec python -m pytest "$@"
 fi
 
-phase lint 300 sh -c 'ruff check imagekit tests bench && ruff format --check imagekit tests bench'
+phase lint 300 sh -c 'ruff check imagekit tests bench devkit && ruff format --check imagekit tests bench devkit'
 phase render-check 120 imagekit render --check
 # the unit tests on every CPU (pytest-xdist), then the few that time themselves, alone. Not
 # beside the real phase: with the CPUs halved, a real test then ran over its budget
@@ -135,7 +135,7 @@ phase unit "$IMAGEKIT_LIMIT_UNIT" python -m pytest -m "not docker and not alone"
   --durations=15
 phase unit-alone 300 python -m pytest -m "not docker and alone" --durations=5
 # the Debian root filesystems this run bootstraps, kept for the next engines' phases
-# (tests/realengine.py debian_base): one debootstrap per OS and platform, made fresh each run
+# (devkit/realengine.py debian_base): one debootstrap per OS and platform, made fresh each run
 export IMAGEKIT_TEST_BASES=${IMAGEKIT_TEST_BASES:-/var/tmp/imagekit-test-bases}
 rm -rf "$IMAGEKIT_TEST_BASES"
 on_engine containerd real-containerd "$IMAGEKIT_LIMIT_REAL" "docker and not beside" beside

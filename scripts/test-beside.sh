@@ -16,7 +16,7 @@ cd "$(dirname "$0")/.."
 
 selected="docker and beside"
 # Other pytest processes build on this engine meanwhile (each other, and in CI the real
-# phase): no test empties any of BuildKit's cache (tests/realengine.py engine_shared)
+# phase): no test empties any of BuildKit's cache (devkit/realengine.py engine_shared)
 export IMAGEKIT_TEST_SHARED_ENGINE=1
 mapfile -t files < <(
   python -m pytest -q --collect-only -p no:randomly -m "$selected" tests \

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from . import realengine
+from devkit import realengine
+
 from .conftest import ROOT
 from .real import budget, disk, gate
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ..realengine import (
+from devkit.realengine import (
     REGISTRY,
     build_args,
     debian_base,
@@ -22,6 +22,7 @@ from ..realengine import (
     marked_ca_bundle,
     require_engine,
 )
+
 from . import budget, disk, gate
 
 STACK = "cpu-torch2.13.0-py3.11-debian12-slim"  # a tag template's {id}
@@ -78,7 +79,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 
 @pytest.fixture(scope="session", autouse=True)
 def debian_bookworm() -> str:
-    """debian:bookworm-slim on the engine under test, made if missing (tests/realengine.py),
+    """debian:bookworm-slim on the engine under test, made if missing (devkit/realengine.py),
     before any other fixture: every real test may build the test cell, and on a wiped engine
     any of them may come first. A session fixture: its time is no test's own (budget.py)."""
     require_engine()

@@ -11,12 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from ..realengine import (
+from devkit.realengine import (
     build_args,
     docker,
     imagekit,
     make_project,
 )
+
 from .conftest import cell_of
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from ..realengine import (
+from devkit.realengine import (
     DOCKER,
     REGISTRY,
     build_args,
@@ -29,6 +29,7 @@ from ..realengine import (
     require_exporter,
     wheelhouse,
 )
+
 from ..test_ci import load_workflow
 from .conftest import CELL, cell_of, report
 

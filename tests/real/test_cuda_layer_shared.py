@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from ..realengine import DOCKER, HOST_CA, REGISTRY, docker, free_cache_mounts, imagekit
+from devkit.realengine import DOCKER, HOST_CA, REGISTRY, docker, free_cache_mounts, imagekit
 
 # its fixture's teardown empties the cache mounts (the CUDA wheels) where it runs alone: last
 # (conftest.py); in CI, beside the arm64 test and the rest of the real phase, it empties

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from ..realengine import (
+from devkit.realengine import (
     DEBIAN,
     REGISTRY,
     build_args,
@@ -17,6 +17,7 @@ from ..realengine import (
     marked_ca_bundle,
     require_engine,
 )
+
 from .conftest import CELL, TAG, pushed_report, report, run_in_image
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]

@@ -18,8 +18,9 @@ from pathlib import Path
 
 import pytest
 
+from devkit.realengine import DOCKER, imagekit
+
 from ..conftest import ROOT
-from ..realengine import DOCKER, imagekit
 from .conftest import TAG
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]

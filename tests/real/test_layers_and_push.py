@@ -10,13 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from ..realengine import (
+from devkit.realengine import (
     DOCKER,
     build_args,
     docker,
     engine_kind,
     imagekit,
 )
+
 from .conftest import CELL, TAG, pushed_report
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from devkit.realengine import docker, imagekit
 from imagekit.engine.docker import DockerEngine
 from imagekit.imagetest import nodes_plan, nodes_run
 
-from ..realengine import docker, imagekit
 from .conftest import TAG
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]

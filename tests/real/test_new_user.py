@@ -19,8 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ..conftest import ROOT
-from ..realengine import (
+from devkit.realengine import (
     EPOCH,
     REGISTRY,
     docker,
@@ -29,6 +28,8 @@ from ..realengine import (
     require_engine,
     wheelhouse,
 )
+
+from ..conftest import ROOT
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.timeout(1500)]
 

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from devkit.realengine import REGISTRY, build_args, docker, imagekit, make_project, marked_ca_bundle
+from devkit.realengine import wheelhouse as wheels
 from imagekit.locks import packages
 
-from ..realengine import REGISTRY, build_args, docker, imagekit, make_project, marked_ca_bundle
-from ..realengine import wheelhouse as wheels
 from .conftest import cell_of
 
 # builds_cold: after the other real tests, past the `beside` ones (tests/real/conftest.py)

@@ -20,11 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from imagekit.builder.log import StepLog
-from imagekit.engine.docker import DockerEngine
-from imagekit.engine.interface import BuildRequest
-
-from ..realengine import (
+from devkit.realengine import (
     DOCKER,
     REGISTRY,
     docker,
@@ -34,6 +30,9 @@ from ..realengine import (
     registry_get,
     require_exporter,
 )
+from imagekit.builder.log import StepLog
+from imagekit.engine.docker import DockerEngine
+from imagekit.engine.interface import BuildRequest
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.timeout(1800)]
 

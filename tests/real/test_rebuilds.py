@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from ..realengine import (
+from devkit.realengine import (
     INLINE_CACHE_KEY,
     build_args,
     docker,
@@ -19,6 +19,7 @@ from ..realengine import (
     make_project,
     marked_ca_bundle,
 )
+
 from .conftest import STACK, TAG, report, run_in_image
 
 # every test here checks which steps BuildKit took from its cache: they run first, with the
@@ -123,7 +124,7 @@ def test_with_build_apt_an_sdist_compiles_in_the_builder_and_reaches_the_runtime
 @pytest.mark.compat
 def test_a_no_op_rebuild_gives_the_same_image_id(project: Path) -> None:
     """No clock in the labels: a cached rebuild leaves nothing dangling and keeps the digest
-    CI promotes. The creation time comes from SOURCE_DATE_EPOCH (set by tests/realengine.py)
+    CI promotes. The creation time comes from SOURCE_DATE_EPOCH (set by devkit/realengine.py)
     or the commit."""
     ids = []
     for _ in range(2):

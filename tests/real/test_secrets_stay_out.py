@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from ..pypi_mirror import Mirror
-from ..realengine import (
+from devkit.pypi_mirror import Mirror
+from devkit.realengine import (
     MARKER,
     build_args,
     docker,
@@ -17,6 +17,7 @@ from ..realengine import (
     make_project,
     strings_in_saved_image,
 )
+
 from .conftest import STACK, TAG, cell_of, run_in_image
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]

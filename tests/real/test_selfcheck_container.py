@@ -10,11 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from ..realengine import (
+from devkit.realengine import (
     REGISTRY,
     docker,
     imagekit,
 )
+
 from .conftest import TAG
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]

@@ -15,9 +15,7 @@ import pytest
 from cyclonedx.schema import SchemaVersion
 from cyclonedx.validation.json import JsonStrictValidator
 
-from imagekit.supply.attestation import PREDICATE_TYPE
-
-from ..realengine import (
+from devkit.realengine import (
     ANY_MANIFEST,
     OCI_INDEX,
     REGISTRY,
@@ -26,6 +24,8 @@ from ..realengine import (
     imagekit,
     registry_get,
 )
+from imagekit.supply.attestation import PREDICATE_TYPE
+
 from .conftest import TAG, pushed_report
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from ..realengine import (
+from devkit.realengine import (
     REGISTRY,
     build_args,
     docker,

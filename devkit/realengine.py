@@ -1,4 +1,4 @@
-"""Helpers for tests that drive the real Docker engine, registry and containers."""
+"""Helpers that drive the real Docker engine, registry and containers, for tests and benches."""
 
 from __future__ import annotations
 
@@ -18,8 +18,6 @@ from typing import IO, Any
 import pytest
 import zstandard
 
-from .conftest import ROOT
-
 # The CLI of the engine under test (.ci/engines.sh env sets it), else Debian's.
 DOCKER = os.environ.get("IMAGEKIT_DOCKER") or (
     "/usr/bin/docker" if Path("/usr/bin/docker").exists() else "docker"
@@ -32,6 +30,7 @@ MANIFEST_V2 = "application/vnd.docker.distribution.manifest.v2+json"
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 ANY_MANIFEST = f"{MANIFEST_V2},{OCI_MANIFEST}"
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"
+ROOT = Path(__file__).resolve().parent.parent  # the checkout: tests/data is copied from it
 
 
 def wheelhouse() -> Path:

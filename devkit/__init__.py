@@ -1,0 +1,1 @@
+"""Development helpers that the tests and the benches share; not part of the imagekit wheel."""
