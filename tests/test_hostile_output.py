@@ -326,7 +326,7 @@ def test_build_log_lines_are_shown_not_obeyed(
     engine = HostileBuilds(fail_builds=set(cells))
     engine.value = value
     monkeypatch.setattr("imagekit.engine.docker.DockerEngine", lambda *_: engine)
-    monkeypatch.setattr("imagekit.builder.session.git_output", lambda *_: "")
+    monkeypatch.setattr("imagekit.builder.git_labels.git_output", lambda *_: "")
     ran = run(capsys, "build", "--envs", "envs", "--progress", "plain", "--keep-going")
     assert ran.code == 6 and "failed" in ran.text, ran
     assert_shown(ran, value)

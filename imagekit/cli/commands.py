@@ -208,7 +208,7 @@ def build(**kwargs: Any) -> None:
     renamed(kwargs, "--report-dir", "--out", "old_report_dir", "report_dir")
     from imagekit.builder import inputs
     from imagekit.builder.orchestrate import run_build
-    from imagekit.cli.build_options import build_run_from, options_from
+    from imagekit.cli.build_cmd import build_run_from, options_from
     from imagekit.engine.docker import DockerEngine
     from imagekit.locks import images, packages
 

@@ -7,8 +7,7 @@ from collections.abc import Mapping
 from dataclasses import fields
 from typing import Any
 
-from imagekit.builder.orchestrate import BuildRun
-from imagekit.builder.session import BuildOptions
+from imagekit.builder.build_options import BuildOptions, BuildRun
 from imagekit.engine.interface import MAX_LEVEL, Compression
 from imagekit.errors import UsageError
 from imagekit.urls import refuse_credentials
