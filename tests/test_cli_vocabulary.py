@@ -183,7 +183,7 @@ def test_build_out_is_the_report_folder_and_report_dir_still_works(
 def test_json_dash_prints_the_report_on_stdout_even_when_the_check_fails(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    from imagekit.cli.commands import json_through_file
+    from imagekit.cli.imagetest_cmd import json_through_file
     from imagekit.errors import SelfCheckFailed
 
     kwargs: dict[str, object] = {"json_path": Path("-")}

@@ -100,26 +100,11 @@ def _filter_options(func: Callable[..., Any], lock_exists: bool) -> Callable[...
 @dataclass(frozen=True)
 class Selection:
     """Which cells a command works on: matrix files, lock file, filters. Built once from
-    click's values in the command, then passed on (nothing reads click's dict after)."""
+    click's values in the command (selection_from), then passed on."""
 
     envs: tuple[Path, ...] = ()
     lock: Path | None = None
     filters: Filters = field(default_factory=Filters)
-
-    @classmethod
-    def of(cls, values: Mapping[str, Any]) -> Selection:
-        return cls(
-            envs=tuple(values["envs"]),
-            lock=values["lock"],
-            filters=Filters(
-                cuda=tuple(values["cuda"]),
-                torch=tuple(values["torch"]),
-                python=tuple(values["python"]),
-                os=tuple(values["os_"]),
-                flavor=tuple(values["flavor"]),
-                cell=tuple(values["cell"]),
-            ),
-        )
 
     def cells(self) -> list[Cell]:
         return select(load_cells(self.envs, self.lock), self.filters)
@@ -135,6 +120,25 @@ class Selection:
         from imagekit.locks.packages import default_dir
 
         return default_dir(self.images_lock())
+
+
+def selection_from(values: Mapping[str, Any]) -> Selection:
+    """The selection, from filter_options' values; nothing reads click's dict for it after.
+
+    Every command turns its options into typed objects this way: a `<type>_from(values)`
+    function beside the command (build_options_from, launch_options_from, ...)."""
+    return Selection(
+        envs=tuple(values["envs"]),
+        lock=values["lock"],
+        filters=Filters(
+            cuda=tuple(values["cuda"]),
+            torch=tuple(values["torch"]),
+            python=tuple(values["python"]),
+            os=tuple(values["os_"]),
+            flavor=tuple(values["flavor"]),
+            cell=tuple(values["cell"]),
+        ),
+    )
 
 
 docker_option = click.option(

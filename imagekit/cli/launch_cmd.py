@@ -2,17 +2,27 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from imagekit import terminal
-from imagekit.cli.common import Selection, examples, filter_options, list_option
+from imagekit.cli.common import (
+    Selection,
+    examples,
+    filter_options,
+    list_option,
+    selection_from,
+)
 from imagekit.cli.params import ENV, IMAGE_REF, OUT_DIR
 from imagekit.errors import UsageError
 from imagekit.matrix.cells import Cell
 from imagekit.matrix.profiles import PROFILE_ENV
 from imagekit.platforms import PLATFORMS
+
+if TYPE_CHECKING:
+    from imagekit.launch import LaunchOptions
 
 
 @click.command(
@@ -121,8 +131,10 @@ def launch(**kwargs: Any) -> None:
     from imagekit import launch as launch_mod
     from imagekit import paths
 
-    selection = Selection.of(kwargs)
-    spec = launch_mod.build(one_cell(selection.cells()), pins(selection), options_from(kwargs))
+    selection = selection_from(kwargs)
+    spec = launch_mod.build(
+        one_cell(selection.cells()), pins(selection), launch_options_from(kwargs)
+    )
     if spec.nodes > 1 and spec.profile == "single-node":
         terminal.echo(
             "imagekit: note: profile single-node sets no NCCL transport for a multi-node job; "
@@ -169,24 +181,25 @@ def pins(selection: Selection) -> dict[str, str]:
     return images.read(selection.images_lock()).pins
 
 
-def options_from(kwargs: dict[str, Any]) -> Any:
+def launch_options_from(values: Mapping[str, Any]) -> LaunchOptions:
+    """The launch's options as given, from launch's options (launch/options.py checks them)."""
     from imagekit.launch import LaunchOptions
 
     return LaunchOptions(
-        engine=kwargs["engine"],
-        kind=kwargs["kind"],
-        nodes=kwargs["nodes"],
-        gpus_per_node=kwargs["gpus_per_node"],
-        command=tuple(kwargs["command"]),
-        profile=kwargs["profile"],
-        name=kwargs["name"],
-        namespace=kwargs["namespace"],
-        image=kwargs["image"],
-        env=tuple(kwargs["env"]),
-        shm_size=kwargs["shm_size"],
-        rdma_resource=kwargs["rdma_resource"],
-        checks=",".join(kwargs["checks"]) or None,
-        drain_on_fail=kwargs["drain_on_fail"],
-        platform=kwargs["platform"],
-        partition=kwargs["partition"],
+        engine=values["engine"],
+        kind=values["kind"],
+        nodes=values["nodes"],
+        gpus_per_node=values["gpus_per_node"],
+        command=tuple(values["command"]),
+        profile=values["profile"],
+        name=values["name"],
+        namespace=values["namespace"],
+        image=values["image"],
+        env=tuple(values["env"]),
+        shm_size=values["shm_size"],
+        rdma_resource=values["rdma_resource"],
+        checks=",".join(values["checks"]) or None,
+        drain_on_fail=values["drain_on_fail"],
+        platform=values["platform"],
+        partition=values["partition"],
     )
