@@ -184,6 +184,22 @@ def renamed_option(old: str, dest: str, **kwargs: Any) -> Callable[[Any], Any]:
     return click.option(old, dest, hidden=True, default=None, **kwargs)
 
 
+def old_name_value(dest: str) -> Callable[[], Any]:
+    """The default of a required option whose old name (renamed_option, `dest`) is declared
+    just before it: the old name's value, so that either name satisfies `required`, and
+    neither is click's own "Missing option" for the new name. click reads the options given
+    first, then the others in their order of declaration, so the old one has been read when
+    this default is asked for."""
+
+    def default() -> Any:
+        value = click.get_current_context().params.get(dest)
+        if value is None:
+            raise click.MissingParameter()  # click adds which option, as for any other
+        return value
+
+    return default
+
+
 def renamed(values: dict[str, Any], old: str, new: str, dest: str, new_dest: str) -> None:
     """Move an old option's value (`dest`) to the new one's (`new_dest`), with a note; both
     given is a usage error (which one was meant?)."""

@@ -13,6 +13,9 @@ from imagekit.cli.common import (
     examples,
     filter_options,
     list_option,
+    old_name_value,
+    renamed,
+    renamed_option,
     selection_from,
 )
 from imagekit.cli.params import ENV, IMAGE_REF, OUT_DIR
@@ -24,25 +27,32 @@ from imagekit.platforms import PLATFORMS
 if TYPE_CHECKING:
     from imagekit.launch import LaunchOptions
 
+SCHEDULERS = ["kubernetes", "slurm"]  # where a launch runs: --scheduler
+
 
 @click.command(
     short_help="Print a TrainJob/JobSet or sbatch script that runs COMMAND on N nodes.",
     epilog=examples(
-        "imagekit launch --engine kubernetes --nodes 4 --gpus-per-node 8 \\",
+        "imagekit launch --scheduler kubernetes --nodes 4 --gpus-per-node 8 \\",
         "    --cell 'cu128-torch2.10.0-py3.12-ubuntu24.04-nvidia' -- train.py --epochs 3",
-        "imagekit launch --engine kubernetes --kind jobset --profile multi-node-ib \\",
+        "imagekit launch --scheduler kubernetes --kind jobset --profile multi-node-ib \\",
         "    --nodes 2 --gpus-per-node 8 --cell 'cu128-torch2.10.0-py3.12-*-nvidia' -- -m trainer",
-        "imagekit launch --engine slurm --nodes 64 --gpus-per-node 8 --cuda 12.8 --torch 2.10 \\",
-        "    --python 3.12 --flavor nvidia --out jobs/ -- train.py",
-        "imagekit launch --engine slurm --kind apptainer ... -- train.py",
-        "imagekit launch --engine slurm --platform linux/arm64 --partition gh200 ... -- train.py",
+        "imagekit launch --scheduler slurm --nodes 64 --gpus-per-node 8 --cuda 12.8 \\",
+        "    --torch 2.10 --python 3.12 --flavor nvidia --out jobs/ -- train.py",
+        "imagekit launch --scheduler slurm --kind apptainer ... -- train.py",
+        "imagekit launch --scheduler slurm --platform linux/arm64 --partition gh200 \\",
+        "    ... -- train.py",
     ),
 )
 @filter_options
+# --engine, --scheduler's old name (an "engine" is Docker elsewhere), still taken; declared
+# first, so that click has read it when --scheduler asks for its default
+@renamed_option("--engine", "old_engine", type=click.Choice(SCHEDULERS, case_sensitive=False))
 @click.option(
-    "--engine",
+    "--scheduler",
     required=True,
-    type=click.Choice(["kubernetes", "slurm"], case_sensitive=False),
+    default=old_name_value("old_engine"),
+    type=click.Choice(SCHEDULERS, case_sensitive=False),
     help="Where it runs.",
 )
 @click.option(
@@ -128,6 +138,7 @@ def launch(**kwargs: Any) -> None:
     Exactly one cell must match the filters. The image is pinned by digest when images.lock
     has one. Every node runs the self-check first, so a bad node fails before training.
     """
+    renamed(kwargs, "--engine", "--scheduler", "old_engine", "scheduler")
     from imagekit import launch as launch_mod
     from imagekit import paths
 
@@ -186,7 +197,7 @@ def launch_options_from(values: Mapping[str, Any]) -> LaunchOptions:
     from imagekit.launch import LaunchOptions
 
     return LaunchOptions(
-        engine=values["engine"],
+        scheduler=values["scheduler"],
         kind=values["kind"],
         nodes=values["nodes"],
         gpus_per_node=values["gpus_per_node"],
