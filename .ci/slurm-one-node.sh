@@ -1,5 +1,5 @@
 #!/bin/bash
-# A one-node Slurm cluster on this machine, for the slow test of `imagekit launch --engine slurm`
+# A one-node Slurm cluster on this machine, for the slow test of `imagekit launch --scheduler slurm`
 # (tests/real/test_launch_slurm.py). Debian 12's slurm-wlm (22.05) and munge, run as root without
 # systemd; the node is this host. Idempotent: a running cluster is left as it is.
 #   sudo .ci/slurm-one-node.sh          # install if missing, configure, start

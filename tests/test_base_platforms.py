@@ -13,10 +13,12 @@ from typing import Any
 import pytest
 
 from imagekit.builder import bases, oci_layout
+from imagekit.builder.build_plan import plan
+from imagekit.builder.build_report import raise_for_failures, summary
+from imagekit.builder.build_runner import Runner
 from imagekit.builder.display import QuietDisplay
 from imagekit.builder.log import StepLog
 from imagekit.builder.preflight import bootstrap_missing, preflight
-from imagekit.builder.session import Runner, plan, raise_for_failures, summary
 from imagekit.engine.docker import held_platforms
 from imagekit.engine.fake import FakeEngine
 from imagekit.engine.interface import BuildRequest, BuildResult, LineSink

@@ -7,10 +7,13 @@ from pathlib import Path
 
 import pytest
 
+from imagekit.builder.build_options import BuildOptions
+from imagekit.builder.build_plan import plan
+from imagekit.builder.build_report import raise_for_failures, summary
+from imagekit.builder.build_runner import Runner
 from imagekit.builder.display import QuietDisplay
 from imagekit.builder.inputs import Inputs, resolve
 from imagekit.builder.log import StepLog
-from imagekit.builder.session import BuildOptions, Runner, plan, raise_for_failures, summary
 from imagekit.engine.fake import FakeEngine
 from imagekit.errors import BuildError, UsageError
 from imagekit.matrix.catalog import load_cells
@@ -270,7 +273,7 @@ def test_target_packages_needs_a_packages_stage(
 
 
 def test_creation_time_comes_from_the_source_not_the_clock() -> None:
-    from imagekit.builder.session import source_date
+    from imagekit.builder.git_labels import source_date
 
     assert source_date("1700000000", "1600000000") == "2023-11-14T22:13:20+00:00"
     assert source_date(None, "1600000000") == "2020-09-13T12:26:40+00:00"
@@ -292,7 +295,7 @@ def test_creation_time_comes_from_the_source_not_the_clock() -> None:
     ],
 )
 def test_source_label_from_the_git_remote_without_credentials(remote: str, url: str | None) -> None:
-    from imagekit.builder.session import source_url
+    from imagekit.builder.git_labels import source_url
 
     assert source_url({}, remote) == url
     assert source_url({"GITHUB_REPOSITORY": "acme/x"}, remote) == "https://github.com/acme/x"

@@ -183,7 +183,7 @@ def test_build_out_is_the_report_folder_and_report_dir_still_works(
 def test_json_dash_prints_the_report_on_stdout_even_when_the_check_fails(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    from imagekit.cli.commands import json_through_file
+    from imagekit.cli.imagetest_cmd import json_through_file
     from imagekit.errors import SelfCheckFailed
 
     kwargs: dict[str, object] = {"json_path": Path("-")}
@@ -290,7 +290,7 @@ def test_the_dry_run_asks_the_run_s_own_decisions(
 ) -> None:
     """Change the run's provenance decision and the dry run follows: it has none of its own."""
     import imagekit.builder.dry_run as dry_run
-    from imagekit.builder import session
+    from imagekit.builder import push_decisions
 
     args = ["build", "--cuda", "12.8", "--flavor", "slim", "--torch", "2.10", "--dry-run"]
     monkeypatch.setattr(
@@ -298,6 +298,6 @@ def test_the_dry_run_asks_the_run_s_own_decisions(
     )  # as if no engine could hold provenance
     code, out, _ = run(capsys, *args, "--push")
     assert code == 0 and "provenance: attached" not in out and "mode=min" not in out
-    assert dry_run.pushed_request is not session.pushed_request
+    assert dry_run.pushed_request is not push_decisions.pushed_request
     monkeypatch.undo()
-    assert dry_run.pushed_request is session.pushed_request
+    assert dry_run.pushed_request is push_decisions.pushed_request

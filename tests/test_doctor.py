@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from imagekit import readiness
-from imagekit.cli.doctor import doctor
+from imagekit.cli.doctor_cmd import doctor
 from imagekit.contract import exits
 from imagekit.engine import discover
 from imagekit.matrix.catalog import load_cells

@@ -72,7 +72,7 @@ def test_cells_that_compile_in_the_builder_keep_one_venv_layer() -> None:
 
 
 def test_reports_name_a_package_layer_by_its_group() -> None:
-    from imagekit.builder.session import describe
+    from imagekit.builder.build_report import describe
 
     run = (
         "RUN |1 TORCH_INDEX_URL= /bin/sh -c . /run/imagekit/build-env.sh && touch /tmp/x "

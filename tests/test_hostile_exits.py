@@ -14,7 +14,17 @@ from .hostile import CELL, lock_text, project, run, user_error
 
 __all__ = ["project"]  # the fixture, imported for pytest
 
-LAUNCH = ["launch", "--envs", "envs", "--engine", "slurm", "--nodes", "1", "--gpus-per-node", "1"]
+LAUNCH = [
+    "launch",
+    "--envs",
+    "envs",
+    "--scheduler",
+    "slurm",
+    "--nodes",
+    "1",
+    "--gpus-per-node",
+    "1",
+]
 
 
 @pytest.mark.parametrize(

@@ -260,7 +260,7 @@ ISSUE_COMMAND = ("train.py", "--tag", "$(PET_NODE_RANK)", "$$literal", "$(hostna
 
 def issue_manifest(kind: str) -> str:
     args = [
-        "launch", "--engine", "kubernetes", "--kind", kind, "--nodes", "2",
+        "launch", "--scheduler", "kubernetes", "--kind", kind, "--nodes", "2",
         "--gpus-per-node", "8", "--profile", "multi-node-ethernet", "--cell", CELL,
         *[x for env in ISSUE_ENV for x in ("--env", env)], "--", *ISSUE_COMMAND,
     ]  # fmt: skip
@@ -364,7 +364,7 @@ def test_slurm_delivers_values_byte_for_byte(
     kind: str, env: dict[str, str], command: list[str]
 ) -> None:
     spec = spec_of(
-        engine="slurm", kind=kind, profile="multi-node-ethernet", shm_size="1Mi", nodes=2,
+        scheduler="slurm", kind=kind, profile="multi-node-ethernet", shm_size="1Mi", nodes=2,
         env=env_args(env), command=tuple(command),
     )  # fmt: skip
     text = printable_lines(render(spec))
@@ -396,7 +396,7 @@ def test_an_env_value_with_a_control_character_is_refused(char: str) -> None:
 def test_the_cli_refuses_a_control_character_in_env_naming_the_option(
     value: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    argv = ["launch", "--engine", "slurm", "--nodes", "1", "--gpus-per-node", "0"]
+    argv = ["launch", "--scheduler", "slurm", "--nodes", "1", "--gpus-per-node", "0"]
     code, out = run_main([*argv, "--cell", CELL, "--env", f"IK_A={value}", "--", "t.py"], capsys)
     assert code == 2 and "--env" in out, out
 
@@ -418,7 +418,7 @@ def test_what_no_launcher_can_carry_is_refused(changes: dict[str, Any], words: l
 
 def test_a_command_with_control_characters_is_written_on_one_line() -> None:
     command = ("t.py", "a\nb", "c\r\nd", "e\tf'\\", "\u202e1", "ü")
-    text = printable_lines(render(spec_of(engine="slurm", command=command)))
+    text = printable_lines(render(spec_of(scheduler="slurm", command=command)))
     want = "  t.py $'a\\x0ab' $'c\\x0d\\x0ad' $'e\\x09f\\'\\\\' $'\\xe2\\x80\\xae1' 'ü'\n"
     assert want in text
 
@@ -426,13 +426,13 @@ def test_a_command_with_control_characters_is_written_on_one_line() -> None:
 @pytest.mark.parametrize("name", ["imagekit_x", "IMAGEKIT_LAUNCHER", "Imagekit_head_node"])
 def test_the_scripts_own_variable_names_are_refused(name: str) -> None:
     with pytest.raises(UsageError, match="launch script's variables are imagekit_"):
-        spec_of(engine="slurm", env=(f"{name}=1",))
+        spec_of(scheduler="slurm", env=(f"{name}=1",))
 
 
 @pytest.mark.parametrize("kind", ["pyxis", "apptainer"])
 def test_every_variable_the_script_sets_is_imagekit_s(kind: str) -> None:
     # What bash assigns (NAME=, read NAME, for NAME) in the script, the preflight and the drain.
-    text = render(spec_of(engine="slurm", kind=kind, drain_on_fail=True, env=("IK_A=1",)))
+    text = render(spec_of(scheduler="slurm", kind=kind, drain_on_fail=True, env=("IK_A=1",)))
     statements = [line for line in text.splitlines() if re.match(r"\s*\w+=", line)]
     names = {n for line in statements for n in re.findall(r"(?:^|\s)(\w+)=", line)}
     names |= set(re.findall(r"read -r (?:-a|-d '') (\w+)", text))

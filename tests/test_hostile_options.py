@@ -20,7 +20,17 @@ __all__ = ["project"]
 
 EVIL = "x\nFROM evil"
 BUILD = ["build", "--envs", "envs", "--dry-run"]
-LAUNCH = ["launch", "--envs", "envs", "--engine", "slurm", "--nodes", "1", "--gpus-per-node", "1"]
+LAUNCH = [
+    "launch",
+    "--envs",
+    "envs",
+    "--scheduler",
+    "slurm",
+    "--nodes",
+    "1",
+    "--gpus-per-node",
+    "1",
+]
 
 
 def test_the_issues_tag_suffix_is_refused(

@@ -101,7 +101,7 @@ def test_click_shows_imagekits_own_words_on_their_lines(
     assert bare.code == 2 and "Commands:" in bare.err.splitlines() and "\\n" not in bare.err
     missing = run(capsys, "launch", "--", "x")
     assert missing.err.splitlines()[-3:] == [
-        "Error: Missing option '--engine'. Choose from:",
+        "Error: Missing option '--scheduler'. Choose from:",
         "    kubernetes,",
         "    slurm",
     ]
@@ -233,7 +233,17 @@ def gpu_name(capsys: pytest.CaptureFixture[str], tmp: Path, value: str) -> Ran:
 def launch_name(capsys: pytest.CaptureFixture[str], tmp: Path, value: str) -> Ran:
     return run(
         capsys,
-        *("launch", "--envs", "envs", "--engine", "slurm", "--nodes", "2", "--gpus-per-node", "8"),
+        *(
+            "launch",
+            "--envs",
+            "envs",
+            "--scheduler",
+            "slurm",
+            "--nodes",
+            "2",
+            "--gpus-per-node",
+            "8",
+        ),
         *("--name", value, "--", "train.py"),
     )
 
@@ -326,7 +336,7 @@ def test_build_log_lines_are_shown_not_obeyed(
     engine = HostileBuilds(fail_builds=set(cells))
     engine.value = value
     monkeypatch.setattr("imagekit.engine.docker.DockerEngine", lambda *_: engine)
-    monkeypatch.setattr("imagekit.builder.session.git_output", lambda *_: "")
+    monkeypatch.setattr("imagekit.builder.git_labels.git_output", lambda *_: "")
     ran = run(capsys, "build", "--envs", "envs", "--progress", "plain", "--keep-going")
     assert ran.code == 6 and "failed" in ran.text, ran
     assert_shown(ran, value)

@@ -13,7 +13,7 @@ import yaml
 
 from imagekit import __version__
 from imagekit.cli import main
-from imagekit.cli.init import sanitized
+from imagekit.cli.init_cmd import sanitized
 from imagekit.locks import images
 from imagekit.matrix.catalog import load_cells
 from imagekit.matrix.source import Matcher, ignore_patterns

@@ -45,7 +45,7 @@ def the_cell() -> Any:
 
 def spec_of(**changes: Any) -> Any:
     values: dict[str, Any] = {
-        "engine": "kubernetes",
+        "scheduler": "kubernetes",
         "nodes": 4,
         "gpus_per_node": 8,
         "command": ("train.py", "--lr", "3e-4"),
@@ -250,9 +250,9 @@ def test_image_is_the_cells_tag_pinned_by_the_lock() -> None:
 def test_pinned_image_in_each_format() -> None:
     spec = spec_of(pins={TAG: DIGEST})
     assert f'image: "{TAG}@{DIGEST}"' in kubernetes.render(spec)
-    pyxis = slurm.render(spec_of(engine="slurm", pins={TAG: DIGEST}))
+    pyxis = slurm.render(spec_of(scheduler="slurm", pins={TAG: DIGEST}))
     assert f"--container-image='ghcr.io#example-org/pytorch-train:{DIGEST}'" in pyxis
-    apptainer = slurm.render(spec_of(engine="slurm", kind="apptainer", pins={TAG: DIGEST}))
+    apptainer = slurm.render(spec_of(scheduler="slurm", kind="apptainer", pins={TAG: DIGEST}))
     assert f"docker://{REPO}@{DIGEST}" in apptainer
 
 
@@ -304,7 +304,7 @@ def test_sbatch_scripts_pass_bash_n_and_shellcheck(
     command = ("-m", "pkg.train", "--name", "it's", "$HOME", "a\nb\u00a0")
     env = ("IK_A=it's $(id) `x` \\ \u00a0",)
     spec = spec_of(
-        engine="slurm", kind=kind, profile=profile, command=command, drain_on_fail=drain, env=env
+        scheduler="slurm", kind=kind, profile=profile, command=command, drain_on_fail=drain, env=env
     )
     path.write_text(render(spec))
     subprocess.run(["bash", "-n", str(path)], check=True)
@@ -318,13 +318,13 @@ def test_shellcheck_would_catch_a_broken_script(tmp_path: Path) -> None:
     if tool is None:
         pytest.skip("shellcheck is not installed")
     path = tmp_path / "job.sbatch"
-    text = render(spec_of(engine="slurm"))
+    text = render(spec_of(scheduler="slurm"))
     path.write_text(text.replace('"${imagekit_prefix[@]}"', "${imagekit_prefix[@]}"))
     assert subprocess.run([tool, "-S", "warning", str(path)], capture_output=True).returncode
 
 
 def test_sbatch_directives_and_steps() -> None:
-    text = render(spec_of(engine="slurm", nodes=64, gpus_per_node=8, name="llm"))
+    text = render(spec_of(scheduler="slurm", nodes=64, gpus_per_node=8, name="llm"))
     for line in (
         "#SBATCH --job-name=llm",
         "#SBATCH --nodes=64",
@@ -346,13 +346,13 @@ def test_sbatch_directives_and_steps() -> None:
 
 
 def test_sbatch_for_ethernet_needs_no_unlimited_memlock() -> None:
-    text = render(spec_of(engine="slurm", profile="multi-node-ethernet"))
+    text = render(spec_of(scheduler="slurm", profile="multi-node-ethernet"))
     assert "ulimit -l" not in text
     assert "export NCCL_IB_DISABLE=1" in text
 
 
 def test_apptainer_passes_the_nccl_env_explicitly() -> None:
-    text = render(spec_of(engine="slurm", kind="apptainer"))
+    text = render(spec_of(scheduler="slurm", kind="apptainer"))
     assert '--env-file "$imagekit_env_file"' in text
     assert '\n  printf "%s=\'%s\'\\n" NCCL_IB_DISABLE "${NCCL_IB_DISABLE//' in text
     assert "\n    --env " not in text  # Apptainer's --env splits values at commas
@@ -369,12 +369,12 @@ def test_apptainer_passes_the_nccl_env_explicitly() -> None:
         ({"gpus_per_node": -1}, ["--gpus-per-node -1", "0 (CPU) or more"]),
         ({"command": ()}, ["COMMAND", "after `--`"]),
         ({"kind": "pyxis"}, ["--kind pyxis", "trainjob, jobset"]),
-        ({"engine": "slurm", "kind": "jobset"}, ["--kind jobset", "pyxis, apptainer"]),
+        ({"scheduler": "slurm", "kind": "jobset"}, ["--kind jobset", "pyxis, apptainer"]),
         ({"name": "Bad_Name"}, ["--name Bad_Name", "lowercase"]),
         ({"name": "a" * 60}, ["at most 54 characters with 4 nodes"]),
         (
-            {"engine": "slurm", "namespace": "ml"},
-            ["--namespace ml", "only for --engine kubernetes"],
+            {"scheduler": "slurm", "namespace": "ml"},
+            ["--namespace ml", "only for --scheduler kubernetes"],
         ),
         ({"env": ("NOEQUALS",)}, ["--env NOEQUALS", "NAME=VALUE"]),
         ({"env": ("PET_NNODES=2",)}, ["--env PET_NNODES=2", "rendezvous"]),
@@ -386,11 +386,11 @@ def test_apptainer_passes_the_nccl_env_explicitly() -> None:
         ({"rdma_resource": "rdma/ib=0"}, ["--rdma-resource rdma/ib=0", "count"]),
         ({"checks": "stack,bogus"}, ["--checks stack,bogus", "ddp", "links"]),
         (
-            {"engine": "kubernetes", "drain_on_fail": True},
-            ["--drain-on-fail: only for --engine slurm", "GPU operator"],
+            {"scheduler": "kubernetes", "drain_on_fail": True},
+            ["--drain-on-fail: only for --scheduler slurm", "GPU operator"],
         ),
         (
-            {"engine": "slurm", "drain_on_fail": True, "checks": "none"},
+            {"scheduler": "slurm", "drain_on_fail": True, "checks": "none"},
             ["--drain-on-fail with --checks none"],
         ),
         ({"image": "Not A Ref"}, ["--image Not A Ref"]),
@@ -407,7 +407,9 @@ def test_bad_options_name_the_option_value_and_fix(
 
 def test_defaults_come_from_the_cell_and_its_profile() -> None:
     spec = build(
-        the_cell(), {}, LaunchOptions(engine="slurm", nodes=2, gpus_per_node=8, command=("t.py",))
+        the_cell(),
+        {},
+        LaunchOptions(scheduler="slurm", nodes=2, gpus_per_node=8, command=("t.py",)),
     )
     assert spec.profile == the_cell().profile
     assert spec.shm_size == PROFILE_SHM[spec.profile]
@@ -419,8 +421,18 @@ def test_defaults_come_from_the_cell_and_its_profile() -> None:
     assert spec_of(profile="multi-node-ib", rdma_resource="none").rdma is None
 
 
-def invoke(*extra: str, engine: str = "kubernetes") -> Any:
-    args = ["launch", "--engine", engine, "--nodes", "2", "--gpus-per-node", "8", "--cell", CELL]
+def invoke(*extra: str, scheduler: str = "kubernetes") -> Any:
+    args = [
+        "launch",
+        "--scheduler",
+        scheduler,
+        "--nodes",
+        "2",
+        "--gpus-per-node",
+        "8",
+        "--cell",
+        CELL,
+    ]
     return CliRunner().invoke(cli, [*args, *extra, "--", "train.py", "--lr", "3e-4"])
 
 
@@ -432,7 +444,7 @@ def test_cli_prints_the_file_deterministically() -> None:
 
 
 def test_cli_writes_the_file_with_out(tmp_path: Path) -> None:
-    result = invoke("--out", str(tmp_path / "jobs"), engine="slurm")
+    result = invoke("--out", str(tmp_path / "jobs"), scheduler="slurm")
     assert result.exit_code == 0, result.output
     path = tmp_path / "jobs" / "train-cu128-torch2-10-0-py3-12.pyxis.sbatch"
     assert f"wrote {path}" in result.output
@@ -440,7 +452,17 @@ def test_cli_writes_the_file_with_out(tmp_path: Path) -> None:
 
 
 def test_cli_needs_exactly_one_cell(capsys: pytest.CaptureFixture[str]) -> None:
-    argv = ["launch", "--engine", "slurm", "--nodes", "2", "--gpus-per-node", "8", "--cuda", "12.8"]
+    argv = [
+        "launch",
+        "--scheduler",
+        "slurm",
+        "--nodes",
+        "2",
+        "--gpus-per-node",
+        "8",
+        "--cuda",
+        "12.8",
+    ]
     code, output = run_main([*argv, "--", "t.py"], capsys)
     assert code == 2
     assert "cells match; a launch needs exactly one" in output
@@ -460,7 +482,7 @@ def run_main(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, 
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--engine", "nomad"], "'nomad' is not one of"),
+        (["--scheduler", "nomad"], "'nomad' is not one of"),
         (["--nodes", "0"], "--nodes 0: must be 1 or more"),
         (["--gpus-per-node", "-2"], "--gpus-per-node -2"),
         (["--kind", "pyxis"], "--kind pyxis: not a kubernetes kind"),
@@ -469,7 +491,7 @@ def run_main(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, 
 def test_cli_exits_2_on_bad_input(
     args: list[str], message: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    options = {"--engine": "kubernetes", "--nodes": "2", "--gpus-per-node": "8"}
+    options = {"--scheduler": "kubernetes", "--nodes": "2", "--gpus-per-node": "8"}
     options.update(zip(args[::2], args[1::2], strict=True))
     argv = ["launch", *[x for kv in options.items() for x in kv], "--cell", CELL, "--", "t.py"]
     code, output = run_main(argv, capsys)
@@ -477,8 +499,48 @@ def test_cli_exits_2_on_bad_input(
     assert message in output
 
 
+@pytest.mark.parametrize("scheduler", ["slurm", "kubernetes"])
+def test_engine_the_old_name_of_scheduler_still_works_the_same(
+    scheduler: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--engine slurm`, as scripts wrote it before --scheduler, writes the same file with
+    the same exit code, and says the new name on stderr; giving both is a usage error."""
+    from imagekit.cli import main
+
+    rest = ["--nodes", "2", "--gpus-per-node", "8", "--cell", CELL, "--", "t.py"]
+    ran = {}
+    for name in ("--scheduler", "--engine"):
+        with pytest.raises(SystemExit) as info:
+            main(["launch", name, scheduler, *rest])
+        out, err = capsys.readouterr()
+        ran[name] = (info.value.code, out, err)
+    code, out, err = ran["--scheduler"]
+    assert (code, err) == (0, "") and out
+    assert ran["--engine"] == (
+        0,
+        out,
+        "imagekit: note: --engine is now --scheduler; the old name will go away\n",
+    )
+    code, output = run_main(
+        ["launch", "--engine", scheduler, "--scheduler", scheduler, *rest], capsys
+    )
+    assert code == 2 and "--engine is the old name of --scheduler: give --scheduler alone" in output
+    code, output = run_main(["launch", *rest], capsys)
+    assert code == 2 and "Missing option '--scheduler'" in output
+
+
 def test_cli_exits_2_without_command(capsys: pytest.CaptureFixture[str]) -> None:
-    argv = ["launch", "--engine", "slurm", "--nodes", "2", "--gpus-per-node", "8", "--cell", CELL]
+    argv = [
+        "launch",
+        "--scheduler",
+        "slurm",
+        "--nodes",
+        "2",
+        "--gpus-per-node",
+        "8",
+        "--cell",
+        CELL,
+    ]
     code, output = run_main(argv, capsys)
     assert code == 2
     assert "no COMMAND" in output
@@ -490,20 +552,29 @@ LAUNCH = ("launch", "--nodes", "2", "--gpus-per-node", "8")
 def test_single_node_profile_on_many_nodes_gets_a_note() -> None:
     result = CliRunner().invoke(
         cli,
-        [*LAUNCH, "--engine", "kubernetes", "--cell", CELL, "--profile", "single-node", "t.py"],
+        [*LAUNCH, "--scheduler", "kubernetes", "--cell", CELL, "--profile", "single-node", "t.py"],
     )
     assert result.exit_code == 0
     assert "profile single-node sets no NCCL transport" in result.output
 
 
-@pytest.mark.parametrize("engine", ["kubernetes", "slurm"])
-def test_nvl72_profile_says_what_the_cluster_must_give(engine: str) -> None:
-    argv = [*LAUNCH, "--engine", engine, "--cell", CELL, "--profile", "multi-node-nvlink", "t.py"]
+@pytest.mark.parametrize("scheduler", ["kubernetes", "slurm"])
+def test_nvl72_profile_says_what_the_cluster_must_give(scheduler: str) -> None:
+    argv = [
+        *LAUNCH,
+        "--scheduler",
+        scheduler,
+        "--cell",
+        CELL,
+        "--profile",
+        "multi-node-nvlink",
+        "t.py",
+    ]
     result = CliRunner().invoke(cli, argv)
     assert result.exit_code == 0, result.output
     assert "needs an IMEX channel in every container" in result.output
     # the job carries the profile's settings (a pod's env list, or the script's exports)
-    said = "export NCCL_MNNVL_ENABLE=1" if engine == "slurm" else "name: NCCL_MNNVL_ENABLE"
+    said = "export NCCL_MNNVL_ENABLE=1" if scheduler == "slurm" else "name: NCCL_MNNVL_ENABLE"
     assert said in result.output and "NVIDIA_IMEX_CHANNELS" in result.output
 
 
@@ -520,13 +591,13 @@ def test_every_node_runs_the_hardware_checks_by_default_and_cpu_jobs_the_stack()
 
 
 def test_without_drain_on_fail_the_script_has_no_drain() -> None:
-    text = render(spec_of(engine="slurm"))
+    text = render(spec_of(scheduler="slurm"))
     assert "scontrol update" not in text and "imagekit-preflight-" not in text
     assert "--kill-on-bad-exit=1" in text.split("# Step 2")[0]
 
 
 def test_drain_on_fail_keeps_every_node_checking_then_drains_the_failed_ones() -> None:
-    text = render(spec_of(engine="slurm", drain_on_fail=True))
+    text = render(spec_of(scheduler="slurm", drain_on_fail=True))
     step1 = text[text.index("checking $SLURM_NNODES") : text.index("# Step 2")]
     # Every node finishes its checks, so every bad node is found in one job.
     assert "--kill-on-bad-exit" not in step1
@@ -545,7 +616,7 @@ def test_drain_on_fail_keeps_every_node_checking_then_drains_the_failed_ones() -
 def preflight_and_drain(tmp_path: Path, fake_selfcheck: str) -> tuple[str, list[str]]:
     """Run the generated preflight (with a stand-in `python`) and then the drain script (with
     a stand-in `scontrol` that records its arguments); returns the stderr and scontrol's argv."""
-    spec = spec_of(engine="slurm", drain_on_fail=True, shm_size="1Mi", profile="single-node")
+    spec = spec_of(scheduler="slurm", drain_on_fail=True, shm_size="1Mi", profile="single-node")
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "python").write_text(f"#!/bin/bash\n{fake_selfcheck}\n")
@@ -638,11 +709,11 @@ BOTH = (AMD64, ARM64)
         ((ARM64,), ARM64, ARM64),
     ],
 )
-@pytest.mark.parametrize("engine", ["kubernetes", "slurm"])
+@pytest.mark.parametrize("scheduler", ["kubernetes", "slurm"])
 def test_platform_defaults_to_the_images_only_one(
-    engine: str, platforms: tuple[str, ...], given: str | None, selected: str | None
+    scheduler: str, platforms: tuple[str, ...], given: str | None, selected: str | None
 ) -> None:
-    spec = spec_of(engine=engine, platforms=platforms, platform=given)
+    spec = spec_of(scheduler=scheduler, platforms=platforms, platform=given)
     assert (spec.platform, spec.platforms) == (selected, platforms)
     assert spec.node_platforms == ((selected,) if selected else platforms)
 
@@ -671,12 +742,12 @@ def test_a_platform_the_image_lacks_is_refused(
 
 @pytest.mark.parametrize("name", ["gpu", "gh200", "gb200-arm64", "batch_1.long", "A-1"])
 def test_partition_names_slurm_takes(name: str) -> None:
-    assert spec_of(engine="slurm", partition=name).partition == name
-    assert f"\n#SBATCH --partition={name}\n" in render(spec_of(engine="slurm", partition=name))
+    assert spec_of(scheduler="slurm", partition=name).partition == name
+    assert f"\n#SBATCH --partition={name}\n" in render(spec_of(scheduler="slurm", partition=name))
 
 
 @pytest.mark.parametrize(
-    ("engine", "name", "words"),
+    ("scheduler", "name", "words"),
     [
         ("slurm", "a b", ["--partition a b", "not a Slurm partition name", "e.g. gpu-arm64"]),
         ("slurm", "gpu,arm", ["--partition gpu,arm", "no spaces, commas"]),
@@ -684,21 +755,21 @@ def test_partition_names_slurm_takes(name: str) -> None:
         ("slurm", "", ["--partition", "not a Slurm partition name"]),
         ("slurm", "gpu;id", ["--partition gpu;id", "letters, digits"]),
         ("slurm", "gpü", ["--partition gpü", "letters, digits"]),
-        ("kubernetes", "gpu", ["--partition gpu", "only for --engine slurm", "--platform",
+        ("kubernetes", "gpu", ["--partition gpu", "only for --scheduler slurm", "--platform",
                                "kubernetes.io/arch", "node selectors"]),
     ],
 )  # fmt: skip
 def test_bad_partitions_name_the_option_value_and_fix(
-    engine: str, name: str, words: list[str]
+    scheduler: str, name: str, words: list[str]
 ) -> None:
     with pytest.raises(UsageError) as info:
-        spec_of(engine=engine, partition=name)
+        spec_of(scheduler=scheduler, partition=name)
     for word in words:
         assert word in str(info.value), (word, str(info.value))
 
 
 def test_no_partition_no_directive() -> None:
-    assert "--partition=" not in render(spec_of(engine="slurm"))
+    assert "--partition=" not in render(spec_of(scheduler="slurm"))
 
 
 @pytest.mark.parametrize(
@@ -748,7 +819,9 @@ def test_sbatch_checks_each_nodes_machine_before_any_container(
     kind: str, platforms: tuple[str, ...], given: str | None, case: str, header: str
 ) -> None:
     text = render(
-        spec_of(engine="slurm", kind=kind, platforms=platforms, platform=given, drain_on_fail=True)
+        spec_of(
+            scheduler="slurm", kind=kind, platforms=platforms, platform=given, drain_on_fail=True
+        )
     )
     assert header in text.split("#SBATCH")[0]
     assert f"\n{case}\n" in text
@@ -764,8 +837,8 @@ def test_sbatch_checks_each_nodes_machine_before_any_container(
 
 
 def test_apptainer_keeps_a_file_per_machine_for_an_image_of_several_platforms() -> None:
-    one = render(spec_of(engine="slurm", kind="apptainer"))
-    both = render(spec_of(engine="slurm", kind="apptainer", platforms=BOTH))
+    one = render(spec_of(scheduler="slurm", kind="apptainer"))
+    both = render(spec_of(scheduler="slurm", kind="apptainer", platforms=BOTH))
     assert "$(uname -m).sif" not in one
     (line,) = [line for line in both.splitlines() if line.strip().startswith("imagekit_sif=")]
     assert line.endswith('-$(uname -m).sif"')
@@ -779,7 +852,7 @@ def test_sbatch_scripts_of_each_platform_pass_bash_n_and_shellcheck(
 ) -> None:
     path = tmp_path / "job.sbatch"
     spec = spec_of(
-        engine="slurm", kind=kind, platforms=platforms, platform=given, partition="gh200"
+        scheduler="slurm", kind=kind, platforms=platforms, platform=given, partition="gh200"
     )
     path.write_text(render(spec))
     subprocess.run(["bash", "-n", str(path)], check=True)
@@ -795,20 +868,20 @@ def test_sbatch_scripts_of_each_platform_pass_bash_n_and_shellcheck(
     [
         (["--platform", "linux/arm64"], f"--platform linux/arm64: cell {CELL}'s image is built"),
         (["--platform", "linux/386"], "'linux/386' is not one of"),
-        (["--partition", "gh200"], "--partition gh200: only for --engine slurm"),
+        (["--partition", "gh200"], "--partition gh200: only for --scheduler slurm"),
     ],
 )
 def test_cli_refuses_a_platform_or_partition_that_does_not_fit(
     extra: list[str], message: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    argv = ["launch", "--engine", "kubernetes", "--nodes", "2", "--gpus-per-node", "8"]
+    argv = ["launch", "--scheduler", "kubernetes", "--nodes", "2", "--gpus-per-node", "8"]
     code, output = run_main([*argv, "--cell", CELL, *extra, "--", "t.py"], capsys)
     assert code == 2
     assert message in output
 
 
 def test_cli_passes_platform_and_partition() -> None:
-    result = invoke("--platform", "linux/amd64", "--partition", "gpu-x86", engine="slurm")
+    result = invoke("--platform", "linux/amd64", "--partition", "gpu-x86", scheduler="slurm")
     assert result.exit_code == 0, result.output
     assert "#SBATCH --partition=gpu-x86\n" in result.output
     doc = yaml.safe_load(invoke("--platform", "linux/amd64", "--kind", "jobset").output)

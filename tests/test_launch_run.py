@@ -134,7 +134,7 @@ def container_env(record: Path, tool: str) -> dict[str, str]:
 
 def job_text(kind: str, **changes: object) -> str:
     values: dict[str, object] = {
-        "engine": "slurm",
+        "scheduler": "slurm",
         "kind": kind,
         "nodes": 2,
         "gpus_per_node": 8,
@@ -270,7 +270,7 @@ def test_rdma_resource_is_checked_against_what_it_is_for(
     resource: str, ok: bool, capsys: pytest.CaptureFixture[str]
 ) -> None:
     code, err = run_main(
-        launch_args("--rdma-resource", resource, engine="kubernetes", profile="multi-node-ib"),
+        launch_args("--rdma-resource", resource, scheduler="kubernetes", profile="multi-node-ib"),
         capsys,
     )
     assert (code == 0) == ok, err
@@ -279,10 +279,10 @@ def test_rdma_resource_is_checked_against_what_it_is_for(
 
 
 def launch_args(
-    *extra: str, engine: str = "slurm", profile: str = "multi-node-ethernet"
+    *extra: str, scheduler: str = "slurm", profile: str = "multi-node-ethernet"
 ) -> list[str]:
     return [
-        "launch", "--engine", engine, "--nodes", "2", "--gpus-per-node", "8",
+        "launch", "--scheduler", scheduler, "--nodes", "2", "--gpus-per-node", "8",
         "--profile", profile, "--cell", "cu128-torch2.10.0-py3.12-ubuntu24.04-nvidia",
         *extra, "--", "train.py",
     ]  # fmt: skip
@@ -292,7 +292,7 @@ def test_a_value_with_a_newline_is_refused_before_it_reaches_a_heredoc() -> None
     from imagekit.errors import UsageError
 
     with pytest.raises(UsageError, match="control character"):
-        spec_of(engine="slurm", kind="apptainer", env=("X=a\nIMAGEKIT_ENV\nrm -rf ~",))
+        spec_of(scheduler="slurm", kind="apptainer", env=("X=a\nIMAGEKIT_ENV\nrm -rf ~",))
 
 
 # -- each node's machine, checked on the host before any container -------------------------------

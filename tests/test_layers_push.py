@@ -11,9 +11,12 @@ from typing import Any
 
 import pytest
 
+from imagekit.builder.build_options import BuildOptions
+from imagekit.builder.build_plan import plan
+from imagekit.builder.build_report import CellReport, share_layers, summary
+from imagekit.builder.build_runner import Runner
 from imagekit.builder.display import QuietDisplay
 from imagekit.builder.inputs import Inputs
-from imagekit.builder.session import BuildOptions, CellReport, Runner, plan, share_layers, summary
 from imagekit.engine.discover import Builder, buildx_driver, unsupported
 from imagekit.engine.docker import align_layers
 from imagekit.engine.fake import FakeEngine
@@ -334,7 +337,7 @@ def test_compression_options_checked_before_anything(capsys: pytest.CaptureFixtu
 def test_a_dry_run_refuses_several_platforms_as_the_run_does(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    """The dry run's refusal is the real run's own message (orchestrate.index_problem)."""
+    """The dry run's refusal is the real run's own message (push_decisions.index_problem)."""
     two = "pytorch-train-cu130-torch2.14.1-py3.12-ubuntu24.04-slim"
     base = ["build", "--cell", two, "--dry-run", "--ca-bundle", __file__, "--push"]
     platforms = ["--platform", "linux/amd64,linux/arm64"]
@@ -353,7 +356,8 @@ def test_build_refuses_what_the_engine_cannot_do_before_building(  # type: ignor
     """run_build asks the engine it is given (the CLI's one DockerEngine; here the fake) what
     it supports before the preflight and any build: a refusal is a usage error (exit 2).
     DockerEngine's own refusals and their fixes: test_builtin_buildkit_refuses_..."""
-    from imagekit.builder.orchestrate import BuildRun, run_build
+    from imagekit.builder.build_options import BuildRun
+    from imagekit.builder.orchestrate import run_build
 
     inputs = Inputs(ca_bundle=None, ca_source="none", index_url=None, wheelhouse=None)
     options = BuildOptions(work_dir=tmp_path / ".imagekit", report_dir=tmp_path / "r", push=True)
@@ -373,7 +377,8 @@ def test_build_refuses_what_the_engine_cannot_do_before_building(  # type: ignor
 def test_a_dry_run_leaves_the_engine_alone(  # type: ignore[no-untyped-def]
     cells, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from imagekit.builder.orchestrate import BuildRun, run_build
+    from imagekit.builder.build_options import BuildRun
+    from imagekit.builder.orchestrate import run_build
 
     inputs = Inputs(ca_bundle=None, ca_source="none", index_url=None, wheelhouse=None)
     options = BuildOptions(work_dir=tmp_path / ".imagekit", report_dir=tmp_path / "r")
@@ -387,10 +392,11 @@ def test_a_dry_run_leaves_the_engine_alone(  # type: ignore[no-untyped-def]
 def test_run_build_builds_every_cell_on_the_engine_it_is_given(  # type: ignore[no-untyped-def]
     cells, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import imagekit.builder.session as session
-    from imagekit.builder.orchestrate import BuildRun, run_build
+    import imagekit.builder.git_labels as git_labels
+    from imagekit.builder.build_options import BuildRun
+    from imagekit.builder.orchestrate import run_build
 
-    monkeypatch.setattr(session, "git_output", lambda *args: "")  # no git for the labels
+    monkeypatch.setattr(git_labels, "git_output", lambda *args: "")  # no git for the labels
 
     inputs = Inputs(ca_bundle=None, ca_source="none", index_url=None, wheelhouse=None)
     options = BuildOptions(work_dir=tmp_path / ".imagekit", report_dir=tmp_path / "r")

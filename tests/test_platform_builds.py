@@ -15,10 +15,13 @@ from typing import Any
 import pytest
 
 from imagekit.builder import bases, oci_layout
+from imagekit.builder.build_options import BuildOptions
+from imagekit.builder.build_plan import plan
+from imagekit.builder.build_report import CellReport
+from imagekit.builder.build_runner import Runner
 from imagekit.builder.display import QuietDisplay
 from imagekit.builder.inputs import Inputs
 from imagekit.builder.orchestrate import check_platforms
-from imagekit.builder.session import BuildOptions, CellReport, Runner, plan
 from imagekit.engine.fake import FakeEngine
 from imagekit.engine.interface import BuildRequest, build_flags
 from imagekit.errors import UsageError

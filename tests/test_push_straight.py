@@ -16,10 +16,14 @@ from typing import Any
 import pytest
 import zstandard
 
+from imagekit.builder.build_options import BuildOptions
+from imagekit.builder.build_plan import plan
+from imagekit.builder.build_report import CellReport, summary
+from imagekit.builder.build_runner import Runner
 from imagekit.builder.display import QuietDisplay
 from imagekit.builder.inputs import Inputs
-from imagekit.builder.orchestrate import check_tools, resolve_compression
-from imagekit.builder.session import BuildOptions, CellReport, Runner, plan, summary
+from imagekit.builder.orchestrate import check_tools
+from imagekit.builder.push_decisions import resolve_compression
 from imagekit.engine import pushed
 from imagekit.engine.fake import ZSTD_LAYER, FakeEngine
 from imagekit.engine.interface import BuildRequest, Compression, ImageInfo, build_push_flags

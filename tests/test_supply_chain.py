@@ -15,9 +15,11 @@ from typing import Any
 
 import pytest
 
+from imagekit.builder.build_options import BuildOptions
+from imagekit.builder.build_plan import plan
+from imagekit.builder.build_runner import Runner
 from imagekit.builder.display import QuietDisplay
 from imagekit.builder.inputs import Inputs
-from imagekit.builder.session import BuildOptions, Runner, plan
 from imagekit.engine.docker import file_from_tar
 from imagekit.engine.fake import FakeEngine
 from imagekit.errors import UsageError

@@ -160,7 +160,7 @@ class BaseFound:
     def lacks(self, needed: Iterable[str]) -> list[str]:
         """The platforms of `needed` it does not have; none where it is not known which it
         has (a registry that does not say, an engine older than the list: BuildKit then
-        warns where it builds on another platform, and session.py fails the cell)."""
+        warns where it builds on another platform, and build_runner.py fails the cell)."""
         if not self.platforms:
             return []
         return [p for p in needed if p not in self.platforms]

@@ -3,8 +3,8 @@ nothing is contacted.
 
 How a push goes depends on the engine (whether BuildKit pushes the layers, whether the
 image can carry a provenance attestation), which a dry run does not ask. So it pictures
-each kind of engine, asks it the run's own questions (session.py's pushes_straight,
-pushed_request, engine_pushes, sbom_status; orchestrate.py's resolve_compression;
+each kind of engine, asks it the run's own questions (push_decisions.py's pushes_straight,
+pushed_request, engine_pushes, sbom_status, resolve_compression, index_problem;
 DockerEngine's own build and push arguments) and prints what each would do, the kinds that
 would do the same under one heading. Nothing it prints is decided anywhere else.
 """
@@ -16,15 +16,16 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from imagekit import terminal
+from imagekit.builder.build_options import BuildOptions
+from imagekit.builder.build_plan import PlannedBuild, plan
 from imagekit.builder.inputs import Inputs
-from imagekit.builder.session import (
-    BuildOptions,
-    PlannedBuild,
+from imagekit.builder.push_decisions import (
     engine_pushes,
-    plan,
+    index_problem,
     provenance_state,
     pushed_request,
     pushes_straight,
+    resolve_compression,
     sbom_status,
 )
 from imagekit.engine.discover import Builder, unsupported
@@ -98,8 +99,6 @@ def engine_lines(
     cell: Cell, options: BuildOptions, resolved: Inputs, engine: PicturedEngine
 ) -> list[str]:
     """What a push of `cell` does on `engine`, decided as the run decides it."""
-    from imagekit.builder.orchestrate import resolve_compression
-
     options = resolve_compression(engine, options)
     build = plan([cell], options, resolved)[0]
     refused = refusals(engine, build, options)
@@ -154,8 +153,6 @@ def refusals(engine: PicturedEngine, build: PlannedBuild, options: BuildOptions)
         engine.builder, options.cache_to, options.compression, engine.containerd_store
     )
     if len(build.platforms) > 1:
-        from imagekit.builder.orchestrate import index_problem
-
         problem = index_problem(engine, build.platforms, options, who=lambda: "this engine")
         problems += [problem] if problem else []
     return problems

@@ -1,52 +1,30 @@
 """`imagekit build` from typed options to reports: the selection checked, then a dry run
 (dry_run.py) or the engine's support checked, the preflight and base bootstrap
-(preflight.py), the builds (session.py) and the summary. The engine is the caller's: the
-CLI makes one DockerEngine per run, tests pass engine/fake.py's."""
+(preflight.py), the builds (build_runner.py) and the summary. The engine is the caller's:
+the CLI makes one DockerEngine per run, tests pass engine/fake.py's."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from imagekit import terminal
 from imagekit.builder import bases as base
+from imagekit.builder.build_options import BuildOptions, BuildRun
+from imagekit.builder.build_plan import PlannedBuild, plan
+from imagekit.builder.build_report import CellReport, raise_for_failures, summary
+from imagekit.builder.build_runner import Runner
 from imagekit.builder.display import make_display
 from imagekit.builder.dry_run import print_dry_run
+from imagekit.builder.git_labels import build_labels
 from imagekit.builder.inputs import Inputs
 from imagekit.builder.preflight import bootstrap_missing, check_tag_suffix, check_target, preflight
-from imagekit.builder.session import (
-    BuildOptions,
-    CellReport,
-    PlannedBuild,
-    Runner,
-    build_labels,
-    plan,
-    raise_for_failures,
-    summary,
-)
+from imagekit.builder.push_decisions import index_problem, resolve_compression
 from imagekit.engine.interface import Engine
 from imagekit.errors import UsageError
 from imagekit.matrix.cells import Cell
 from imagekit.supply import tools
-
-
-@dataclass(frozen=True)
-class BuildRun:
-    """How this run goes, beside what it builds: a dry run, base bootstrapping, the display."""
-
-    dry_run: bool = False
-    bootstrap_base: bool = False
-    mirror: str | None = None
-    progress: str = "auto"
-
-
-def resolve_compression(engine: Engine, options: BuildOptions) -> BuildOptions:
-    """--compression auto: zstd where BuildKit writes the pushed layers, else gzip."""
-    if not options.compression.auto:
-        return options
-    chosen = options.compression.for_engine(options.push and engine.pushes_from_builder())
-    return replace(options, compression=chosen)
 
 
 def check_tools(engine: Engine, options: BuildOptions) -> None:
@@ -69,33 +47,6 @@ def check_platforms(engine: Engine, builds: Sequence[PlannedBuild], options: Bui
     problem = index_problem(engine, several.platforms, options) if several else ""
     if problem:
         raise UsageError(problem)
-
-
-def index_problem(
-    engine: Engine,
-    platforms: Sequence[str],
-    options: BuildOptions,
-    who: Callable[[], str] | None = None,
-) -> str:
-    """Why `platforms`, several, cannot be built as one index with these options on this
-    engine ("" where they can). `who` names the engine (default: its describe(), which asks
-    the daemon; a dry run, which contacts nothing, names it itself)."""
-    asked = f"--platform {','.join(platforms)}"
-    if not options.push or options.load:
-        return (
-            f"{asked}: an image of several platforms is one index, pushed to a registry, "
-            "and each platform's report is read back from there: add --push (without "
-            "--load); to build a local image, name one platform (e.g. --platform linux/arm64)"
-        )
-    if not (engine.pushes_from_builder() and engine.holds_multi_platform()):
-        return (
-            f"{asked}: {(who or engine.describe)()} cannot build and push an image of several "
-            "platforms (Docker 20.10, or buildx's docker driver on the classic image store). "
-            'Fix: turn on the containerd image store (dockerd\'s {"features": '
-            '{"containerd-snapshotter": true}}), or use a docker-container builder '
-            "(docker buildx create --driver docker-container --use)"
-        )
-    return ""
 
 
 def run_build(

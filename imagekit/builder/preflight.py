@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 
 from imagekit import terminal
 from imagekit.builder import bases as base
-from imagekit.builder.session import platforms_for
+from imagekit.builder.build_plan import platforms_for
 from imagekit.contract.refs import parse
 from imagekit.engine.interface import Engine
 from imagekit.errors import BuildError, UsageError

@@ -100,26 +100,11 @@ def _filter_options(func: Callable[..., Any], lock_exists: bool) -> Callable[...
 @dataclass(frozen=True)
 class Selection:
     """Which cells a command works on: matrix files, lock file, filters. Built once from
-    click's values in the command, then passed on (nothing reads click's dict after)."""
+    click's values in the command (selection_from), then passed on."""
 
     envs: tuple[Path, ...] = ()
     lock: Path | None = None
     filters: Filters = field(default_factory=Filters)
-
-    @classmethod
-    def of(cls, values: Mapping[str, Any]) -> Selection:
-        return cls(
-            envs=tuple(values["envs"]),
-            lock=values["lock"],
-            filters=Filters(
-                cuda=tuple(values["cuda"]),
-                torch=tuple(values["torch"]),
-                python=tuple(values["python"]),
-                os=tuple(values["os_"]),
-                flavor=tuple(values["flavor"]),
-                cell=tuple(values["cell"]),
-            ),
-        )
 
     def cells(self) -> list[Cell]:
         return select(load_cells(self.envs, self.lock), self.filters)
@@ -135,6 +120,25 @@ class Selection:
         from imagekit.locks.packages import default_dir
 
         return default_dir(self.images_lock())
+
+
+def selection_from(values: Mapping[str, Any]) -> Selection:
+    """The selection, from filter_options' values; nothing reads click's dict for it after.
+
+    Every command turns its options into typed objects this way: a `<type>_from(values)`
+    function beside the command (build_options_from, launch_options_from, ...)."""
+    return Selection(
+        envs=tuple(values["envs"]),
+        lock=values["lock"],
+        filters=Filters(
+            cuda=tuple(values["cuda"]),
+            torch=tuple(values["torch"]),
+            python=tuple(values["python"]),
+            os=tuple(values["os_"]),
+            flavor=tuple(values["flavor"]),
+            cell=tuple(values["cell"]),
+        ),
+    )
 
 
 docker_option = click.option(
@@ -178,6 +182,22 @@ def renamed_option(old: str, dest: str, **kwargs: Any) -> Callable[[Any], Any]:
     """An option's old name, still taken but hidden from help; `renamed` merges it into the
     new one's value and says once, on stderr, what it is called now."""
     return click.option(old, dest, hidden=True, default=None, **kwargs)
+
+
+def old_name_value(dest: str) -> Callable[[], Any]:
+    """The default of a required option whose old name (renamed_option, `dest`) is declared
+    just before it: the old name's value, so that either name satisfies `required`, and
+    neither is click's own "Missing option" for the new name. click reads the options given
+    first, then the others in their order of declaration, so the old one has been read when
+    this default is asked for."""
+
+    def default() -> Any:
+        value = click.get_current_context().params.get(dest)
+        if value is None:
+            raise click.MissingParameter()  # click adds which option, as for any other
+        return value
+
+    return default
 
 
 def renamed(values: dict[str, Any], old: str, new: str, dest: str, new_dest: str) -> None:

@@ -16,10 +16,10 @@ __all__ = ["LaunchOptions", "LaunchSpec", "build", "filename", "render"]
 
 
 def render(spec: LaunchSpec) -> str:
-    return kubernetes.render(spec) if spec.engine == "kubernetes" else slurm.render(spec)
+    return kubernetes.render(spec) if spec.scheduler == "kubernetes" else slurm.render(spec)
 
 
 def filename(spec: LaunchSpec) -> str:
     """e.g. train-cu128-torch2-10-0-py3-12.trainjob.yaml or ....pyxis.sbatch"""
-    suffix = "yaml" if spec.engine == "kubernetes" else "sbatch"
+    suffix = "yaml" if spec.scheduler == "kubernetes" else "sbatch"
     return f"{spec.name}.{spec.kind}.{suffix}"

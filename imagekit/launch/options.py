@@ -19,7 +19,7 @@ from imagekit.matrix.ref_checks import check_image_ref, pinned
 from imagekit.platforms import AMD64, PLATFORMS
 from imagekit.sizes import QUANTITY, quantity_kib
 
-KINDS = {"kubernetes": ("trainjob", "jobset"), "slurm": ("pyxis", "apptainer")}
+KINDS = {"kubernetes": ("trainjob", "jobset"), "slurm": ("pyxis", "apptainer")}  # by --scheduler
 KNOWN_CHECKS = ORDER
 # A few minutes on every node: the stack, the GPUs the node should have and their health,
 # their speed, NCCL across the node's GPUs, and the links between them.
@@ -94,7 +94,7 @@ _RESOURCE = re.compile(
 class LaunchOptions:
     """The command line, as given (None: take the default of the cell or profile)."""
 
-    engine: str
+    scheduler: str
     nodes: int
     gpus_per_node: int
     command: tuple[str, ...]
@@ -116,7 +116,7 @@ class LaunchOptions:
 class LaunchSpec:
     """Everything the writers need, validated. `image` is name:tag or name:tag@sha256:..."""
 
-    engine: str
+    scheduler: str
     kind: str
     name: str
     namespace: str | None
@@ -171,10 +171,10 @@ def build(cell: Cell, pins: Mapping[str, str], opts: LaunchOptions) -> LaunchSpe
     _check_counts(opts)
     profile = opts.profile or cell.profile
     return LaunchSpec(
-        engine=opts.engine,
-        kind=_kind(opts.engine, opts.kind),
+        scheduler=opts.scheduler,
+        kind=_kind(opts.scheduler, opts.kind),
         name=_name(opts.name or default_name(cell), opts.nodes),
-        namespace=_namespace(opts.engine, opts.namespace),
+        namespace=_namespace(opts.scheduler, opts.namespace),
         cell_id=cell.id,
         image=image_ref(opts.image or cell.tags[0], pins),
         nodes=opts.nodes,
@@ -188,7 +188,7 @@ def build(cell: Cell, pins: Mapping[str, str], opts: LaunchOptions) -> LaunchSpe
         drain_on_fail=_drain(opts),
         platform=_platform(cell, opts.platform),
         platforms=cell.platforms,
-        partition=_partition(opts.engine, opts.partition),
+        partition=_partition(opts.scheduler, opts.partition),
     )
 
 
@@ -243,12 +243,12 @@ def _is_utf8(text: str) -> bool:
     return True
 
 
-def _kind(engine: str, kind: str | None) -> str:
-    kinds = KINDS[engine]
+def _kind(scheduler: str, kind: str | None) -> str:
+    kinds = KINDS[scheduler]
     if kind is None:
         return kinds[0]
     if kind not in kinds:
-        raise UsageError(f"--kind {kind}: not a {engine} kind; choose one of {', '.join(kinds)}")
+        raise UsageError(f"--kind {kind}: not a {scheduler} kind; choose one of {', '.join(kinds)}")
     return kind
 
 
@@ -264,11 +264,11 @@ def _name(name: str, nodes: int) -> str:
     return name
 
 
-def _namespace(engine: str, namespace: str | None) -> str | None:
+def _namespace(scheduler: str, namespace: str | None) -> str | None:
     if namespace is None:
         return None
-    if engine != "kubernetes":
-        raise UsageError(f"--namespace {namespace}: only for --engine kubernetes")
+    if scheduler != "kubernetes":
+        raise UsageError(f"--namespace {namespace}: only for --scheduler kubernetes")
     if not _DNS_LABEL.fullmatch(namespace) or len(namespace) > 63:
         raise UsageError(f"--namespace {namespace}: not a Kubernetes namespace name")
     return namespace
@@ -348,9 +348,9 @@ def _checks(text: str | None, gpus_per_node: int) -> tuple[str, ...]:
 def _drain(opts: LaunchOptions) -> bool:
     if not opts.drain_on_fail:
         return False
-    if opts.engine != "slurm":
+    if opts.scheduler != "slurm":
         raise UsageError(
-            "--drain-on-fail: only for --engine slurm; on Kubernetes a failed preflight fails "
+            "--drain-on-fail: only for --scheduler slurm; on Kubernetes a failed preflight fails "
             "the pod, and tainting bad nodes is the GPU operator's health checks' job"
         )
     if opts.checks == "none":
@@ -374,12 +374,12 @@ def _platform(cell: Cell, platform: str | None) -> str | None:
     return platform
 
 
-def _partition(engine: str, partition: str | None) -> str | None:
+def _partition(scheduler: str, partition: str | None) -> str | None:
     if partition is None:
         return None
-    if engine != "slurm":
+    if scheduler != "slurm":
         raise UsageError(
-            f"--partition {partition}: only for --engine slurm; on Kubernetes pick the nodes' "
+            f"--partition {partition}: only for --scheduler slurm; on Kubernetes pick the nodes' "
             "architecture with --platform (a kubernetes.io/arch node selector), other node "
             "pools with the cluster's node selectors"
         )

@@ -1,4 +1,4 @@
-"""`imagekit launch --engine slurm` submitted for real to a one-node Slurm on this machine
+"""`imagekit launch --scheduler slurm` submitted for real to a one-node Slurm on this machine
 (.ci/slurm-one-node.sh: Debian's slurm-wlm and munge, started as root).
 
 Pyxis/enroot and Apptainer are not packaged here, so the script's container is swapped for
@@ -64,7 +64,7 @@ def submit(
     folder.mkdir()
     (folder / "train.py").write_text(TRAIN, encoding="utf-8")
     result = imagekit(
-        "launch", "--engine", "slurm", "--nodes", "1", "--gpus-per-node", "0",
+        "launch", "--scheduler", "slurm", "--nodes", "1", "--gpus-per-node", "0",
         "--cell", "cpu-*", "--profile", "multi-node-ethernet", "--shm-size", "1Gi",
         "--checks", "stack,ddp", "--name", "smoke", "--out", str(folder), *launch,
         "--", "train.py", "--note", "it's",

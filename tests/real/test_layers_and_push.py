@@ -27,7 +27,7 @@ EXTRA = 3_000_000  # bytes of the one layer the derived image adds
 
 @pytest.mark.compat
 def test_layers_and_the_ones_two_images_share(tmp_path: Path, project: Path) -> None:
-    from imagekit.builder.session import CellReport, share_layers
+    from imagekit.builder.build_report import CellReport, share_layers
     from imagekit.engine.docker import DockerEngine
 
     engine = DockerEngine()

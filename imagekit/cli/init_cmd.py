@@ -12,8 +12,10 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import click
 import jinja2
@@ -106,23 +108,28 @@ INSTALL = Checked("spec", check_install)
     f"not on PyPI. Default: imagekit=={__version__}, for a team index.",
 )
 @click.option("--force", is_flag=True, help="Overwrite the files init writes that are there.")
-def init(
-    directory: Path, name: str | None, registry: str, install: str | None, force: bool
-) -> None:
+def init(directory: Path, force: bool, **kwargs: Any) -> None:
     """Start a matrix: envs/NAME.yaml with one cell, the images workflow, .dockerignore."""
-    values = Values(
-        name=name or sanitized(Path(os.path.abspath(directory)).name),
-        registry=registry,
-        install=install or default_install(),
-    )
-    files = planned(directory, values)
+    options = init_options_from(directory, kwargs)
+    files = planned(directory, options)
     refuse_existing(files, force)
-    tag = write_all(files, directory / values.matrix_file)
-    terminal.echo(next_steps(directory, values, tag, other_matrices(directory, values)))
+    tag = write_all(files, directory / options.matrix_file)
+    terminal.echo(next_steps(directory, options, tag, other_matrices(directory, options)))
+
+
+def init_options_from(directory: Path, values: Mapping[str, Any]) -> InitOptions:
+    """What init writes its files with, from init's options and DIR."""
+    return InitOptions(
+        name=values["name"] or sanitized(Path(os.path.abspath(directory)).name),
+        registry=values["registry"],
+        install=values["install"] or default_install(),
+    )
 
 
 @dataclass(frozen=True)
-class Values:
+class InitOptions:
+    """The answers the files are written with: the name, the registry, the install spec."""
+
     name: str
     registry: str
     install: str
@@ -146,16 +153,16 @@ def sanitized(folder_name: str) -> str:
     return name or "images"
 
 
-def planned(directory: Path, values: Values) -> dict[Path, str]:
+def planned(directory: Path, options: InitOptions) -> dict[Path, str]:
     """Each file init writes, in DIR, and its text."""
     texts = {
-        values.matrix_file: _template("matrix.yaml.j2").render(
-            name=values.name,
-            registry=values.registry,
-            local_registry=values.registry == LOCAL_REGISTRY,
+        options.matrix_file: _template("matrix.yaml.j2").render(
+            name=options.name,
+            registry=options.registry,
+            local_registry=options.registry == LOCAL_REGISTRY,
             version=__version__,
         ),
-        WORKFLOW: workflow(images_workflow().read_text(encoding="utf-8"), values),
+        WORKFLOW: workflow(images_workflow().read_text(encoding="utf-8"), options),
         DOCKERIGNORE: (INIT_DIR / "dockerignore").read_text(encoding="utf-8"),
     }
     return {directory / path: text for path, text in texts.items()}
@@ -203,18 +210,18 @@ def first_tag(matrix: Path) -> str:
     return load_cells([matrix])[0].tags[0]
 
 
-def other_matrices(directory: Path, values: Values) -> list[Path]:
+def other_matrices(directory: Path, options: InitOptions) -> list[Path]:
     """Matrix files already in DIR/envs besides the one init wrote: the matrix is all of them."""
     folder = directory / MATRIX_DIR
     found = [*folder.glob("*.yaml"), *folder.glob("*.yml")]
-    return sorted(p for p in found if p.name != values.matrix_file.name)
+    return sorted(p for p in found if p.name != options.matrix_file.name)
 
 
-def next_steps(directory: Path, values: Values, tag: str, others: list[Path]) -> list[str]:
-    written = (values.matrix_file, WORKFLOW, DOCKERIGNORE)
+def next_steps(directory: Path, options: InitOptions, tag: str, others: list[Path]) -> list[str]:
+    written = (options.matrix_file, WORKFLOW, DOCKERIGNORE)
     cd = [] if Path(os.path.abspath(directory)) == Path.cwd() else [f"  cd {directory}"]
     steps = [
-        (f"edit {values.matrix_file}", "your code (requirements, source), more cells"),
+        (f"edit {options.matrix_file}", "your code (requirements, source), more cells"),
         ("imagekit list", "the cells"),
         ("imagekit render", "dockerfiles/<cell>/Dockerfile: commit them"),
         ("imagekit build", "build the image with BuildKit"),
@@ -229,14 +236,14 @@ def next_steps(directory: Path, values: Values, tag: str, others: list[Path]) ->
         *cd,
         *(f"  {command.ljust(width)}  # {why}" for command, why in steps),
     ]
-    if values.registry == LOCAL_REGISTRY:
+    if options.registry == LOCAL_REGISTRY:
         lines.append(
             f"the registry is {LOCAL_REGISTRY}, this machine's: for CI, set `registry:` in "
-            f"{values.matrix_file} and the login steps of {WORKFLOW} to your team's"
+            f"{options.matrix_file} and the login steps of {WORKFLOW} to your team's"
         )
-    if values.install == default_install():
+    if options.install == default_install():
         lines.append(
-            f"the workflow installs imagekit with `pip install {values.install}`: imagekit is "
+            f"the workflow installs imagekit with `pip install {options.install}`: imagekit is "
             f"not on PyPI, so set IMAGEKIT_INSTALL in {WORKFLOW} to where your team gets it"
         )
     return lines
@@ -253,14 +260,14 @@ GHCR_LOGIN = (
 _PATHS = re.compile(r"^    paths: \[.*\]\n", re.MULTILINE)
 
 
-def workflow(source: str, values: Values) -> str:
+def workflow(source: str, options: InitOptions) -> str:
     """imagekit's images.yml for the team's repository. Each change asserts what it changes
     is there, so a change to imagekit's workflow breaks the tests, not a team's copy."""
     _, sep, body = source.partition("\nname: ")
-    text = _header(values) + sep.lstrip("\n") + body
+    text = _header(options) + sep.lstrip("\n") + body
     text = _replace(text, INSTALL_STEP, '      - run: pip install "$IMAGEKIT_INSTALL"\n')
-    text = _replace(text, "\nenv:\n", "\nenv:\n" + _install_env(values.install), count=1)
-    text = _replace(text, GHCR_LOGIN, _login(values.host))
+    text = _replace(text, "\nenv:\n", "\nenv:\n" + _install_env(options.install), count=1)
+    text = _replace(text, GHCR_LOGIN, _login(options.host))
     text, dropped = _PATHS.subn("", text)  # the team's folders are not imagekit's
     if not sep or dropped != 2:
         raise RuntimeError(f"{images_workflow()} has not the shape init adapts")
@@ -274,13 +281,13 @@ def _replace(text: str, old: str, new: str, count: int | None = None) -> str:
     return text.replace(old, new)
 
 
-def _header(values: Values) -> str:
-    if values.host == "ghcr.io":
+def _header(options: InitOptions) -> str:
+    if options.host == "ghcr.io":
         note = "with the job's GITHUB_TOKEN."
     else:
         note = "with the secrets REGISTRY_USERNAME and REGISTRY_PASSWORD."
     return _template("workflow-header.yml").render(
-        version=__version__, registry_host=values.host, login_note=note
+        version=__version__, registry_host=options.host, login_note=note
     )
 
 

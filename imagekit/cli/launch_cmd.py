@@ -2,37 +2,57 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from imagekit import terminal
-from imagekit.cli.common import Selection, examples, filter_options, list_option
+from imagekit.cli.common import (
+    Selection,
+    examples,
+    filter_options,
+    list_option,
+    old_name_value,
+    renamed,
+    renamed_option,
+    selection_from,
+)
 from imagekit.cli.params import ENV, IMAGE_REF, OUT_DIR
 from imagekit.errors import UsageError
 from imagekit.matrix.cells import Cell
 from imagekit.matrix.profiles import PROFILE_ENV
 from imagekit.platforms import PLATFORMS
 
+if TYPE_CHECKING:
+    from imagekit.launch import LaunchOptions
+
+SCHEDULERS = ["kubernetes", "slurm"]  # where a launch runs: --scheduler
+
 
 @click.command(
     short_help="Print a TrainJob/JobSet or sbatch script that runs COMMAND on N nodes.",
     epilog=examples(
-        "imagekit launch --engine kubernetes --nodes 4 --gpus-per-node 8 \\",
+        "imagekit launch --scheduler kubernetes --nodes 4 --gpus-per-node 8 \\",
         "    --cell 'cu128-torch2.10.0-py3.12-ubuntu24.04-nvidia' -- train.py --epochs 3",
-        "imagekit launch --engine kubernetes --kind jobset --profile multi-node-ib \\",
+        "imagekit launch --scheduler kubernetes --kind jobset --profile multi-node-ib \\",
         "    --nodes 2 --gpus-per-node 8 --cell 'cu128-torch2.10.0-py3.12-*-nvidia' -- -m trainer",
-        "imagekit launch --engine slurm --nodes 64 --gpus-per-node 8 --cuda 12.8 --torch 2.10 \\",
-        "    --python 3.12 --flavor nvidia --out jobs/ -- train.py",
-        "imagekit launch --engine slurm --kind apptainer ... -- train.py",
-        "imagekit launch --engine slurm --platform linux/arm64 --partition gh200 ... -- train.py",
+        "imagekit launch --scheduler slurm --nodes 64 --gpus-per-node 8 --cuda 12.8 \\",
+        "    --torch 2.10 --python 3.12 --flavor nvidia --out jobs/ -- train.py",
+        "imagekit launch --scheduler slurm --kind apptainer ... -- train.py",
+        "imagekit launch --scheduler slurm --platform linux/arm64 --partition gh200 \\",
+        "    ... -- train.py",
     ),
 )
 @filter_options
+# --engine, --scheduler's old name (an "engine" is Docker elsewhere), still taken; declared
+# first, so that click has read it when --scheduler asks for its default
+@renamed_option("--engine", "old_engine", type=click.Choice(SCHEDULERS, case_sensitive=False))
 @click.option(
-    "--engine",
+    "--scheduler",
     required=True,
-    type=click.Choice(["kubernetes", "slurm"], case_sensitive=False),
+    default=old_name_value("old_engine"),
+    type=click.Choice(SCHEDULERS, case_sensitive=False),
     help="Where it runs.",
 )
 @click.option(
@@ -118,11 +138,14 @@ def launch(**kwargs: Any) -> None:
     Exactly one cell must match the filters. The image is pinned by digest when images.lock
     has one. Every node runs the self-check first, so a bad node fails before training.
     """
+    renamed(kwargs, "--engine", "--scheduler", "old_engine", "scheduler")
     from imagekit import launch as launch_mod
     from imagekit import paths
 
-    selection = Selection.of(kwargs)
-    spec = launch_mod.build(one_cell(selection.cells()), pins(selection), options_from(kwargs))
+    selection = selection_from(kwargs)
+    spec = launch_mod.build(
+        one_cell(selection.cells()), pins(selection), launch_options_from(kwargs)
+    )
     if spec.nodes > 1 and spec.profile == "single-node":
         terminal.echo(
             "imagekit: note: profile single-node sets no NCCL transport for a multi-node job; "
@@ -169,24 +192,25 @@ def pins(selection: Selection) -> dict[str, str]:
     return images.read(selection.images_lock()).pins
 
 
-def options_from(kwargs: dict[str, Any]) -> Any:
+def launch_options_from(values: Mapping[str, Any]) -> LaunchOptions:
+    """The launch's options as given, from launch's options (launch/options.py checks them)."""
     from imagekit.launch import LaunchOptions
 
     return LaunchOptions(
-        engine=kwargs["engine"],
-        kind=kwargs["kind"],
-        nodes=kwargs["nodes"],
-        gpus_per_node=kwargs["gpus_per_node"],
-        command=tuple(kwargs["command"]),
-        profile=kwargs["profile"],
-        name=kwargs["name"],
-        namespace=kwargs["namespace"],
-        image=kwargs["image"],
-        env=tuple(kwargs["env"]),
-        shm_size=kwargs["shm_size"],
-        rdma_resource=kwargs["rdma_resource"],
-        checks=",".join(kwargs["checks"]) or None,
-        drain_on_fail=kwargs["drain_on_fail"],
-        platform=kwargs["platform"],
-        partition=kwargs["partition"],
+        scheduler=values["scheduler"],
+        kind=values["kind"],
+        nodes=values["nodes"],
+        gpus_per_node=values["gpus_per_node"],
+        command=tuple(values["command"]),
+        profile=values["profile"],
+        name=values["name"],
+        namespace=values["namespace"],
+        image=values["image"],
+        env=tuple(values["env"]),
+        shm_size=values["shm_size"],
+        rdma_resource=values["rdma_resource"],
+        checks=",".join(values["checks"]) or None,
+        drain_on_fail=values["drain_on_fail"],
+        platform=values["platform"],
+        partition=values["partition"],
     )

@@ -1,12 +1,11 @@
-"""Engine-facing commands: build, lock, base bootstrap, test. Registered on the CLI group."""
+"""The commands that build: build, lock, base bootstrap and stage, and build's typed options."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -17,25 +16,27 @@ from imagekit.cli.common import (
     examples,
     filter_options,
     filter_options_writing_lock,
-    json_option,
-    json_to_stdout,
-    list_option,
     renamed,
     renamed_option,
+    selection_from,
 )
 from imagekit.cli.params import (
     CACHE_SPEC,
     DEBIAN_SUITE,
-    ENV,
     IMAGE_REF,
     OUT_DIR,
-    OUT_FILE,
     PLATFORM_LIST,
     TAG_SUFFIX,
     URL,
     URL_OR_NONE,
     merge_platforms,
 )
+from imagekit.errors import UsageError
+from imagekit.urls import refuse_credentials
+
+if TYPE_CHECKING:
+    from imagekit.builder.build_options import BuildOptions, BuildRun
+    from imagekit.engine.interface import Compression
 
 
 @click.command(
@@ -208,14 +209,13 @@ def build(**kwargs: Any) -> None:
     renamed(kwargs, "--report-dir", "--out", "old_report_dir", "report_dir")
     from imagekit.builder import inputs
     from imagekit.builder.orchestrate import run_build
-    from imagekit.cli.build_options import build_run_from, options_from
     from imagekit.engine.docker import DockerEngine
     from imagekit.locks import images, packages
 
-    selection = Selection.of(kwargs)
+    selection = selection_from(kwargs)
     cells = selection.cells()
     locks = selection.package_locks()
-    options = replace(options_from(kwargs), package_locks=locks)
+    options = replace(build_options_from(kwargs), package_locks=locks)
     # Every path is checked before anything is built or contacted; a stale package lock
     # would install what the matrix no longer asks for, and a base's locked index without
     # a cell's platform would fail in BuildKit's pull, not here with the fix.
@@ -226,6 +226,71 @@ def build(**kwargs: Any) -> None:
     # still needs no Docker.
     engine = DockerEngine(kwargs["docker_cli"])
     run_build(engine, cells, options, resolved, build_run_from(kwargs))
+
+
+def compression_from(kind: str, level: int | None) -> Compression:
+    """--compression and --compression-level, checked against BuildKit's ranges."""
+    from imagekit.engine.interface import MAX_LEVEL, Compression
+
+    if kind == "auto":
+        if level is not None:
+            raise UsageError(
+                f"--compression-level {level}: a level needs a compression; add "
+                "--compression zstd or --compression gzip"
+            )
+        return Compression("auto")
+    if level is not None and not 0 <= level <= MAX_LEVEL[kind]:
+        raise UsageError(
+            f"--compression-level {level}: {kind} takes 0-{MAX_LEVEL[kind]} "
+            "(zstd 0-22, gzip and estargz 0-9); pick a level in range or leave it out"
+        )
+    return Compression(kind, level)
+
+
+def build_options_from(values: Mapping[str, Any]) -> BuildOptions:
+    """What is built and how, from build's options."""
+    from imagekit.builder.build_options import BuildOptions
+
+    torch_index = refuse_credentials(
+        values["torch_index"], "--torch-index", "a build argument (build history, provenance)"
+    )
+    refuse_credentials(values["mirror"], "--mirror", "the base image's apt sources")
+    compression = compression_from(values["compression"], values["compression_level"])
+    if not (compression.default or compression.auto) and not values["push"]:
+        raise UsageError(
+            f"{compression.as_options()}: layers are compressed when they are pushed; "
+            "add --push (the local image store keeps layers uncompressed)"
+        )
+    return BuildOptions(
+        target=values["target"],
+        push=values["push"],
+        jobs=values["jobs"],
+        keep_going=values["keep_going"],
+        no_cache=values["no_cache"],
+        network="" if values["network"] == "default" else values["network"],
+        cache_from=tuple(values["cache_from"]),
+        cache_to=tuple(values["cache_to"]),
+        tag_suffix=values["tag_suffix"],
+        torch_index="" if torch_index == "none" else torch_index,
+        report_dir=values["report_dir"],
+        compression=compression,
+        provenance=values["provenance"],
+        attach_sbom=values["attach_sbom"],
+        load=values["load"],
+        platforms=values["platforms"] or (),
+    )
+
+
+def build_run_from(values: Mapping[str, Any]) -> BuildRun:
+    """How this run goes, from build's options."""
+    from imagekit.builder.build_options import BuildRun
+
+    return BuildRun(
+        dry_run=values["dry_run"],
+        bootstrap_base=values["bootstrap_base"],
+        mirror=values["mirror"],
+        progress=values["progress"],
+    )
 
 
 @click.command(
@@ -267,7 +332,7 @@ def lock(**kwargs: Any) -> None:
     with --packages each cell's Python packages, with hashes (builds install exactly those)."""
     from imagekit.locks import packages
 
-    selection = Selection.of(kwargs)
+    selection = selection_from(kwargs)
     folder = selection.package_locks()
     if kwargs["check"]:
         cells = selection.cells()
@@ -367,228 +432,6 @@ def bootstrap(
     terminal.echo(f"{tag}: {image_id}")
 
 
-class GpusChoice(click.ParamType):
-    """--gpus: auto, all, none, or a count of GPUs (0 to 1024)."""
-
-    name = "auto|all|none|N"
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
-        text = str(value).strip().lower()
-        if text in ("auto", "all", "none") or (text.isdigit() and int(text) <= 1024):
-            return text
-        self.fail(f"{value!r}: give auto, all, none or a number of GPUs such as 8", param, ctx)
-
-
-def report_option(flag: str, dest: str, text: str) -> Callable[[Any], Any]:
-    return click.option(flag, dest, type=OUT_FILE, default=None, help=text)
-
-
-@click.command(
-    name="test",
-    epilog=examples(
-        "imagekit test ghcr.io/acme/train:2.7.1-cu126-py3.11-debian12-slim",
-        "imagekit test IMAGE --require gpu,flash,tensorrt --junit reports/selfcheck.xml",
-        "imagekit test IMAGE --soak 300       # 5 minutes of GEMM load on every GPU",
-        "imagekit test IMAGE --stamp          # tag IMAGE-validated when it passes",
-        "imagekit test REGISTRY/NAME:TAG --attest cosign.key   # sign the passing verdict",
-        "imagekit test IMAGE --nodes 2        # 2 containers, torchrun c10d, DDP across them",
-        "imagekit test IMAGE --nodes 4 --procs-per-node 2 --env NCCL_DEBUG=INFO",
-    ),
-)
-@click.argument("image", type=IMAGE_REF)
-@click.option(
-    "--gpus",
-    type=GpusChoice(),
-    default="auto",
-    show_default=True,
-    help="auto: all GPUs when the engine has the NVIDIA runtime; all; none; or N: the "
-    "first N GPUs, and the self-check fails unless torch, NVML and the container see N.",
-)
-@click.option(
-    "--ipc-host", is_flag=True, help="Share the host IPC namespace instead of --shm-size."
-)
-@click.option(
-    "--shm-size",
-    default="8g",
-    show_default=True,
-    metavar="SIZE",
-    help="/dev/shm of the container(s) (docker run --shm-size, e.g. 16g); NCCL and "
-    "DataLoader workers need GBs.",
-)
-@list_option(
-    "--require",
-    metavar="NAME[,...]",
-    help="Fail, not skip, unless these work: gpu, flash, flash-attn, onnx, tensorrt, "
-    "compile; comma list or repeated.",
-)
-@list_option(
-    "--checks", metavar="NAME[,...]", help="Checks to run, comma list or repeated (default: all)."
-)
-@click.option(
-    "--timeout",
-    type=float,
-    default=None,
-    help="Seconds per check before it is killed (default: each check's own limit); "
-    "with --nodes, for the check once every node has joined (default: 120).",
-)
-@click.option(
-    "--soak",
-    type=click.FloatRange(0, 3600),
-    default=0,
-    metavar="SECONDS",
-    help="Hold the GEMM on every GPU this long and judge its steady rate, the clocks, the "
-    "power limit and the temperature under that load (default 0: the short run).",
-)
-@json_option("Write every check's status, reason and measurements as JSON.")
-@report_option("--junit", "junit_path", "Write the results as JUnit XML (a test case per check).")
-@report_option(
-    "--snapshot",
-    "snapshot_path",
-    "Write the host snapshot the checks were judged from (docs/host-snapshot.md); with "
-    "--attest, the file whose digest the attestation names.",
-)
-@click.option(
-    "--stamp", is_flag=True, help="On success, tag IMAGE-validated with the results as labels."
-)
-@click.option(
-    "--env",
-    "env",
-    multiple=True,
-    type=ENV,
-    metavar="NAME=VALUE",
-    help="Set in the container(s), over the image's ENV (repeatable), e.g. NCCL_DEBUG=INFO.",
-)
-@click.option(
-    "--nodes",
-    type=int,
-    default=None,
-    help="Run the distributed check across this many containers (torchrun, c10d rendezvous).",
-)
-@click.option(
-    "--procs-per-node",
-    type=int,
-    default=1,
-    show_default=True,
-    help="With --nodes: ranks per container (on GPUs, one per GPU).",
-)
-@click.option(
-    "--join-timeout",
-    type=float,
-    default=120,
-    show_default=True,
-    help="With --nodes: seconds every node has to reach the rendezvous.",
-)
-@click.option(
-    "--subnet",
-    default=None,
-    metavar="CIDR",
-    help="With --nodes: the run's network (default: a free /24 in 10.200.0.0/13).",
-)
-@click.option(
-    "--attest",
-    "attest",
-    default=None,
-    metavar="KEY",
-    help="After a pass, sign the verdict for IMAGE's digest in its registry with this cosign "
-    "key (a file, env://VAR or a KMS URI) and push it there; see docs/attestations.md.",
-)
-@docker_option
-def test_image(image: str, docker_cli: str | None, **kwargs: Any) -> None:
-    """Run the self-check inside IMAGE on this host and report.
-
-    With --nodes N: start N containers on a network of their own, one per node, and run
-    the distributed check across them under torchrun; report the hosts, the join time,
-    whether gradients agree after a DDP step and the all-reduce bandwidth."""
-    from imagekit.engine.docker import DockerEngine
-    from imagekit.imagetest.one_container import SelfCheckOptions, check_image
-
-    kwargs["env"] = env_pairs(kwargs["env"])
-    # the self-check takes its lists as it prints them: comma-joined
-    kwargs["require"], kwargs["checks"] = ",".join(kwargs["require"]), ",".join(kwargs["checks"])
-    multi = {k: kwargs.pop(k) for k in ("nodes", "procs_per_node", "join_timeout", "subnet")}
-    with json_through_file(kwargs) as people:
-        if multi["nodes"] is not None:
-            people(test_nodes(DockerEngine(docker_cli), image, multi, kwargs))
-            return
-        output, validated = check_image(DockerEngine(docker_cli), image, SelfCheckOptions(**kwargs))
-        people([*output, *([f"stamped: {validated}"] if validated else [])])
-
-
-@contextmanager
-def json_through_file(kwargs: dict[str, Any]) -> Iterator[Callable[[list[str]], None]]:
-    """`--json -`: the report is written to a scratch file, then printed on stdout, pass or
-    fail, and the lines for people (the table, a failure's report) go to stderr."""
-    if not json_to_stdout(kwargs["json_path"]):
-        yield terminal.echo
-        return
-    import tempfile
-
-    from imagekit.errors import ImagekitError
-
-    with tempfile.TemporaryDirectory(prefix="imagekit-json-") as tmp:
-        kwargs["json_path"] = scratch = Path(tmp) / "report.json"
-        try:
-            yield lambda lines: terminal.echo(lines, err=True)
-        except ImagekitError as exc:
-            if getattr(exc, "report", ()):
-                terminal.echo(exc.report, err=True)
-                exc.report = []
-            raise
-        finally:
-            if scratch.is_file():
-                terminal.echo(scratch.read_text(encoding="utf-8").splitlines())
-
-
-def env_pairs(values: tuple[str, ...]) -> dict[str, str]:
-    from imagekit.errors import UsageError
-
-    pairs = {}
-    for item in values:
-        name, sep, value = item.partition("=")
-        if not sep or not name:
-            raise UsageError(f"--env {item!r}: give NAME=VALUE, e.g. --env NCCL_DEBUG=INFO")
-        pairs[name] = value
-    return pairs
-
-
-# Single-node options that mean nothing across nodes: refused rather than ignored.
-NOT_WITH_NODES = {
-    "ipc_host": "--ipc-host",
-    "require": "--require",
-    "checks": "--checks",
-    "junit_path": "--junit",
-    "snapshot_path": "--snapshot",
-    "stamp": "--stamp",
-    "attest": "--attest",
-    "soak": "--soak",
-}
-
-
-def test_nodes(engine: Any, image: str, multi: dict[str, Any], kwargs: dict[str, Any]) -> list[str]:
-    from imagekit.errors import UsageError
-    from imagekit.imagetest.nodes_plan import NodesOptions
-    from imagekit.imagetest.nodes_run import check_nodes
-
-    for key, flag in NOT_WITH_NODES.items():
-        if kwargs[key]:
-            raise UsageError(
-                f"{flag} with --nodes: the multi-node run checks DDP across containers only; "
-                f"run `imagekit test IMAGE {flag} ...` without --nodes for that"
-            )
-    options = NodesOptions(
-        nodes=multi["nodes"],
-        procs_per_node=multi["procs_per_node"],
-        gpus=kwargs["gpus"],
-        shm_size=kwargs["shm_size"],
-        join_timeout=multi["join_timeout"],
-        timeout=kwargs["timeout"] or 120.0,
-        subnet=multi["subnet"],
-        env=kwargs["env"],
-        json_path=kwargs["json_path"],
-    )
-    return check_nodes(engine, image, options, say=lambda line: terminal.echo(line, err=True))
-
-
 @click.command(
     short_help="Write the build contexts that a bake file points at.",
     epilog=examples(
@@ -612,7 +455,7 @@ def stage(**kwargs: Any) -> None:
     from imagekit.locks import images, packages
 
     wheelhouse = inputs.check_wheelhouse(kwargs["wheelhouse"])
-    selection = Selection.of(kwargs)
+    selection = selection_from(kwargs)
     cells = selection.cells()
     locks = selection.package_locks()
     packages.raise_if_stale(cells, locks, whole_matrix=False)
@@ -620,21 +463,3 @@ def stage(**kwargs: Any) -> None:
     for cell in cells:
         context.stage(cell, paths.context_dir(paths.WORK, cell.id), wheelhouse, locks)
     terminal.echo(f"staged {len(cells)} contexts under {paths.contexts(paths.WORK)}/")
-
-
-def register(cli: click.Group) -> None:
-    from imagekit.cli.doctor import doctor
-    from imagekit.cli.init import init
-    from imagekit.cli.launch import launch
-    from imagekit.cli.supply import sbom, verify
-
-    cli.add_command(build)
-    cli.add_command(sbom)
-    cli.add_command(verify)
-    cli.add_command(lock)
-    cli.add_command(base_group)
-    cli.add_command(test_image)
-    cli.add_command(stage)
-    cli.add_command(launch)
-    cli.add_command(doctor)
-    cli.add_command(init)

@@ -9,13 +9,13 @@ import click
 
 from imagekit import terminal
 from imagekit.cli.common import (
-    Selection,
     docker_option,
     examples,
     filter_options,
     json_option,
     json_to_stdout,
     list_option,
+    selection_from,
     write_json,
 )
 from imagekit.errors import EngineError
@@ -83,7 +83,7 @@ def doctor(**kwargs: Any) -> None:
 def _cells_and_where(kwargs: dict[str, Any]) -> tuple[list[Any], str]:
     """The selected cells and where they come from; none (and no error) where no matrix is
     here and none was named: doctor is the first thing a new machine runs."""
-    selection = Selection.of(kwargs)
+    selection = selection_from(kwargs)
     if not selection.envs and not Path("envs").is_dir():
         return [], ""
     where = ", ".join(str(p) for p in selection.envs) or "envs/"
