@@ -20,7 +20,7 @@ from typing import Any
 
 import pynvml
 
-from imagekit.selfcheck import nvml as reader
+from imagekit.selfcheck.readers import nvml as reader
 
 GRACE_KEYS = ("host_link", "numa_node", "cpu_affinity", "fabric")
 # The library symbols behind those keys; each case below hides some of them.
