@@ -25,10 +25,10 @@ from imagekit.builder.session import (
     raise_for_failures,
     summary,
 )
+from imagekit.engine import tools
 from imagekit.engine.interface import Engine
 from imagekit.errors import UsageError
 from imagekit.matrix.cells import Cell
-from imagekit.supply import tools
 
 
 @dataclass(frozen=True)

@@ -24,11 +24,11 @@ from typing import IO, Any
 from imagekit import terminal
 from imagekit.contract import refs
 from imagekit.contract.refs import DIGEST
+from imagekit.engine import tools
 from imagekit.engine.image_files import LayerScan, TarIndex, member_path, scan_layer
 from imagekit.engine.interface import Layer
 from imagekit.errors import ImagekitError
 from imagekit.platforms import PLATFORMS
-from imagekit.supply import tools
 
 INDEX_TYPES = (
     "application/vnd.oci.image.index.v1+json",

@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import Any
 
 from imagekit.contract import refs
+from imagekit.engine import tools
 from imagekit.engine.interface import Engine
 from imagekit.errors import EngineError, ImagekitError, UsageError
 from imagekit.render.dockerfile import SBOM_PATH
-from imagekit.supply import tools
 
 PATH = SBOM_PATH  # in every image imagekit builds
 MEDIA_TYPE = "application/vnd.cyclonedx+json"  # the artifact's type and its one layer's
