@@ -9,9 +9,10 @@ import json
 from datetime import datetime, timezone
 
 from imagekit.contract import refs
+from imagekit.engine import tools
 from imagekit.engine.interface import Engine
 from imagekit.errors import ImagekitError, UsageError
-from imagekit.supply import attestation, tools
+from imagekit.supply import attestation
 
 
 def in_registry(engine: Engine, image: str) -> str:
