@@ -17,7 +17,7 @@ from imagekit.builder.display import QuietDisplay
 from imagekit.builder.log import StepLog
 from imagekit.builder.preflight import bootstrap_missing, preflight
 from imagekit.builder.session import Runner, plan, raise_for_failures, summary
-from imagekit.engine.docker import held_platforms
+from imagekit.engine.docker_images import held_platforms
 from imagekit.engine.fake import FakeEngine
 from imagekit.engine.interface import BuildRequest, BuildResult, LineSink
 from imagekit.errors import BuildError, EngineError, UsageError

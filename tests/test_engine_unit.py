@@ -9,8 +9,10 @@ from pathlib import Path
 import pytest
 
 from imagekit.engine.discover import ALLOW_ESTARGZ, Builder, check_engine_version, estargz_crash
-from imagekit.engine.docker import DockerEngine, pushed_digest, split_ref
+from imagekit.engine.docker import DockerEngine
+from imagekit.engine.docker_daemon import split_ref
 from imagekit.engine.interface import BuildRequest, Compression
+from imagekit.engine.registry import pushed_digest
 from imagekit.errors import EngineError
 
 from .conftest import ROOT

@@ -302,7 +302,7 @@ def test_in_image_figures_and_verdict() -> None:
 
 
 def test_docker_run_kwargs_for_a_node_and_dockers_times() -> None:
-    from imagekit.engine.docker import epoch, run_kwargs
+    from imagekit.engine.docker_containers import epoch, run_kwargs
 
     options = RunOptions(
         name="imagekit-mn-1-node1",

@@ -19,7 +19,7 @@ from imagekit.builder.display import QuietDisplay
 from imagekit.builder.inputs import Inputs
 from imagekit.builder.session import BuildOptions, Runner, plan
 from imagekit.engine import tools
-from imagekit.engine.docker import file_from_tar
+from imagekit.engine.docker_images import file_from_tar
 from imagekit.engine.fake import FakeEngine
 from imagekit.errors import UsageError
 from imagekit.matrix.catalog import load_cells

@@ -39,7 +39,7 @@ from imagekit.engine.interface import (
     build_push_flags,
     push_flags,
 )
-from imagekit.engine.pushed import by_digest
+from imagekit.engine.registry import by_digest
 from imagekit.errors import BuildError, ImagekitError, Interrupted, PushError, UsageError
 from imagekit.matrix.cells import Cell
 from imagekit.paths import write_atomic
