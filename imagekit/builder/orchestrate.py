@@ -26,7 +26,7 @@ from imagekit.builder.session import (
     summary,
 )
 from imagekit.engine import tools
-from imagekit.engine.interface import Engine
+from imagekit.engine.interface import BuildEngine, BuildRegistryEngine
 from imagekit.errors import UsageError
 from imagekit.matrix.cells import Cell
 
@@ -41,7 +41,7 @@ class BuildRun:
     progress: str = "auto"
 
 
-def resolve_compression(engine: Engine, options: BuildOptions) -> BuildOptions:
+def resolve_compression(engine: BuildEngine, options: BuildOptions) -> BuildOptions:
     """--compression auto: zstd where BuildKit writes the pushed layers, else gzip."""
     if not options.compression.auto:
         return options
@@ -49,7 +49,7 @@ def resolve_compression(engine: Engine, options: BuildOptions) -> BuildOptions:
     return replace(options, compression=chosen)
 
 
-def check_tools(engine: Engine, options: BuildOptions) -> None:
+def check_tools(engine: BuildEngine, options: BuildOptions) -> None:
     """oras, before anything builds (not after an hour): it attaches the SBOM, and a push
     without --load reads the pushed image's layers back from the registry."""
     if not options.push:
@@ -61,7 +61,9 @@ def check_tools(engine: Engine, options: BuildOptions) -> None:
                    "the registry; --load keeps the image here and reads it locally)")  # fmt: skip
 
 
-def check_platforms(engine: Engine, builds: Sequence[PlannedBuild], options: BuildOptions) -> None:
+def check_platforms(
+    engine: BuildEngine, builds: Sequence[PlannedBuild], options: BuildOptions
+) -> None:
     """What this engine cannot build of the planned platforms, refused before anything runs:
     a foreign platform without QEMU, or an index of several that it cannot push."""
     base.check_emulation(engine, dict.fromkeys(p for b in builds for p in b.request.platforms))
@@ -72,7 +74,7 @@ def check_platforms(engine: Engine, builds: Sequence[PlannedBuild], options: Bui
 
 
 def index_problem(
-    engine: Engine,
+    engine: BuildEngine,
     platforms: Sequence[str],
     options: BuildOptions,
     who: Callable[[], str] | None = None,
@@ -99,7 +101,11 @@ def index_problem(
 
 
 def run_build(
-    engine: Engine, cells: Sequence[Cell], options: BuildOptions, resolved: Inputs, run: BuildRun
+    engine: BuildRegistryEngine,
+    cells: Sequence[Cell],
+    options: BuildOptions,
+    resolved: Inputs,
+    run: BuildRun,
 ) -> None:
     check_target(cells, options.target)
     check_tag_suffix(cells, options.tag_suffix)

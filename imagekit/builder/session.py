@@ -31,9 +31,9 @@ from imagekit.builder.log import WRONG_BASE_PLATFORM, StepLog
 from imagekit.builder.platform_proof import Proof, prove
 from imagekit.engine.emulation import host_platform
 from imagekit.engine.interface import (
+    BuildRegistryEngine,
     BuildRequest,
     Compression,
-    Engine,
     Layer,
     build_flags,
     build_push_flags,
@@ -75,7 +75,7 @@ class BuildOptions:
     provenance: bool = False
     attach_sbom: bool = False
     # With --push: also keep the image in the engine's store. Without it, where BuildKit
-    # pushes (Engine.pushes_from_builder), the build goes straight to the registry.
+    # pushes (BuildEngine.pushes_from_builder), the build goes straight to the registry.
     load: bool = False
     # --platform: what to build of each cell (empty: this host's platform where the cell
     # has it, else the cell's first); several make one image index, which is pushed.
@@ -287,7 +287,11 @@ def index_secret(path: Path, url: str | None) -> Iterator[None]:
 
 class Runner:
     def __init__(
-        self, engine: Engine, options: BuildOptions, inputs: Inputs, display: Display
+        self,
+        engine: BuildRegistryEngine,
+        options: BuildOptions,
+        inputs: Inputs,
+        display: Display,
     ) -> None:
         self.engine, self.options, self.inputs, self.display = engine, options, inputs, display
         self.reports: dict[str, CellReport] = {}

@@ -12,12 +12,12 @@ from imagekit.contract import labels as label
 from imagekit.contract import refs
 from imagekit.contract.checks import ENV_GPUS, ENV_LABELS, gpus_value
 from imagekit.engine.emulation import is_foreign
-from imagekit.engine.interface import Engine, ImageInfo
+from imagekit.engine.interface import ImageInfo, RunRegistryEngine
 from imagekit.errors import UsageError
 from imagekit.selfcheck import emulated
 
 
-def checkable_image(engine: Engine, image: str) -> ImageInfo:
+def checkable_image(engine: RunRegistryEngine, image: str) -> ImageInfo:
     """The image, pulled where the engine lacks it and it names a registry (a push without
     --load leaves nothing local); refused where it is nowhere or imagekit did not build it."""
     info = engine.inspect(image)
