@@ -21,7 +21,7 @@ from imagekit.builder.inputs import Inputs
 from imagekit.builder.orchestrate import check_tools, resolve_compression
 from imagekit.builder.session import BuildOptions, CellReport, Runner, plan, summary
 from imagekit.engine import registry
-from imagekit.engine.fake import ZSTD_LAYER, FakeEngine
+from imagekit.engine.fake import ZSTD_LAYER, FakeEngine, FakeRegistry, FakeRunner
 from imagekit.engine.interface import BuildRequest, Compression, ImageInfo, build_push_flags
 from imagekit.errors import ImagekitError, UsageError
 from imagekit.imagetest.image import checkable_image
@@ -300,7 +300,7 @@ def test_a_broken_layer_is_an_error_naming_it_not_a_crash() -> None:
 
 
 # -- imagekit test pulls what a push without --load left only in the registry ----------------
-class AbsentUntilPulled(FakeEngine):
+class AbsentUntilPulled(FakeRunner, FakeRegistry):
     def inspect(self, ref: str) -> ImageInfo | None:
         if ("pull", ref) not in self.calls:
             return None
