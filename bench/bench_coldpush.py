@@ -44,7 +44,7 @@ from bench_cold import (  # noqa: E402
     ready_engine,
 )
 
-from imagekit.engine.registry import pushed_image  # noqa: E402
+from imagekit.engine.image_registry import pushed_image  # noqa: E402
 from tests.realengine import (  # noqa: E402
     DOCKER,
     HOST_CA,

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from imagekit.builder.platform_proof import prove
 from imagekit.contract.refs import parse
-from imagekit.engine import registry
+from imagekit.engine import image_registry
 from imagekit.engine.docker import DockerEngine
 from imagekit.engine.emulation import host_platform
 from imagekit.engine.interface import Layer
@@ -42,8 +42,8 @@ def timed(run: Callable[[], object], repeat: int) -> list[float]:
 def decompress(reference: str, layer: Layer) -> int:
     """The layer's blob fetched and decompressed, nothing else."""
     total = 0
-    with registry._blob_stream(registry.by_digest(reference, layer.digest)) as raw:
-        stream = registry._decompressing(raw, layer.media_type)
+    with image_registry._blob_stream(image_registry.by_digest(reference, layer.digest)) as raw:
+        stream = image_registry._decompressing(raw, layer.media_type)
         while chunk := stream.read(1 << 20):
             total += len(chunk)
     return total
@@ -62,11 +62,11 @@ def main() -> None:
         with engine.image_files(args.image) as files:
             assert prove(own, files, python).ok
 
-    image = registry.pushed_image(args.image, own.rsplit("/", 1)[1])
+    image = image_registry.pushed_image(args.image, own.rsplit("/", 1)[1])
     by_digest = str(parse(args.image).by_digest(image.digest))
 
     def from_registry() -> None:
-        assert prove(own, registry.files(by_digest, image.layers), python).ok
+        assert prove(own, image_registry.files(by_digest, image.layers), python).ok
 
     largest = max(image.layers, key=lambda layer: layer.size)
     unpacked = decompress(by_digest, largest)

@@ -14,6 +14,7 @@ from imagekit.engine.discover import ALLOW_ESTARGZ, Builder, check_engine_versio
 from imagekit.engine.docker import DockerEngine
 from imagekit.engine.docker_daemon import split_ref
 from imagekit.engine.fake import FakeBuilder, FakeEngine, FakeRegistry, FakeRunner, FakeStore
+from imagekit.engine.image_registry import pushed_digest
 from imagekit.engine.interface import (
     BuildEngine,
     BuildRegistryEngine,
@@ -25,7 +26,6 @@ from imagekit.engine.interface import (
     RunEngine,
     RunRegistryEngine,
 )
-from imagekit.engine.registry import pushed_digest
 from imagekit.errors import EngineError
 
 from .conftest import ROOT

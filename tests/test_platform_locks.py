@@ -19,7 +19,7 @@ import pytest
 from imagekit.builder import bases, context
 from imagekit.buildtime import groups, sbom_writer, team_install
 from imagekit.cli import main
-from imagekit.engine import registry
+from imagekit.engine import image_registry
 from imagekit.engine.docker import DockerEngine
 from imagekit.engine.fake import FakeEngine, FakeRegistry
 from imagekit.errors import ImagekitError, StaleError, UsageError
@@ -545,21 +545,25 @@ def test_a_bases_platforms_are_read_from_its_index_or_its_one_manifests_config(
         f"{name}@sha256:{'2' * 64}": single,
         f"{name}@sha256:{'e' * 64}": {"os": "linux", "architecture": "arm64"},
     }
-    monkeypatch.setattr(registry, "_oras", fake_oras(answers, asked))
-    assert registry.platform_digests(f"{name}@{INDEX}") == MANIFESTS
-    assert registry.platform_digests(f"{name}@sha256:{'2' * 64}") == {ARM64: f"sha256:{'2' * 64}"}
+    monkeypatch.setattr(image_registry, "_oras", fake_oras(answers, asked))
+    assert image_registry.platform_digests(f"{name}@{INDEX}") == MANIFESTS
+    assert image_registry.platform_digests(f"{name}@sha256:{'2' * 64}") == {
+        ARM64: f"sha256:{'2' * 64}"
+    }
     answers[f"{name}@{INDEX}"] = {
         "manifests": [{"digest": "md5:x", "platform": {"os": "linux", "architecture": "amd64"}}]
     }
     with pytest.raises(ImagekitError, match="gives linux/amd64 no sha256 digest"):
-        registry.platform_digests(f"{name}@{INDEX}")
+        image_registry.platform_digests(f"{name}@{INDEX}")
 
 
 def test_the_docker_engine_reads_a_bases_platforms_by_its_full_name_and_digest(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     asked: list[str] = []
-    monkeypatch.setattr(registry, "platform_digests", lambda ref: asked.append(ref) or MANIFESTS)
+    monkeypatch.setattr(
+        image_registry, "platform_digests", lambda ref: asked.append(ref) or MANIFESTS
+    )
     engine = DockerEngine()
     assert engine.registry_platforms(REF, INDEX) == MANIFESTS
     assert engine.registry_platforms("nvidia/cuda:13.0.1-base-ubuntu24.04", INDEX) == MANIFESTS

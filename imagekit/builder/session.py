@@ -30,6 +30,7 @@ from imagekit.builder.inputs import Inputs
 from imagekit.builder.log import WRONG_BASE_PLATFORM, StepLog
 from imagekit.builder.platform_proof import Proof, prove
 from imagekit.engine.emulation import host_platform
+from imagekit.engine.image_registry import by_digest
 from imagekit.engine.interface import (
     BuildRegistryEngine,
     BuildRequest,
@@ -39,7 +40,6 @@ from imagekit.engine.interface import (
     build_push_flags,
     push_flags,
 )
-from imagekit.engine.registry import by_digest
 from imagekit.errors import BuildError, ImagekitError, Interrupted, PushError, UsageError
 from imagekit.matrix.cells import Cell
 from imagekit.paths import write_atomic

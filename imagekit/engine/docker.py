@@ -10,7 +10,7 @@ from __future__ import annotations
 from imagekit.engine.docker_build import DockerBuilds
 from imagekit.engine.docker_containers import DockerContainers
 from imagekit.engine.docker_images import DockerImages
-from imagekit.engine.registry import DockerRegistry
+from imagekit.engine.image_registry import DockerRegistry
 
 
 class DockerEngine(DockerBuilds, DockerImages, DockerContainers, DockerRegistry):

@@ -17,6 +17,7 @@ from imagekit import terminal
 from imagekit.engine import emulation
 from imagekit.engine.discover import estargz_crash, unsupported
 from imagekit.engine.docker_daemon import DockerConnection, split_ref
+from imagekit.engine.image_registry import push_failure
 from imagekit.engine.interface import (
     BuildRequest,
     BuildResult,
@@ -28,7 +29,6 @@ from imagekit.engine.interface import (
     inline_cache_as_build_arg,
     push_flags,
 )
-from imagekit.engine.registry import push_failure
 from imagekit.errors import BuildError, EngineError, PushError, UsageError
 
 # What `docker import` sets on a root filesystem that becomes a base (import_rootfs): the

@@ -1,7 +1,7 @@
 """The registry tools imagekit runs: cosign (signs and verifies the self-check attestation)
 and oras (reads pushed images back, attaches the SBOM to one as a referrer and reads it back).
 
-Here, below supply/, so that the engine's registry reads (engine/registry.py) and supply/
+Here, below supply/, so that the engine's registry reads (engine/image_registry.py) and supply/
 share one way to find and run them.
 
 Both are found on PATH, or where $IMAGEKIT_COSIGN / $IMAGEKIT_ORAS point. A missing tool is a
