@@ -45,7 +45,7 @@ from devkit.realengine import (
     docker,
     prune_build_cache,
 )
-from imagekit.engine.pushed import pushed_image
+from imagekit.engine.image_registry import pushed_image
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -21,9 +21,10 @@ from pathlib import Path
 
 from imagekit.builder.platform_proof import prove
 from imagekit.contract.refs import parse
-from imagekit.engine import pushed
+from imagekit.engine import image_registry
 from imagekit.engine.docker import DockerEngine
 from imagekit.engine.emulation import host_platform
+from imagekit.engine.interface import Layer
 from imagekit.text_table import render_table
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -38,11 +39,11 @@ def timed(run: Callable[[], object], repeat: int) -> list[float]:
     return times
 
 
-def decompress(reference: str, layer: pushed.Layer) -> int:
+def decompress(reference: str, layer: Layer) -> int:
     """The layer's blob fetched and decompressed, nothing else."""
     total = 0
-    with pushed._blob_stream(pushed.by_digest(reference, layer.digest)) as raw:
-        stream = pushed._decompressing(raw, layer.media_type)
+    with image_registry._blob_stream(image_registry.by_digest(reference, layer.digest)) as raw:
+        stream = image_registry._decompressing(raw, layer.media_type)
         while chunk := stream.read(1 << 20):
             total += len(chunk)
     return total
@@ -61,17 +62,17 @@ def main() -> None:
         with engine.image_files(args.image) as files:
             assert prove(own, files, python).ok
 
-    image = pushed.pushed_image(args.image, own.rsplit("/", 1)[1])
+    image = image_registry.pushed_image(args.image, own.rsplit("/", 1)[1])
     by_digest = str(parse(args.image).by_digest(image.digest))
 
-    def registry() -> None:
-        assert prove(own, pushed.files(by_digest, image.layers), python).ok
+    def from_registry() -> None:
+        assert prove(own, image_registry.files(by_digest, image.layers), python).ok
 
     largest = max(image.layers, key=lambda layer: layer.size)
     unpacked = decompress(by_digest, largest)
     rows = [
         ("local, through the engine", timed(local, args.repeat)),
-        ("pushed, from the registry", timed(registry, args.repeat)),
+        ("pushed, from the registry", timed(from_registry, args.repeat)),
         ("largest layer decompressed", timed(lambda: decompress(by_digest, largest), args.repeat)),
     ]
     compressed = sum(layer.size for layer in image.layers)

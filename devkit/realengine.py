@@ -263,7 +263,7 @@ def _debian_base_locked() -> str:
         return _made.get(DEBIAN, "engine")
     kept = BASES / "bookworm-host.tar"
     if kept.is_file():
-        from imagekit.engine.docker import IMPORT_CHANGES
+        from imagekit.engine.docker_build import IMPORT_CHANGES
 
         docker("import", *IMPORT_CHANGES, str(kept), DEBIAN, timeout=300)
         _made[DEBIAN] = "kept"

@@ -428,7 +428,7 @@ def gather_qemu(platform: str) -> QemuFacts:
 
 
 def gather_registry(registry: str) -> RegistryFacts:
-    from imagekit.supply.tools import plain_http
+    from imagekit.engine.tools import plain_http
 
     api = HUB_API if registry == DOCKER_HUB else registry
     scheme = "http" if plain_http(f"{registry}/x") else "https"
@@ -471,7 +471,7 @@ def credentials_for(registry: str, config: dict[str, Any], path: str) -> str:
 
 
 def gather_tool(name: str) -> ToolFacts:
-    from imagekit.supply import tools
+    from imagekit.engine import tools
 
     tool = {"cosign": tools.COSIGN, "oras": tools.ORAS}[name]
     named = os.environ.get(tool.variable)

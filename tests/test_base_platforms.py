@@ -19,7 +19,7 @@ from imagekit.builder.build_runner import Runner
 from imagekit.builder.display import QuietDisplay
 from imagekit.builder.log import StepLog
 from imagekit.builder.preflight import bootstrap_missing, preflight
-from imagekit.engine.docker import held_platforms
+from imagekit.engine.docker_images import held_platforms
 from imagekit.engine.fake import FakeEngine
 from imagekit.engine.interface import BuildRequest, BuildResult, LineSink
 from imagekit.errors import BuildError, EngineError, UsageError

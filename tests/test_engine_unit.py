@@ -2,15 +2,30 @@
 
 from __future__ import annotations
 
+import inspect
 import os
 import zipfile
 from pathlib import Path
+from typing import Generic, Protocol
 
 import pytest
 
 from imagekit.engine.discover import ALLOW_ESTARGZ, Builder, check_engine_version, estargz_crash
-from imagekit.engine.docker import DockerEngine, pushed_digest, split_ref
-from imagekit.engine.interface import BuildRequest, Compression
+from imagekit.engine.docker import DockerEngine
+from imagekit.engine.docker_daemon import split_ref
+from imagekit.engine.fake import FakeBuilder, FakeEngine, FakeRegistry, FakeRunner, FakeStore
+from imagekit.engine.image_registry import pushed_digest
+from imagekit.engine.interface import (
+    BuildEngine,
+    BuildRegistryEngine,
+    BuildRequest,
+    Compression,
+    Engine,
+    ImageStore,
+    RegistryEngine,
+    RunEngine,
+    RunRegistryEngine,
+)
 from imagekit.errors import EngineError
 
 from .conftest import ROOT
@@ -234,3 +249,50 @@ def test_wheel_ships_templates_catalog_and_data(tmp_path: Path) -> None:
     assert started.returncode == 0, started.stderr
     workflow = (tmp_path / "proj" / ".github" / "workflows" / "images.yml").read_text()
     assert 'pip install "$IMAGEKIT_INSTALL"' in workflow
+
+
+# -- the interface's parts, and what implements them -----------------------------------------
+
+
+def asked_of(part: type) -> dict[str, inspect.Signature]:
+    """The methods a Protocol asks for, with those of the parts it is made of."""
+    return {
+        name: inspect.signature(value)
+        for cls in part.__mro__
+        if cls not in (Protocol, Generic, object)
+        for name, value in vars(cls).items()
+        if callable(value) and not name.startswith("_")
+    }
+
+
+def test_engine_is_its_parts_and_no_method_is_in_two() -> None:
+    parts = [asked_of(ImageStore), asked_of(BuildEngine), asked_of(RunEngine)]
+    parts.append(asked_of(RegistryEngine))
+    build_own = set(parts[1]) - set(parts[0])
+    run_own = set(parts[2]) - set(parts[0])
+    assert not build_own & run_own and not (build_own | run_own) & set(parts[3])
+    assert set(asked_of(Engine)) == set().union(*parts)
+    assert set(asked_of(BuildRegistryEngine)) == set(parts[1]) | set(parts[3])
+    assert set(asked_of(RunRegistryEngine)) == set(parts[2]) | set(parts[3])
+
+
+@pytest.mark.parametrize(
+    ("implementation", "part"),
+    [
+        (FakeStore, ImageStore),
+        (FakeBuilder, BuildEngine),
+        (FakeRunner, RunEngine),
+        (FakeRegistry, RegistryEngine),
+        (FakeEngine, Engine),
+        (DockerEngine, Engine),
+    ],
+)
+def test_each_fake_and_the_docker_engine_take_what_their_part_asks(
+    implementation: type, part: type
+) -> None:
+    """A fake of one part is whole, and takes each method's arguments by the same names."""
+    for name, asked in asked_of(part).items():
+        method = getattr(implementation, name, None)
+        assert callable(method), f"{implementation.__name__} lacks {name}"
+        taken = inspect.signature(method)
+        assert list(taken.parameters) == list(asked.parameters), f"{implementation.__name__}.{name}"

@@ -18,7 +18,7 @@ from imagekit.builder.build_runner import Runner
 from imagekit.builder.display import QuietDisplay
 from imagekit.builder.inputs import Inputs
 from imagekit.engine.discover import Builder, buildx_driver, unsupported
-from imagekit.engine.docker import align_layers
+from imagekit.engine.docker_images import align_layers
 from imagekit.engine.fake import FakeEngine
 from imagekit.engine.interface import BuildRequest, Compression, Layer, output_flags
 from imagekit.errors import UsageError

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from imagekit.cli import main
-from imagekit.engine.fake import FakeEngine
+from imagekit.engine.fake import FakeRegistry, FakeRunner
 from imagekit.engine.interface import (
     ContainerState,
     ImageInfo,
@@ -31,7 +31,7 @@ LABELS = {"io.imagekit.version": "0.1.0"}
 RDZV_TIMEOUT = "torch.distributed.elastic.rendezvous.api.RendezvousTimeoutError: timed out"
 
 
-class NodesEngine(FakeEngine):
+class NodesEngine(FakeRunner, FakeRegistry):
     """Containers 'run' the in-image check: each writes its rank file and rank 0 the report,
     unless told that a node dies, never arrives, or that starting it fails."""
 
@@ -115,7 +115,7 @@ def fast(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(nodes_run.time, "sleep", lambda s: None)
 
 
-def nothing_left(engine: FakeEngine) -> bool:
+def nothing_left(engine: FakeRunner) -> bool:
     return not engine.containers and not engine.networks
 
 
@@ -225,7 +225,7 @@ def test_the_time_limit_ends_the_watch() -> None:
 
 
 def test_leftovers_of_a_dead_imagekit_process_are_removed() -> None:
-    engine = FakeEngine()
+    engine = FakeRunner()
     here = nodes_run.socket.gethostname()
     dead = {nodes_plan.OWNER_LABEL: f"{here}:{2**22 + 7}", nodes_plan.RUN_LABEL: "dead"}
     alive = {nodes_plan.OWNER_LABEL: f"{here}:{os.getpid()}"}
@@ -302,7 +302,7 @@ def test_in_image_figures_and_verdict() -> None:
 
 
 def test_docker_run_kwargs_for_a_node_and_dockers_times() -> None:
-    from imagekit.engine.docker import epoch, run_kwargs
+    from imagekit.engine.docker_containers import epoch, run_kwargs
 
     options = RunOptions(
         name="imagekit-mn-1-node1",

@@ -19,9 +19,9 @@ import pytest
 from imagekit.builder import bases, context
 from imagekit.buildtime import groups, sbom_writer, team_install
 from imagekit.cli import main
-from imagekit.engine import pushed
+from imagekit.engine import image_registry
 from imagekit.engine.docker import DockerEngine
-from imagekit.engine.fake import FakeEngine
+from imagekit.engine.fake import FakeEngine, FakeRegistry
 from imagekit.errors import ImagekitError, StaleError, UsageError
 from imagekit.locks import images, packages
 from imagekit.locks.packages import Pin
@@ -442,11 +442,11 @@ def test_a_malformed_platforms_key_is_exit_2_naming_it(
     assert not any(line.startswith("::error::x") for line in ran.text.splitlines())
 
 
-# --- images.lock: imagekit lock with the fake engine ----------------------------------------
+# --- images.lock: imagekit lock with the fake registry --------------------------------------
 
 
 def test_lock_records_each_platforms_manifest_of_a_multi_platform_cells_base() -> None:
-    engine = FakeEngine()
+    engine = FakeRegistry()
     new, notes = bases.lock(engine, [both_cell()], images.Lock())
     assert new.pins == {REF: INDEX}
     assert set(new.platforms[REF]) == {AMD64, ARM64}
@@ -454,13 +454,13 @@ def test_lock_records_each_platforms_manifest_of_a_multi_platform_cells_base() -
     assert ("registry_platforms", f"{REF}@{INDEX}") in engine.calls  # the pinned index's
     assert notes == [f"{REF}: unpinned -> {INDEX}"]
     # cells of amd64 alone: the file as it always was, no registry read of platforms
-    engine = FakeEngine()
+    engine = FakeRegistry()
     new, _ = bases.lock(engine, [amd64_cell()], images.Lock())
     assert new.platforms == {} and not [c for c in engine.calls if c[0] == "registry_platforms"]
 
 
 def test_lock_refuses_a_base_whose_index_lacks_a_cells_platform() -> None:
-    engine = FakeEngine(base_platforms={REF: (AMD64,)})
+    engine = FakeRegistry(base_platforms={REF: (AMD64,)})
     with pytest.raises(UsageError) as info:
         bases.lock(engine, [both_cell()], images.Lock())
     assert info.value.exit_code == 2
@@ -475,7 +475,7 @@ def test_lock_refuses_a_base_whose_index_lacks_a_cells_platform() -> None:
 def test_a_moved_pin_drops_the_old_indexs_platforms_and_a_failed_read_keeps_the_pin() -> None:
     old = images.Lock({REF: "sha256:" + "9" * 64}, {REF: MANIFESTS})
 
-    class NoOras(FakeEngine):
+    class NoOras(FakeRegistry):
         def registry_platforms(self, ref: str, digest: str) -> dict[str, str]:
             raise UsageError("reading a base image's platforms needs oras, which is not on PATH")
 
@@ -490,7 +490,7 @@ def test_a_moved_pin_drops_the_old_indexs_platforms_and_a_failed_read_keeps_the_
 def test_imagekit_lock_refuses_and_writes_nothing_then_writes_the_platforms(
     project: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    engine = FakeEngine(base_platforms={REF: (AMD64,)})
+    engine = FakeRegistry(base_platforms={REF: (AMD64,)})
     monkeypatch.setattr("imagekit.engine.docker.DockerEngine", lambda cli=None: engine)
     user_error(run(capsys, "lock", "--envs", "envs"), REF, "no linux/arm64 image", BOTH)
     assert not (project / "envs" / "images.lock").exists()
@@ -545,21 +545,25 @@ def test_a_bases_platforms_are_read_from_its_index_or_its_one_manifests_config(
         f"{name}@sha256:{'2' * 64}": single,
         f"{name}@sha256:{'e' * 64}": {"os": "linux", "architecture": "arm64"},
     }
-    monkeypatch.setattr(pushed, "_oras", fake_oras(answers, asked))
-    assert pushed.platform_digests(f"{name}@{INDEX}") == MANIFESTS
-    assert pushed.platform_digests(f"{name}@sha256:{'2' * 64}") == {ARM64: f"sha256:{'2' * 64}"}
+    monkeypatch.setattr(image_registry, "_oras", fake_oras(answers, asked))
+    assert image_registry.platform_digests(f"{name}@{INDEX}") == MANIFESTS
+    assert image_registry.platform_digests(f"{name}@sha256:{'2' * 64}") == {
+        ARM64: f"sha256:{'2' * 64}"
+    }
     answers[f"{name}@{INDEX}"] = {
         "manifests": [{"digest": "md5:x", "platform": {"os": "linux", "architecture": "amd64"}}]
     }
     with pytest.raises(ImagekitError, match="gives linux/amd64 no sha256 digest"):
-        pushed.platform_digests(f"{name}@{INDEX}")
+        image_registry.platform_digests(f"{name}@{INDEX}")
 
 
 def test_the_docker_engine_reads_a_bases_platforms_by_its_full_name_and_digest(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     asked: list[str] = []
-    monkeypatch.setattr(pushed, "platform_digests", lambda ref: asked.append(ref) or MANIFESTS)
+    monkeypatch.setattr(
+        image_registry, "platform_digests", lambda ref: asked.append(ref) or MANIFESTS
+    )
     engine = DockerEngine()
     assert engine.registry_platforms(REF, INDEX) == MANIFESTS
     assert engine.registry_platforms("nvidia/cuda:13.0.1-base-ubuntu24.04", INDEX) == MANIFESTS

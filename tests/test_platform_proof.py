@@ -15,7 +15,7 @@ import zstandard
 from imagekit.builder.platform_proof import elf_machine, prove, wheel_machines
 from imagekit.engine.fake import elf_head, fake_root
 from imagekit.engine.image_files import Entry, LayerScan, TarIndex, resolve, scan_layer
-from imagekit.engine.pushed import _decompressing
+from imagekit.engine.image_registry import _decompressing
 from imagekit.platforms import AMD64, ARM64
 
 
@@ -506,7 +506,7 @@ REF = "127.0.0.1:5000/x@sha256:" + "f" * 64
 def test_a_pushed_images_layers_are_streamed_back_newest_on_top(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from imagekit.engine import pushed
+    from imagekit.engine import image_registry
 
     base = gzip.compress(
         layer(("bin", "link", "usr/bin"), ("usr/bin/dash", "file", elf_head(AMD64)))
@@ -514,7 +514,7 @@ def test_a_pushed_images_layers_are_streamed_back_newest_on_top(
     top = gzip.compress(layer(("usr/bin/dash", "file", elf_head(ARM64) + bytes(3 << 20))))
     blobs = {"sha256:" + "a" * 64: base, "sha256:" + "b" * 64: top}
     monkeypatch.setenv("IMAGEKIT_ORAS", fake_oras(tmp_path, blobs))
-    files = pushed.files(REF, pushed_layers(blobs, GZIP_LAYER))  # oldest first
+    files = image_registry.files(REF, pushed_layers(blobs, GZIP_LAYER))  # oldest first
     assert elf_machine(files.entry("/bin/dash").head) == "aarch64"  # type: ignore[union-attr]
 
 
@@ -530,7 +530,7 @@ def test_a_pushed_images_layers_are_streamed_back_newest_on_top(
 def test_a_pushed_layer_that_cannot_be_read_is_said_with_its_words(  # type: ignore[no-untyped-def]
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, behave: str, data: bytes | None, said: str
 ) -> None:
-    from imagekit.engine import pushed
+    from imagekit.engine import image_registry
     from imagekit.errors import ImagekitError
 
     digest = "sha256:" + "c" * 64
@@ -538,9 +538,9 @@ def test_a_pushed_layer_that_cannot_be_read_is_said_with_its_words(  # type: ign
     monkeypatch.setenv(
         "IMAGEKIT_ORAS", fake_oras(tmp_path, good, behave + "c" * 64 if behave else "")
     )
-    monkeypatch.setattr(pushed, "LAYER_STREAM_SECONDS", 1.0)
+    monkeypatch.setattr(image_registry, "LAYER_STREAM_SECONDS", 1.0)
     with pytest.raises(ImagekitError) as info:
-        pushed.files(REF, pushed_layers(good, ZSTD_LAYER))
+        image_registry.files(REF, pushed_layers(good, ZSTD_LAYER))
     text = str(info.value)
     assert said in text and f"x@{digest}" in text
     if behave == "fail:":

@@ -1,7 +1,7 @@
 """`imagekit build --push` without --load: where BuildKit pushes, one build exports the image
 straight to the registry (zstd by default), nothing is loaded, and the layer report and the
-SBOM are read back from the registry (engine/pushed.py). With --load, or on an engine whose
-builder cannot push, the image is loaded and then pushed as before."""
+SBOM are read back from the registry (engine/image_registry.py). With --load, or on an engine
+whose builder cannot push, the image is loaded and then pushed as before."""
 
 from __future__ import annotations
 
@@ -24,8 +24,8 @@ from imagekit.builder.display import QuietDisplay
 from imagekit.builder.inputs import Inputs
 from imagekit.builder.orchestrate import check_tools
 from imagekit.builder.push_decisions import resolve_compression
-from imagekit.engine import pushed
-from imagekit.engine.fake import ZSTD_LAYER, FakeEngine
+from imagekit.engine import image_registry
+from imagekit.engine.fake import ZSTD_LAYER, FakeEngine, FakeRegistry, FakeRunner
 from imagekit.engine.interface import BuildRequest, Compression, ImageInfo, build_push_flags
 from imagekit.errors import ImagekitError, UsageError
 from imagekit.imagetest.image import checkable_image
@@ -222,7 +222,7 @@ def test_the_straight_push_keeps_the_requests_cache_export_and_no_cache(tmp_path
     assert flags[flags.index("--cache-to") + 1] == "type=registry,ref=r/c:cache,mode=max"
 
 
-# -- reading the pushed image back (engine/pushed.py) ----------------------------------------
+# -- reading the pushed image back (engine/image_registry.py) ----------------------------------
 def config_with(history: list[dict[str, Any]], diff_ids: list[str]) -> dict[str, Any]:
     return {"rootfs": {"type": "layers", "diff_ids": diff_ids}, "history": history}
 
@@ -240,16 +240,16 @@ def test_layers_join_blobs_diff_ids_and_the_history_entries_that_made_a_layer() 
         {"created_by": "RUN apt-get install g++"},
         {"created_by": "LABEL x=y", "empty_layer": True},
     ]
-    layers = pushed.layers_of(manifest, config_with(history, ["sha256:a", "sha256:b"]))
+    layers = image_registry.layers_of(manifest, config_with(history, ["sha256:a", "sha256:b"]))
     assert [(x.created_by, x.size, x.diff_id) for x in layers] == [
         ("debootstrap", 30, "sha256:a"),
         ("RUN apt-get install g++", 7, "sha256:b"),
     ]
     assert layers[1].digest == "sha256:" + "2" * 64 and layers[1].media_type == ZSTD_LAYER
-    short = pushed.layers_of(manifest, config_with(history[2:], ["sha256:a", "sha256:b"]))
+    short = image_registry.layers_of(manifest, config_with(history[2:], ["sha256:a", "sha256:b"]))
     assert [x.created_by for x in short] == ["", "RUN apt-get install g++"]
     with pytest.raises(ImagekitError, match="2 layers and its config 1 diff IDs"):
-        pushed.layers_of(manifest, config_with(history, ["sha256:a"]))
+        image_registry.layers_of(manifest, config_with(history, ["sha256:a"]))
 
 
 def test_the_image_manifest_of_an_index_skips_the_attestation_manifest() -> None:
@@ -260,9 +260,9 @@ def test_the_image_manifest_of_an_index_skips_the_attestation_manifest() -> None
             {"digest": "sha256:amd", "platform": {"os": "linux", "architecture": "amd64"}},
         ]
     }
-    assert pushed.platform_manifest(index) == "sha256:amd"
-    assert pushed.platform_manifest(index, "arm64") == "sha256:arm"
-    assert pushed.platform_manifest({"manifests": index["manifests"][:1]}) == ""
+    assert image_registry.platform_manifest(index) == "sha256:amd"
+    assert image_registry.platform_manifest(index, "arm64") == "sha256:arm"
+    assert image_registry.platform_manifest({"manifests": index["manifests"][:1]}) == ""
 
 
 def layer_tar(files: dict[str, bytes]) -> bytes:
@@ -289,22 +289,22 @@ def test_one_file_comes_out_of_a_pushed_layer_in_each_compression(
     media_type: str, compress: Any
 ) -> None:
     tar = layer_tar({"opt/imagekit/sbom.cdx.json": b"{}", "opt/other": b"x"})
-    data = pushed.decompress(compress(tar), media_type)
-    assert pushed.file_in_tar(data, "/opt/imagekit/sbom.cdx.json") == b"{}"
-    assert pushed.file_in_tar(data, "/opt/imagekit/missing.json") is None
+    data = image_registry.decompress(compress(tar), media_type)
+    assert image_registry.file_in_tar(data, "/opt/imagekit/sbom.cdx.json") == b"{}"
+    assert image_registry.file_in_tar(data, "/opt/imagekit/missing.json") is None
 
 
 def test_a_broken_layer_is_an_error_naming_it_not_a_crash() -> None:
     with pytest.raises(ImagekitError, match="gzip layer that does not decompress"):
-        pushed.decompress(b"not gzip", "application/vnd.oci.image.layer.v1.tar+gzip")
+        image_registry.decompress(b"not gzip", "application/vnd.oci.image.layer.v1.tar+gzip")
     with pytest.raises(ImagekitError, match="zstd layer that does not decompress"):
-        pushed.decompress(b"not zstd at all", ZSTD_LAYER)
+        image_registry.decompress(b"not zstd at all", ZSTD_LAYER)
     with pytest.raises(ImagekitError, match="not a tar"):
-        pushed.file_in_tar(b"\x01" * 1024, "/x")
+        image_registry.file_in_tar(b"\x01" * 1024, "/x")
 
 
 # -- imagekit test pulls what a push without --load left only in the registry ----------------
-class AbsentUntilPulled(FakeEngine):
+class AbsentUntilPulled(FakeRunner, FakeRegistry):
     def inspect(self, ref: str) -> ImageInfo | None:
         if ("pull", ref) not in self.calls:
             return None

@@ -20,11 +20,12 @@ from imagekit.builder.build_plan import plan
 from imagekit.builder.build_runner import Runner
 from imagekit.builder.display import QuietDisplay
 from imagekit.builder.inputs import Inputs
-from imagekit.engine.docker import file_from_tar
+from imagekit.engine import tools
+from imagekit.engine.docker_images import file_from_tar
 from imagekit.engine.fake import FakeEngine
 from imagekit.errors import UsageError
 from imagekit.matrix.catalog import load_cells
-from imagekit.supply import attestation, sbom, tools
+from imagekit.supply import attestation, sbom
 
 DIGEST = "sha256:" + "a" * 64
 IMAGE = f"127.0.0.1:5000/team/train@{DIGEST}"

@@ -21,7 +21,7 @@ from imagekit import terminal
 from imagekit.builder import oci_layout
 from imagekit.contract.refs import parse
 from imagekit.engine.emulation import DEBIAN_ARCH, host_platform
-from imagekit.engine.interface import Engine
+from imagekit.engine.interface import BuildEngine, BuildRegistryEngine, RegistryEngine
 from imagekit.errors import EngineError, ImagekitError, UsageError
 from imagekit.locks.images import Lock, lacking
 from imagekit.matrix.cells import Cell
@@ -62,7 +62,7 @@ def debootstrap(
 
 
 def bootstrap(
-    engine: Engine,
+    engine: BuildEngine,
     suite: str,
     tag: str,
     mirror: str = DEFAULT_MIRROR,
@@ -87,7 +87,11 @@ def bootstrap(
 
 
 def add_platforms(
-    engine: Engine, suite: str, tag: str, platforms: Sequence[str], mirror: str = DEFAULT_MIRROR
+    engine: BuildEngine,
+    suite: str,
+    tag: str,
+    platforms: Sequence[str],
+    mirror: str = DEFAULT_MIRROR,
 ) -> str:
     """debootstrap `platforms` into the local image `tag`, which has others: saved as an OCI
     layout, the new platforms' manifests added beside its own (kept byte for byte, so their
@@ -104,7 +108,7 @@ def add_platforms(
     return tag
 
 
-def check_emulation(engine: Engine, platforms: Iterable[str]) -> None:
+def check_emulation(engine: BuildEngine, platforms: Iterable[str]) -> None:
     """A platform this engine's containers cannot run (no QEMU for it), refused with the fix
     before anything is made or built."""
     for platform in platforms:
@@ -112,7 +116,7 @@ def check_emulation(engine: Engine, platforms: Iterable[str]) -> None:
             raise UsageError(f"--platform {platform}: {problem}")
 
 
-def check_platforms(engine: Engine, platforms: Sequence[str]) -> None:
+def check_platforms(engine: BuildEngine, platforms: Sequence[str]) -> None:
     """What this engine cannot do for these platforms, said before anything is made."""
     check_emulation(engine, platforms)
     if len(platforms) > 1 and not engine.holds_multi_platform():
@@ -167,7 +171,7 @@ class BaseFound:
 
 
 def find_bases(
-    engine: Engine,
+    engine: BuildRegistryEngine,
     refs: Sequence[str],
     bootstrappable: set[str],
     pinned: Mapping[str, str] | None = None,
@@ -224,7 +228,7 @@ def fixes_for(ref: str, suites: dict[str, str]) -> str:
     return "; ".join(ways)
 
 
-def lock(engine: Engine, cells: Sequence[Cell], current: Lock) -> tuple[Lock, list[str]]:
+def lock(engine: RegistryEngine, cells: Sequence[Cell], current: Lock) -> tuple[Lock, list[str]]:
     """Resolve each base tag to its registry digest, and for the bases of cells built for
     another platform than amd64 alone, each platform's manifest in that index. Unreachable
     ones keep their old pin. A base whose index lacks a platform its cells are built for is
@@ -270,7 +274,7 @@ def platforms_needed(cells: Sequence[Cell]) -> set[str]:
     }
 
 
-def _platforms_of(engine: Engine, ref: str, digest: str) -> tuple[dict[str, str], str]:
+def _platforms_of(engine: RegistryEngine, ref: str, digest: str) -> tuple[dict[str, str], str]:
     """The manifests of the index `ref` is pinned to, by platform; else {} and a note. Read
     by digest, so they are that index's even if the tag moved since. A failed read keeps
     the pin: the build still starts from the pinned index, only unchecked."""

@@ -34,7 +34,7 @@ class BuildOptions:
     provenance: bool = False
     attach_sbom: bool = False
     # With --push: also keep the image in the engine's store. Without it, where BuildKit
-    # pushes (Engine.pushes_from_builder), the build goes straight to the registry.
+    # pushes (BuildEngine.pushes_from_builder), the build goes straight to the registry.
     load: bool = False
     # --platform: what to build of each cell (empty: this host's platform where the cell
     # has it, else the cell's first); several make one image index, which is pushed.

@@ -35,8 +35,8 @@ from imagekit.builder.push_decisions import (
     pushes_straight,
     sbom_status,
 )
-from imagekit.engine.interface import BuildRequest, Engine, Layer
-from imagekit.engine.pushed import by_digest
+from imagekit.engine.image_registry import by_digest
+from imagekit.engine.interface import BuildRegistryEngine, BuildRequest, Layer
 from imagekit.errors import BuildError, ImagekitError, Interrupted
 from imagekit.paths import write_atomic
 from imagekit.render.dockerfile import render
@@ -64,7 +64,7 @@ def index_secret(path: Path, url: str | None) -> Iterator[None]:
 
 class Runner:
     def __init__(
-        self, engine: Engine, options: BuildOptions, inputs: Inputs, display: Display
+        self, engine: BuildRegistryEngine, options: BuildOptions, inputs: Inputs, display: Display
     ) -> None:
         self.engine, self.options, self.inputs, self.display = engine, options, inputs, display
         self.reports: dict[str, CellReport] = {}

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from imagekit.contract.refs import parse
-from imagekit.engine.pushed import index_platforms
+from imagekit.engine.image_registry import index_platforms
 from imagekit.errors import EngineError
 
 INDEX = "application/vnd.oci.image.index.v1+json"

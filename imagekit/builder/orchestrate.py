@@ -21,13 +21,13 @@ from imagekit.builder.git_labels import build_labels
 from imagekit.builder.inputs import Inputs
 from imagekit.builder.preflight import bootstrap_missing, check_tag_suffix, check_target, preflight
 from imagekit.builder.push_decisions import index_problem, resolve_compression
-from imagekit.engine.interface import Engine
+from imagekit.engine import tools
+from imagekit.engine.interface import BuildEngine, BuildRegistryEngine
 from imagekit.errors import UsageError
 from imagekit.matrix.cells import Cell
-from imagekit.supply import tools
 
 
-def check_tools(engine: Engine, options: BuildOptions) -> None:
+def check_tools(engine: BuildEngine, options: BuildOptions) -> None:
     """oras, before anything builds (not after an hour): it attaches the SBOM, and a push
     without --load reads the pushed image's layers back from the registry."""
     if not options.push:
@@ -39,7 +39,9 @@ def check_tools(engine: Engine, options: BuildOptions) -> None:
                    "the registry; --load keeps the image here and reads it locally)")  # fmt: skip
 
 
-def check_platforms(engine: Engine, builds: Sequence[PlannedBuild], options: BuildOptions) -> None:
+def check_platforms(
+    engine: BuildEngine, builds: Sequence[PlannedBuild], options: BuildOptions
+) -> None:
     """What this engine cannot build of the planned platforms, refused before anything runs:
     a foreign platform without QEMU, or an index of several that it cannot push."""
     base.check_emulation(engine, dict.fromkeys(p for b in builds for p in b.request.platforms))
@@ -50,7 +52,11 @@ def check_platforms(engine: Engine, builds: Sequence[PlannedBuild], options: Bui
 
 
 def run_build(
-    engine: Engine, cells: Sequence[Cell], options: BuildOptions, resolved: Inputs, run: BuildRun
+    engine: BuildRegistryEngine,
+    cells: Sequence[Cell],
+    options: BuildOptions,
+    resolved: Inputs,
+    run: BuildRun,
 ) -> None:
     check_target(cells, options.target)
     check_tag_suffix(cells, options.tag_suffix)

@@ -10,7 +10,7 @@ from imagekit import terminal
 from imagekit.builder import bases as base
 from imagekit.builder.build_plan import platforms_for
 from imagekit.contract.refs import parse
-from imagekit.engine.interface import Engine
+from imagekit.engine.interface import BuildEngine, BuildRegistryEngine
 from imagekit.errors import BuildError, UsageError
 from imagekit.matrix.cells import Cell
 from imagekit.matrix.ref_checks import check_tag
@@ -44,7 +44,7 @@ def check_tag_suffix(cells: Sequence[Cell], suffix: str) -> None:
 
 
 def preflight(
-    engine: Engine,
+    engine: BuildRegistryEngine,
     cells: Sequence[Cell],
     bootstrap: bool,
     keep_going: bool,
@@ -114,7 +114,11 @@ def _order(platform: str) -> tuple[int, str]:
 
 
 def _lacking(
-    engine: Engine, ref: str, found: base.BaseFound, needed: tuple[str, ...], bootstrap: set[str]
+    engine: BuildEngine,
+    ref: str,
+    found: base.BaseFound,
+    needed: tuple[str, ...],
+    bootstrap: set[str],
 ) -> str:
     """Why `ref` cannot serve every platform its cells are built for ("" where it can, or
     where --bootstrap-base adds what it lacks)."""
@@ -182,7 +186,7 @@ def _unbuildable_message(
 
 
 def bootstrap_missing(
-    engine: Engine,
+    engine: BuildEngine,
     cells: Sequence[Cell],
     mirror: str,
     platforms: Mapping[str, tuple[str, ...]] | None = None,

@@ -11,7 +11,7 @@ from dataclasses import replace
 from typing import Protocol
 
 from imagekit.builder.build_options import BuildOptions
-from imagekit.engine.interface import BuildRequest, Compression, Engine
+from imagekit.engine.interface import BuildEngine, BuildRequest, Compression
 from imagekit.supply import sbom
 
 
@@ -54,7 +54,7 @@ def provenance_state(asked: bool, attached: bool) -> str:
     return "unsupported" if asked else "off"
 
 
-def resolve_compression(engine: Engine, options: BuildOptions) -> BuildOptions:
+def resolve_compression(engine: BuildEngine, options: BuildOptions) -> BuildOptions:
     """--compression auto: zstd where BuildKit writes the pushed layers, else gzip."""
     if not options.compression.auto:
         return options
@@ -63,7 +63,7 @@ def resolve_compression(engine: Engine, options: BuildOptions) -> BuildOptions:
 
 
 def index_problem(
-    engine: Engine,
+    engine: BuildEngine,
     platforms: Sequence[str],
     options: BuildOptions,
     who: Callable[[], str] | None = None,

@@ -6,13 +6,13 @@ from collections.abc import Sequence
 
 from imagekit.builder.build_plan import PlannedBuild
 from imagekit.builder.build_report import CellReport
-from imagekit.engine.interface import Engine, Layer
-from imagekit.engine.pushed import by_digest
+from imagekit.engine.image_registry import by_digest
+from imagekit.engine.interface import BuildRegistryEngine, Layer
 from imagekit.errors import ImagekitError, PushError
 from imagekit.supply import sbom
 
 
-def attach_loaded(engine: Engine, image: str, report: CellReport) -> list[str]:
+def attach_loaded(engine: BuildRegistryEngine, image: str, report: CellReport) -> list[str]:
     """The SBOM of the loaded image, attached to each pushed reference."""
     data = engine.read_file(image, sbom.PATH)
     if data is None:
@@ -24,7 +24,7 @@ def attach_loaded(engine: Engine, image: str, report: CellReport) -> list[str]:
 
 
 def attach_pushed(
-    engine: Engine,
+    engine: BuildRegistryEngine,
     build: PlannedBuild,
     report: CellReport,
     layers: Sequence[Layer],
@@ -46,7 +46,9 @@ def attach_pushed(
         report.by_platform[platform]["sbom"] = attached
 
 
-def pushed_sbom(engine: Engine, ref: str, layers: Sequence[Layer], report: CellReport) -> bytes:
+def pushed_sbom(
+    engine: BuildRegistryEngine, ref: str, layers: Sequence[Layer], report: CellReport
+) -> bytes:
     """The SBOM from its own small layer in the registry (the step that wrote it)."""
     for layer in reversed(layers):
         if sbom.WRITER in layer.created_by:

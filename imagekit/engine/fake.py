@@ -1,4 +1,6 @@
-"""A recording engine for unit tests of planning and orchestration (no Docker)."""
+"""Recording engines for unit tests (no Docker): a fake of each part of the Engine interface
+(FakeBuilder, FakeRunner, FakeRegistry, over the FakeStore they share) and FakeEngine, all of them.
+"""
 
 from __future__ import annotations
 
@@ -32,38 +34,61 @@ ZSTD_LAYER = "application/vnd.oci.image.layer.v1.tar+zstd"
 
 
 @dataclass
-class FakeEngine:
-    fail_builds: set[str] = field(default_factory=set)  # context folder names that fail
-    image_size: int = 10**9
-    push_error: bool = False
+class FakeStore:
+    """The images a fake engine holds (ImageStore), and what every fake part shares: the
+    calls made of it, in order, and whether its registry refuses pushes."""
+
     calls: list[tuple[str, str]] = field(default_factory=list)
+    image_size: int = 10**9
     tags: dict[str, str] = field(default_factory=dict)
     # image ID -> its layers; images not in it get a shared base layer plus their own
     image_layers: dict[str, list[Layer]] = field(default_factory=dict)
+    files: dict[str, bytes] = field(default_factory=dict)  # path -> bytes, in every image
+    # what the files of each platform's image are built for (image_files, pushed_files):
+    # absent, the platform's own; e.g. {ARM64: AMD64} models an arm64 config over x86-64 files
+    content_of: dict[str, str] = field(default_factory=dict)
+    push_error: bool = False  # every push fails (the engine's own and BuildKit's)
+
+    def inspect(self, ref: str) -> ImageInfo | None:
+        return ImageInfo(ref, self.image_size, {}, {}, "1000:1000", (), ())
+
+    def read_file(self, image: str, path: str) -> bytes | None:
+        self.calls.append(("read_file", f"{image} {path}"))
+        return self.files.get(path)
+
+    def layers(self, ref: str) -> list[Layer]:
+        if ref in self.image_layers:
+            return list(self.image_layers[ref])
+        own = "sha256:" + ref.rsplit(":", 1)[-1].encode().hex()[:64].ljust(64, "0")
+        return [
+            Layer("RUN apt-get install python3", 10**8, "sha256:" + "b" * 64),
+            Layer("COPY /opt/venv /opt/venv # buildkit", self.image_size - 10**8, own),
+        ]
+
+    def _files(self, platform: str) -> ImageFiles:
+        """A Debian root with a venv and torch, built for `content_of` (else `platform`)."""
+        return fake_root(self.content_of.get(platform, platform))
+
+
+@dataclass
+class FakeBuilder(FakeStore):
+    """Builds that succeed at once (BuildEngine), unless told to fail or crash."""
+
+    fail_builds: set[str] = field(default_factory=set)  # context folder names that fail
+    # context folder names whose build raises a bug (not an ImagekitError) in the engine
+    crash_builds: set[str] = field(default_factory=set)
     refuse: tuple[str, ...] = ()  # what check_support refuses (UsageError), e.g. "zstd"
     # True: builds export into a content store in the push's compression (the containerd
     # image store), so every push is the engine's own push of the image as stored.
     content_store: bool = False
-    # context folder names whose build raises a bug (not an ImagekitError) in the engine
-    crash_builds: set[str] = field(default_factory=set)
     provenance: bool = False  # whether a push can carry a provenance attestation
     # True: BuildKit pushes straight to the registry (buildx's image exporter), so a push
     # without --load builds and pushes in one go and nothing is loaded
     builder_pushes: bool = False
     multi_platform: bool = False  # holds an image of several platforms under one name
     emulates: tuple[str, ...] = (AMD64,)  # platforms its containers run
-    # base ref -> the platforms its registry's index has (registry_platforms); absent: both
-    base_platforms: dict[str, tuple[str, ...]] = field(default_factory=dict)
-    files: dict[str, bytes] = field(default_factory=dict)  # path -> bytes, in every image
     # base ref -> the platforms the engine holds of it (image_platforms); absent: both
     local_platforms: dict[str, tuple[str, ...]] = field(default_factory=dict)
-    # what the files of each platform's image are built for (image_files, pushed_files):
-    # absent, the platform's own; e.g. {ARM64: AMD64} models an arm64 config over x86-64 files
-    content_of: dict[str, str] = field(default_factory=dict)
-    pushed_platform: dict[str, str] = field(default_factory=dict)  # manifest digest -> platform
-    # Detached containers and networks, by name: what a leak test looks at.
-    containers: dict[str, RunOptions] = field(default_factory=dict)
-    networks: dict[str, dict[str, str]] = field(default_factory=dict)
 
     def describe(self) -> str:
         return "fake engine"
@@ -94,38 +119,14 @@ class FakeEngine:
         self.calls.append(("untag", ref))
         self.tags.pop(ref, None)
 
-    def inspect(self, ref: str) -> ImageInfo | None:
-        return ImageInfo(ref, self.image_size, {}, {}, "1000:1000", (), ())
-
     def image_platforms(self, ref: str) -> tuple[str, ...] | None:
         if self.inspect(ref) is None:
             return None
         return self.local_platforms.get(ref, PLATFORMS)
 
-    def registry_image_platforms(self, ref: str) -> tuple[str, ...]:
-        self.registry_digest(ref)  # an engine that reaches no registry raises there
-        return self.base_platforms.get(ref, PLATFORMS)
-
     def image_files(self, image: str, platform: str = "") -> AbstractContextManager[ImageFiles]:
         self.calls.append(("image_files", f"{image} {platform}".strip()))
         return nullcontext(self._files(platform or host_platform() or AMD64))
-
-    def pushed_files(self, ref: str, layers: Sequence[Layer]) -> ImageFiles:
-        self.calls.append(("pushed_files", ref))
-        return self._files(self.pushed_platform.get(ref.rsplit("@", 1)[-1], AMD64))
-
-    def _files(self, platform: str) -> ImageFiles:
-        """A Debian root with a venv and torch, built for `content_of` (else `platform`)."""
-        return fake_root(self.content_of.get(platform, platform))
-
-    def layers(self, ref: str) -> list[Layer]:
-        if ref in self.image_layers:
-            return list(self.image_layers[ref])
-        own = "sha256:" + ref.rsplit(":", 1)[-1].encode().hex()[:64].ljust(64, "0")
-        return [
-            Layer("RUN apt-get install python3", 10**8, "sha256:" + "b" * 64),
-            Layer("COPY /opt/venv /opt/venv # buildkit", self.image_size - 10**8, own),
-        ]
 
     def check_support(self, cache_to: Sequence[str], compression: Compression) -> None:
         self.calls.append(("check_support", str(compression)))
@@ -151,34 +152,11 @@ class FakeEngine:
         digest = "sha256:" + request.context.name.encode().hex()[:64].ljust(64, "3")
         return [t.rsplit(":", 1)[0] + "@" + digest for t in tags]
 
-    def pushed_layers(self, ref: str, platform: str = AMD64) -> tuple[str, list[Layer]]:
-        self.calls.append(("pushed_layers", ref if platform == AMD64 else f"{ref} {platform}"))
-        digest = ref.rsplit("@", 1)[-1]
-        if platform != AMD64:  # another platform's manifest, another image
-            digest = "sha256:" + (digest + platform).encode().hex()[:64].ljust(64, "0")
-        self.pushed_platform[digest] = platform
-        layers = [
-            replace(x, digest="sha256:" + f"{i:064x}", media_type=ZSTD_LAYER)
-            for i, x in enumerate(self.layers(digest))
-        ]
-        return digest, layers
-
-    def pushed_file(self, ref: str, layer: Layer, path: str) -> bytes | None:
-        self.calls.append(("pushed_file", f"{ref} {path}"))
-        return self.files.get(path)
-
     def pushes_as_stored(self, compression: Compression) -> bool:
         return compression.default or self.content_store
 
     def attaches_provenance(self) -> bool:
         return self.provenance
-
-    def read_file(self, image: str, path: str) -> bytes | None:
-        self.calls.append(("read_file", f"{image} {path}"))
-        return self.files.get(path)
-
-    def pull(self, ref: str) -> None:
-        self.calls.append(("pull", ref))
 
     def push_compressed(
         self, request: BuildRequest, tags: Sequence[str], compression: Compression
@@ -188,31 +166,6 @@ class FakeEngine:
         if self.push_error:
             raise PushError(f"push of {tags[0]} failed: refused. The local image is kept")
         return [t.rsplit(":", 1)[0] + "@sha256:" + "2" * 64 for t in tags]
-
-    def push(self, ref: str) -> str:
-        self.calls.append(("push", ref))
-        if self.push_error:
-            raise PushError(f"push of {ref} failed: connection refused. The local image is kept")
-        return ref.rsplit(":", 1)[0] + "@sha256:" + "0" * 64
-
-    def run(self, image: str, command: Sequence[str], options: RunOptions) -> RunResult:
-        self.calls.append(("run", image))
-        return RunResult(exit_code=0, output="")
-
-    def registry_digest(self, ref: str) -> str:
-        return "sha256:" + "1" * 64
-
-    def registry_platforms(self, ref: str, digest: str) -> dict[str, str]:
-        """Each platform of `base_platforms[ref]` (both where it is not there), with a
-        manifest digest of its own."""
-        self.calls.append(("registry_platforms", f"{ref}@{digest}"))
-        return {
-            p: "sha256:" + hashlib.sha256(f"{digest} {p}".encode()).hexdigest()
-            for p in self.base_platforms.get(ref, PLATFORMS)
-        }
-
-    def has_gpu_runtime(self) -> bool:
-        return False
 
     def import_rootfs(self, rootfs: Path, tag: str, platform: str = "") -> str:
         self.calls.append(("import", f"{tag} {platform}".strip()))
@@ -235,12 +188,28 @@ class FakeEngine:
     def emulation_problem(self, platform: str) -> str | None:
         return None if platform in self.emulates else f"{platform}: no emulation (fake)"
 
+    def stop_all(self) -> None:
+        self.calls.append(("stop_all", ""))
+
+
+@dataclass
+class FakeRunner(FakeStore):
+    """Containers that exit 0 at once (RunEngine), and the networks made for them."""
+
+    # Detached containers and networks, by name: what a leak test looks at.
+    containers: dict[str, RunOptions] = field(default_factory=dict)
+    networks: dict[str, dict[str, str]] = field(default_factory=dict)
+
+    def run(self, image: str, command: Sequence[str], options: RunOptions) -> RunResult:
+        self.calls.append(("run", image))
+        return RunResult(exit_code=0, output="")
+
+    def has_gpu_runtime(self) -> bool:
+        return False
+
     def stamp(self, image: str, ref: str, labels: dict[str, str]) -> None:
         self.calls.append(("stamp", ref))
         self.tags[ref] = image
-
-    def stop_all(self) -> None:
-        self.calls.append(("stop_all", ""))
 
     def create_network(self, name: str, subnet: str, labels: dict[str, str]) -> None:
         self.calls.append(("create_network", f"{name} {subnet}"))
@@ -275,6 +244,66 @@ class FakeEngine:
         ]
         found += [Labelled("network", n, dict(lb)) for n, lb in self.networks.items() if key in lb]
         return found
+
+
+@dataclass
+class FakeRegistry(FakeStore):
+    """A registry that holds every image asked for (RegistryEngine): pushes answer a digest,
+    a base has both platforms unless told otherwise."""
+
+    # base ref -> the platforms its registry's index has (registry_platforms); absent: both
+    base_platforms: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    pushed_platform: dict[str, str] = field(default_factory=dict)  # manifest digest -> platform
+
+    def push(self, ref: str) -> str:
+        self.calls.append(("push", ref))
+        if self.push_error:
+            raise PushError(f"push of {ref} failed: connection refused. The local image is kept")
+        return ref.rsplit(":", 1)[0] + "@sha256:" + "0" * 64
+
+    def pull(self, ref: str) -> None:
+        self.calls.append(("pull", ref))
+
+    def registry_digest(self, ref: str) -> str:
+        return "sha256:" + "1" * 64
+
+    def registry_image_platforms(self, ref: str) -> tuple[str, ...]:
+        self.registry_digest(ref)  # an engine that reaches no registry raises there
+        return self.base_platforms.get(ref, PLATFORMS)
+
+    def registry_platforms(self, ref: str, digest: str) -> dict[str, str]:
+        """Each platform of `base_platforms[ref]` (both where it is not there), with a
+        manifest digest of its own."""
+        self.calls.append(("registry_platforms", f"{ref}@{digest}"))
+        return {
+            p: "sha256:" + hashlib.sha256(f"{digest} {p}".encode()).hexdigest()
+            for p in self.base_platforms.get(ref, PLATFORMS)
+        }
+
+    def pushed_layers(self, ref: str, platform: str = AMD64) -> tuple[str, list[Layer]]:
+        self.calls.append(("pushed_layers", ref if platform == AMD64 else f"{ref} {platform}"))
+        digest = ref.rsplit("@", 1)[-1]
+        if platform != AMD64:  # another platform's manifest, another image
+            digest = "sha256:" + (digest + platform).encode().hex()[:64].ljust(64, "0")
+        self.pushed_platform[digest] = platform
+        layers = [
+            replace(x, digest="sha256:" + f"{i:064x}", media_type=ZSTD_LAYER)
+            for i, x in enumerate(self.layers(digest))
+        ]
+        return digest, layers
+
+    def pushed_file(self, ref: str, layer: Layer, path: str) -> bytes | None:
+        self.calls.append(("pushed_file", f"{ref} {path}"))
+        return self.files.get(path)
+
+    def pushed_files(self, ref: str, layers: Sequence[Layer]) -> ImageFiles:
+        self.calls.append(("pushed_files", ref))
+        return self._files(self.pushed_platform.get(ref.rsplit("@", 1)[-1], AMD64))
+
+
+@dataclass
+class FakeEngine(FakeBuilder, FakeRunner, FakeRegistry):
+    """Every part (Engine): what a test of a whole command's run takes."""
 
 
 ELF_MACHINE = {AMD64: 62, "linux/arm64": 183}

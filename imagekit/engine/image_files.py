@@ -3,7 +3,7 @@ first bytes, a link's target), the first native code file under a folder, a smal
 
 Two readers: `TarIndex`, built from an image's layer tars (a pushed image's blobs, read back
 from the registry, newest layer first, whiteouts applied), and the engine's own, which asks
-the engine for one path at a time (engine/docker.py's LocalFiles). What the files prove is
+the engine for one path at a time (engine/local_files.py's LocalFiles). What the files prove is
 builder/platform_proof.py's, a pure function over either.
 """
 

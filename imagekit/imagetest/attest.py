@@ -9,12 +9,13 @@ import json
 from datetime import datetime, timezone
 
 from imagekit.contract import refs
-from imagekit.engine.interface import Engine
+from imagekit.engine import tools
+from imagekit.engine.interface import RegistryEngine
 from imagekit.errors import ImagekitError, UsageError
-from imagekit.supply import attestation, tools
+from imagekit.supply import attestation
 
 
-def in_registry(engine: Engine, image: str) -> str:
+def in_registry(engine: RegistryEngine, image: str) -> str:
     """IMAGE as name@sha256:... in its registry, pulled by that digest: the run then checks
     the very content the attestation names, whatever the local tag holds."""
     tools.find(tools.COSIGN, "--attest")  # before a run of many minutes, not after it
@@ -31,7 +32,7 @@ def in_registry(engine: Engine, image: str) -> str:
     return pinned
 
 
-def _registry_digest(engine: Engine, image: str) -> str:
+def _registry_digest(engine: RegistryEngine, image: str) -> str:
     try:
         return engine.registry_digest(image)
     except (ImagekitError, OSError) as exc:  # the SDK's errors are requests' (OSError)

@@ -18,11 +18,11 @@ from imagekit.contract.checks import (
     gpus_value,
 )
 from imagekit.engine.emulation import is_foreign
-from imagekit.engine.interface import Engine, ImageInfo
+from imagekit.engine.interface import ImageInfo, RunRegistryEngine
 from imagekit.errors import UsageError
 
 
-def checkable_image(engine: Engine, image: str) -> ImageInfo:
+def checkable_image(engine: RunRegistryEngine, image: str) -> ImageInfo:
     """The image, pulled where the engine lacks it and it names a registry (a push without
     --load leaves nothing local); refused where it is nowhere or imagekit did not build it."""
     info = engine.inspect(image)

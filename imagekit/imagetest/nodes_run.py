@@ -19,7 +19,7 @@ from typing import Any
 
 from imagekit import terminal
 from imagekit.contract.checks import ENV_PROFILE, PASSED
-from imagekit.engine.interface import Engine, SubnetTaken
+from imagekit.engine.interface import RunEngine, RunRegistryEngine, SubnetTaken
 from imagekit.errors import EngineError, SelfCheckFailed, UsageError
 from imagekit.imagetest.image import checkable_image, wants_gpus
 from imagekit.imagetest.nodes_plan import (
@@ -50,7 +50,7 @@ from imagekit.paths import write_atomic
 GRACE_S = 3  # after the first node fails, the others get this long to stop on their own
 
 
-def remove_stale(engine: Engine, say: Callable[[str], None]) -> None:
+def remove_stale(engine: RunEngine, say: Callable[[str], None]) -> None:
     """Remove containers and networks of earlier runs whose imagekit process on this host is
     gone (killed with SIGKILL, a crashed machine): a running run's are left alone."""
     here = socket.gethostname()
@@ -80,7 +80,7 @@ def owner_gone(owner: str, here: str) -> bool:
     return False
 
 
-def create_network(engine: Engine, run: Plan, options: NodesOptions) -> str:
+def create_network(engine: RunEngine, run: Plan, options: NodesOptions) -> str:
     labels = dict(run.nodes[0].options.labels)
     labels.pop(NODE_LABEL, None)
     tried = []
@@ -102,7 +102,7 @@ def create_network(engine: Engine, run: Plan, options: NodesOptions) -> str:
 
 
 def watch(
-    engine: Engine,
+    engine: RunEngine,
     ids: dict[str, str],
     limit_s: float,
     clock: Callable[[], float] = time.monotonic,
@@ -126,7 +126,7 @@ def watch(
 
 
 def run_nodes(
-    engine: Engine, image: str, options: NodesOptions, say: Callable[[str], None] = print
+    engine: RunRegistryEngine, image: str, options: NodesOptions, say: Callable[[str], None] = print
 ) -> dict[str, Any]:
     """Run the multi-node check; returns its report (also on failure) after removing
     everything it made. Raises UsageError/EngineError before anything ran."""
@@ -143,7 +143,7 @@ def run_nodes(
 
 
 def execute(
-    engine: Engine, image: str, run: Plan, options: NodesOptions, say: Callable[[str], None]
+    engine: RunEngine, image: str, run: Plan, options: NodesOptions, say: Callable[[str], None]
 ) -> dict[str, Any]:
     started: dict[str, str] = {}
     network_made = False
@@ -163,7 +163,7 @@ def execute(
             cleanup(engine, run, started, network_made)
 
 
-def cleanup(engine: Engine, run: Plan, started: dict[str, str], network_made: bool) -> None:
+def cleanup(engine: RunEngine, run: Plan, started: dict[str, str], network_made: bool) -> None:
     # By name as well as id: a start that failed half-way may have made the container.
     for node in run.nodes:
         engine.remove(started.get(node.host, node.container))
@@ -171,7 +171,7 @@ def cleanup(engine: Engine, run: Plan, started: dict[str, str], network_made: bo
         engine.remove_network(run.network)
 
 
-def outcome(engine: Engine, node: Node, ids: dict[str, str], watched: Watched) -> NodeOutcome:
+def outcome(engine: RunEngine, node: Node, ids: dict[str, str], watched: Watched) -> NodeOutcome:
     cid = ids[node.host]
     return NodeOutcome(
         host=node.host,
@@ -183,7 +183,10 @@ def outcome(engine: Engine, node: Node, ids: dict[str, str], watched: Watched) -
 
 
 def check_nodes(
-    engine: Engine, image: str, options: NodesOptions, say: Callable[[str], None] = terminal.echo
+    engine: RunRegistryEngine,
+    image: str,
+    options: NodesOptions,
+    say: Callable[[str], None] = terminal.echo,
 ) -> list[str]:
     """Returns the table's lines; raises SelfCheckFailed (with the table and each node's log
     tail behind a gutter) on failure."""

@@ -17,7 +17,7 @@ from pathlib import Path
 from imagekit import terminal
 from imagekit.contract import check_table, exits
 from imagekit.contract.checks import CheckResult, RecordError, results_from_report
-from imagekit.engine.interface import Engine, RunOptions, RunResult
+from imagekit.engine.interface import RunOptions, RunRegistryEngine, RunResult
 from imagekit.errors import SelfCheckFailed
 from imagekit.imagetest import attest
 from imagekit.imagetest.image import (
@@ -78,7 +78,7 @@ def selfcheck_command(options: SelfCheckOptions) -> list[str]:
 
 
 def run_selfcheck(
-    engine: Engine, image: str, options: SelfCheckOptions
+    engine: RunRegistryEngine, image: str, options: SelfCheckOptions
 ) -> tuple[RunResult, list[CheckResult], Written]:
     info = checkable_image(engine, image)
     gpus = wants_gpus(options.gpus, engine.has_gpu_runtime())
@@ -129,7 +129,7 @@ def _copy(src: Path, dest: Path | None) -> None:
 
 
 def check_image(
-    engine: Engine, image: str, options: SelfCheckOptions
+    engine: RunRegistryEngine, image: str, options: SelfCheckOptions
 ) -> tuple[list[str], str | None]:
     """Returns (the self-check's output lines, the validated tag if stamped). Raises on
     failure. What the container printed is shown behind a gutter: the image under test

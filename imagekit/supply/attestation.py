@@ -23,8 +23,8 @@ from typing import Any
 
 from imagekit import __version__
 from imagekit.contract import refs
+from imagekit.engine import tools
 from imagekit.errors import ImagekitError
-from imagekit.supply import tools
 
 PREDICATE_TYPE = "https://imagekit.dev/attestations/self-check/v1"
 STATEMENT_TYPES = ("https://in-toto.io/Statement/v0.1", "https://in-toto.io/Statement/v1")

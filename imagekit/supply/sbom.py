@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import Any
 
 from imagekit.contract import refs
-from imagekit.engine.interface import Engine
+from imagekit.engine import tools
+from imagekit.engine.interface import ImageStore
 from imagekit.errors import EngineError, ImagekitError, UsageError
 from imagekit.render.dockerfile import SBOM_PATH
-from imagekit.supply import tools
 
 PATH = SBOM_PATH  # in every image imagekit builds
 MEDIA_TYPE = "application/vnd.cyclonedx+json"  # the artifact's type and its one layer's
@@ -85,7 +85,7 @@ def _created(referrer: dict[str, Any]) -> str:
     return str((referrer.get("annotations") or {}).get("org.opencontainers.image.created", ""))
 
 
-def from_image(engine: Engine, image: str) -> bytes | None:
+def from_image(engine: ImageStore, image: str) -> bytes | None:
     """The SBOM inside a local image; None where the engine does not have the image."""
     if engine.inspect(image) is None:
         return None
@@ -98,7 +98,7 @@ def from_image(engine: Engine, image: str) -> bytes | None:
     return data
 
 
-def read(engine: Engine, image: str, source: str) -> bytes:
+def read(engine: ImageStore, image: str, source: str) -> bytes:
     """`imagekit sbom`'s document: from the local image, the registry, or (auto) the local
     image where the engine has it, else the registry."""
     if source in ("image", "auto"):

@@ -1,6 +1,8 @@
-"""A pushed image read back from its registry with oras: its manifest, its config's layers
-and history, and one file of one layer. A push without --load leaves nothing in the local
-image store, so the build's layer report and the SBOM it attaches come from here.
+"""The engine's registry reads and writes in one place: pushes, pulls and a tag's digest
+through the daemon; a pushed image read back with oras (its manifest, its config's layers and
+history, its files, one file of one layer) and a base's platforms. A push without --load
+leaves nothing in the local image store, so the build's layer report and the SBOM it
+attaches come from here.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ import contextlib
 import gzip
 import io
 import json
+import re
 import subprocess
 import tarfile
 import tempfile
@@ -24,11 +27,12 @@ from typing import IO, Any
 from imagekit import terminal
 from imagekit.contract import refs
 from imagekit.contract.refs import DIGEST
+from imagekit.engine import tools
+from imagekit.engine.docker_daemon import DockerConnection, split_ref
 from imagekit.engine.image_files import LayerScan, TarIndex, member_path, scan_layer
 from imagekit.engine.interface import Layer
-from imagekit.errors import ImagekitError
-from imagekit.platforms import PLATFORMS
-from imagekit.supply import tools
+from imagekit.errors import EngineError, ImagekitError, PushError
+from imagekit.platforms import AMD64, PLATFORMS
 
 INDEX_TYPES = (
     "application/vnd.oci.image.index.v1+json",
@@ -279,3 +283,91 @@ class _ZstdStream(io.RawIOBase):
             raise OSError(f"zstd: {exc}") from None
         buffer[: len(data)] = data
         return len(data)
+
+
+class DockerRegistry(DockerConnection):
+    """The registry as DockerEngine reaches it (RegistryEngine): pushes and pulls and the tag's
+    digest through the daemon, what was pushed read back with oras."""
+
+    def pull(self, ref: str) -> None:
+        import docker.errors
+
+        try:
+            self.client.images.pull(ref)
+        except docker.errors.APIError as exc:
+            raise EngineError(f"pulling {ref} failed: {exc.explanation or exc}") from None
+
+    def push(self, ref: str) -> str:
+        repo, tag = split_ref(ref)
+        digest = ""
+        try:
+            for event in self.client.images.push(repo, tag=tag, stream=True, decode=True):
+                if "error" in event:
+                    raise PushError(push_failure(ref, str(event["error"])))
+                digest = pushed_digest(event) or digest
+            # The containerd store may report neither an aux record nor a digest line: the
+            # registry then says what it holds under the tag.
+            digest = digest or self._registry_digest_or_empty(ref)
+        except PushError:
+            raise
+        except Exception as exc:  # connection refused, DNS, TLS: all mean "not pushed"
+            raise PushError(push_failure(ref, f"{type(exc).__name__}: {exc}")) from None
+        if not digest:
+            raise PushError(push_failure(ref, "the registry returned no digest"))
+        return f"{repo}@{digest}"
+
+    def _registry_digest_or_empty(self, ref: str) -> str:
+        import docker.errors
+
+        try:
+            return self.registry_digest(ref)
+        except docker.errors.APIError:
+            return ""
+
+    def registry_digest(self, ref: str) -> str:
+        return str(self.client.images.get_registry_data(ref).id)
+
+    def registry_image_platforms(self, ref: str) -> tuple[str, ...]:
+        """The daemon's look at the registry (`GET /distribution/{name}/json`): the
+        platforms of the index, or of the one manifest, the tag names."""
+        found = self.client.images.get_registry_data(ref).attrs.get("Platforms") or []
+        names = [f"{p.get('os')}/{p.get('architecture')}" for p in found if isinstance(p, dict)]
+        return tuple(dict.fromkeys(n for n in names if "unknown" not in n))
+
+    def registry_platforms(self, ref: str, digest: str) -> dict[str, str]:
+        """Read with oras, as pushed images are: the daemon's registry API says which
+        platforms an index has, not their manifests' digests."""
+        return platform_digests(str(refs.parse(ref).normalized().by_digest(digest)))
+
+    def pushed_layers(self, ref: str, platform: str = AMD64) -> tuple[str, list[Layer]]:
+        """The pushed image's manifest digest and layers for `platform`, read back from its
+        registry."""
+        image = pushed_image(ref, platform.rpartition("/")[2])
+        return image.digest, image.layers
+
+    def pushed_file(self, ref: str, layer: Layer, path: str) -> bytes | None:
+        return layer_file(ref, layer, path)
+
+    def pushed_files(self, ref: str, layers: Sequence[Layer]) -> TarIndex:
+        return files(ref, layers)
+
+
+_DIGEST_LINE = re.compile(r"\bdigest: (sha256:[0-9a-f]{64})\b")
+
+
+def pushed_digest(event: dict[str, Any]) -> str:
+    """The manifest digest a push event reports: the aux record (classic store), or the
+    status line `TAG: digest: sha256:... size: N` (both stores print it); "" if neither."""
+    aux = event.get("aux") or {}
+    if isinstance(aux, dict) and aux.get("Digest"):
+        return str(aux["Digest"])
+    match = _DIGEST_LINE.search(str(event.get("status") or ""))
+    return match.group(1) if match else ""
+
+
+def push_failure(ref: str, reason: str) -> str:
+    registry = refs.parse(ref).registry or "docker.io"
+    return (
+        f"push of {ref} failed: {reason}. The local image {ref} is kept; check that the "
+        f"registry {registry} is reachable and that you are logged in (`docker login {registry}`)"
+    )

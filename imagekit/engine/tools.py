@@ -1,5 +1,8 @@
-"""The supply-chain tools imagekit runs: cosign (signs and verifies the self-check attestation)
-and oras (attaches the SBOM to a pushed image as a referrer and reads it back).
+"""The registry tools imagekit runs: cosign (signs and verifies the self-check attestation)
+and oras (reads pushed images back, attaches the SBOM to one as a referrer and reads it back).
+
+Here, below supply/, so that the engine's registry reads (engine/image_registry.py) and supply/
+share one way to find and run them.
 
 Both are found on PATH, or where $IMAGEKIT_COSIGN / $IMAGEKIT_ORAS point. A missing tool is a
 usage error (exit 2) naming the package that brings it, never a traceback.
