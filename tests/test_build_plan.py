@@ -13,7 +13,7 @@ from imagekit.builder.log import StepLog
 from imagekit.builder.session import BuildOptions, Runner, plan, raise_for_failures, summary
 from imagekit.engine.fake import FakeEngine
 from imagekit.errors import BuildError, UsageError
-from imagekit.matrix.catalog import load_cells
+from imagekit.locks.pinned import load_cells
 
 from .conftest import ROOT
 

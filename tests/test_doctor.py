@@ -16,7 +16,7 @@ from imagekit import readiness
 from imagekit.cli.doctor import doctor
 from imagekit.contract import exits
 from imagekit.engine import discover
-from imagekit.matrix.catalog import load_cells
+from imagekit.locks.pinned import load_cells
 from imagekit.platforms import AMD64, ARM64
 from imagekit.readiness import (
     MISSING,

@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from imagekit.locks.pinned import load_cells
 from imagekit.matrix import cells as cells_mod
 from imagekit.matrix import compat
-from imagekit.matrix.catalog import load_cells
 
 from .conftest import ROOT
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from imagekit.locks.pinned import load_cells
 from imagekit.matrix import compat
-from imagekit.matrix.catalog import load_cells
 from imagekit.runtime import fwdcompat
 from imagekit.selfcheck import gpu_host
 

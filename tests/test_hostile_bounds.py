@@ -19,8 +19,8 @@ from hypothesis import strategies as st
 from packaging.requirements import Requirement
 
 from imagekit.errors import SpecError
+from imagekit.locks.pinned import load_cells
 from imagekit.matrix import expand as expand_mod
-from imagekit.matrix.catalog import load_cells
 from imagekit.matrix.envfile import _SIMPLE_PIP, AXES, Match, Options
 from imagekit.matrix.expand import (
     MAX_BLOCK_CELLS,

@@ -15,7 +15,7 @@ from imagekit.builder import context
 from imagekit.errors import UsageError
 from imagekit.locks import packages
 from imagekit.locks.packages import PackageLock, Pin
-from imagekit.matrix.catalog import load_cells
+from imagekit.locks.pinned import load_cells
 
 from .conftest import ROOT
 from .hostile import CELL, lock_text, project, run

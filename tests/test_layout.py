@@ -62,7 +62,7 @@ def test_the_node_command_runs_a_module_that_exists() -> None:
     assert importlib.util.find_spec(module) is not None
 
 
-# What matrix, render and launch (and locks/, which matrix reads images.lock with) may not
+# What matrix, render and launch (and locks/, which pins what the matrix names) may not
 # import: the host's build orchestration, the engine, the CLI.
 HOST_ONLY = ("imagekit.builder", "imagekit.engine", "imagekit.cli")
 
@@ -74,6 +74,18 @@ def test_the_model_layers_do_not_import_build_engine_or_cli(package: str) -> Non
         for path in sorted((PACKAGE / package).rglob("*.py"))
         for name in sorted(imported(path))
         if name.startswith(HOST_ONLY)
+    ]
+    assert found == []
+
+
+def test_the_matrix_does_not_import_the_locks() -> None:
+    """locks/ reads and checks what the matrix names (cells, image references), so the
+    matrix never imports locks/: locks/pinned.py joins the two."""
+    found = [
+        f"{path.relative_to(PACKAGE.parent)} imports {name}"
+        for path in sorted((PACKAGE / "matrix").rglob("*.py"))
+        for name in sorted(imported(path))
+        if name.startswith("imagekit.locks")
     ]
     assert found == []
 

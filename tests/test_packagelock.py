@@ -24,7 +24,7 @@ from imagekit.cli import main
 from imagekit.errors import StaleError, UsageError
 from imagekit.locks import package_file, packages
 from imagekit.locks.packages import Pin, ResolveError
-from imagekit.matrix.catalog import load_cells
+from imagekit.locks.pinned import load_cells
 from imagekit.matrix.cells import FeatureStep
 
 from .conftest import ROOT

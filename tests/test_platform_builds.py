@@ -22,7 +22,7 @@ from imagekit.builder.session import BuildOptions, CellReport, Runner, plan
 from imagekit.engine.fake import FakeEngine
 from imagekit.engine.interface import BuildRequest, build_flags
 from imagekit.errors import UsageError
-from imagekit.matrix.catalog import load_cells
+from imagekit.locks.pinned import load_cells
 from imagekit.platforms import AMD64, ARM64
 from imagekit.supply import sbom
 

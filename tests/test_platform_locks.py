@@ -25,7 +25,7 @@ from imagekit.engine.fake import FakeEngine
 from imagekit.errors import ImagekitError, StaleError, UsageError
 from imagekit.locks import images, packages
 from imagekit.locks.packages import Pin
-from imagekit.matrix.catalog import load_cells
+from imagekit.locks.pinned import load_cells
 from imagekit.platforms import AMD64, ARM64
 from imagekit.render.dockerfile import LAYER_EPOCH
 

@@ -21,7 +21,7 @@ from imagekit.builder.session import BuildOptions, Runner, plan
 from imagekit.engine.docker import file_from_tar
 from imagekit.engine.fake import FakeEngine
 from imagekit.errors import UsageError
-from imagekit.matrix.catalog import load_cells
+from imagekit.locks.pinned import load_cells
 from imagekit.supply import attestation, sbom, tools
 
 DIGEST = "sha256:" + "a" * 64

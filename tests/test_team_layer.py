@@ -23,7 +23,7 @@ from imagekit.buildtime import sbom_writer, team_install
 from imagekit.errors import SpecError, UsageError
 from imagekit.locks import packages
 from imagekit.locks.packages import Pin
-from imagekit.matrix.catalog import load_cells
+from imagekit.locks.pinned import load_cells
 from imagekit.matrix.cells import Cell
 from imagekit.render.dockerfile import render
 
