@@ -7,6 +7,7 @@ fake engine: no network, no Docker."""
 
 from __future__ import annotations
 
+import ast
 import functools
 import json
 import shutil
@@ -17,13 +18,13 @@ from pathlib import Path
 import pytest
 
 from imagekit.builder import bases, context
-from imagekit.buildtime import groups, sbom_writer, team_install
+from imagekit.buildtime import groups, lockfile, sbom_writer, team_install
 from imagekit.cli import main
 from imagekit.engine import pushed
 from imagekit.engine.docker import DockerEngine
 from imagekit.engine.fake import FakeEngine
 from imagekit.errors import ImagekitError, StaleError, UsageError
-from imagekit.locks import images, packages
+from imagekit.locks import images, package_file, packages
 from imagekit.locks.packages import Pin
 from imagekit.locks.pinned import load_cells
 from imagekit.platforms import AMD64, ARM64
@@ -283,11 +284,52 @@ def test_groups_py_stops_where_the_lock_is_another_machines_only(
     assert run_groups(monkeypatch, empty, "aarch64", tmp_path / "out2")
 
 
-def test_the_places_that_know_the_staged_layout_agree() -> None:
+def test_the_host_and_the_build_scripts_share_one_lock_layout() -> None:
+    """buildtime/lockfile.py defines the lock's groups, its pins' grammar and each machine's
+    staged folder once: the host's names and the scripts' are its very objects."""
     machines = {"x86_64": AMD64, "aarch64": ARM64}
-    assert {machines[m]: f for m, f in groups.LOCKED_FOLDERS.items()} == packages.STAGED
-    assert sbom_writer.LOCKED_FOLDERS == groups.LOCKED_FOLDERS
-    assert team_install.LOCKED_FOLDERS == groups.LOCKED_FOLDERS
+    assert {machines[m]: f for m, f in lockfile.LOCKED_FOLDERS.items()} == packages.STAGED
+    for name in ("GROUPS", "LOCK_GROUPS", "TEAM", "PIN", "HASH"):
+        assert getattr(package_file, name) is getattr(lockfile, name)
+    assert packages.GROUPS is lockfile.GROUPS and packages.LOCK_GROUPS is lockfile.LOCK_GROUPS
+    for script in (groups, sbom_writer, team_install):
+        assert script.LOCKED_FOLDERS is lockfile.LOCKED_FOLDERS
+        assert script.normalize is lockfile.normalize
+    assert (sbom_writer.PIN, sbom_writer.HASH) == (lockfile.PIN, lockfile.HASH)
+    assert sbom_writer.LOCK_GROUPS is lockfile.LOCK_GROUPS and groups.GROUPS is lockfile.GROUPS
+    assert groups.is_cuda_library is team_install.is_cuda_library is lockfile.is_cuda_library
+
+
+def top_level_names(text: str) -> set[str]:
+    """What a module's own statements bind at its top level (its imports left out)."""
+    names = set()
+    for node in ast.parse(text).body:
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names |= {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+    return names
+
+
+@pytest.mark.parametrize("name", ["groups.py", "sbom_writer.py", "team_install.py"])
+def test_the_context_copy_of_each_script_carries_the_lock_layout(name: str) -> None:
+    """Each script runs alone in the build (bind-mounted by itself): the context's copy has
+    lockfile.py's lines where it imported it, no import of imagekit, and no definition of its
+    own that would shadow one of lockfile.py's; run, it holds lockfile.py's values."""
+    source = (ROOT / "imagekit" / "buildtime" / name).read_text()
+    layout = (ROOT / "imagekit" / "buildtime" / "lockfile.py").read_text()
+    text = context.script_text(name)
+    assert "import annotations\n\nimport re\n" in layout
+    assert layout.split("import annotations\n\n", 1)[1] in text
+    assert "from imagekit" in source and "imagekit." not in text.replace("buildtime/", "")
+    assert top_level_names(source).isdisjoint(top_level_names(layout))
+    namespace: dict[str, object] = {"__name__": "context_copy"}
+    exec(compile(text, name, "exec"), namespace)  # imagekit's own file, its main() not run
+    assert top_level_names(layout) <= namespace.keys()
+    for each in ("GROUPS", "LOCK_GROUPS", "LOCKED_FOLDERS", "NOT_CUDA_LIBRARIES"):
+        assert namespace[each] == getattr(lockfile, each)
+    assert namespace["PIN"].pattern == lockfile.PIN.pattern  # type: ignore[attr-defined]
 
 
 @pytest.mark.parametrize(
@@ -295,11 +337,7 @@ def test_the_places_that_know_the_staged_layout_agree() -> None:
     ["nvidia-cublas-cu12", "nvidia_cudnn_cu12", "nvidia-ml-py", "NVIDIA-NCCL-CU12", "numpy"],
 )
 def test_the_build_scripts_agree_on_what_a_cuda_library_is(name: str) -> None:
-    """team_install.py and groups.py each run alone in the build (one file each, standard
-    library only), so each carries the rule: the CUDA libraries groups.py layers apart are
-    the ones team_install.py holds as the stack."""
-    assert team_install.NOT_CUDA_LIBRARIES == groups.NOT_CUDA_LIBRARIES
-    assert team_install.normalize(name) == groups.normalize(name)
+    """The CUDA libraries groups.py layers apart are ones team_install.py holds as the stack."""
     assert team_install.is_stack(name) == groups.is_cuda_library(f"{name}==1.0")
 
 

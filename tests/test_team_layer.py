@@ -258,7 +258,7 @@ def test_a_cell_without_the_team_layer_renders_no_step_of_it(repo: Path) -> None
 def test_the_context_carries_team_install(repo: Path, tmp_path: Path) -> None:
     (cell,) = cells(repo, "    source: ../app\n    source_package: true\n")
     staged = context.stage(cell, tmp_path / "ctx")
-    script = Path(team_install.__file__).read_bytes()
+    script = context.script_text("team_install.py").encode("utf-8")
     assert (staged / "imagekit" / "team_install.py").read_bytes() == script
     assert (staged / "source" / "pyproject.toml").is_file()
 
@@ -281,7 +281,8 @@ def wheels(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def clean_env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "UV_"))}
+    """No installer settings, and no imagekit on PYTHONPATH: the scripts run as in the build."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "UV_", "PYTHONPATH"))}
     return {**env, "PIP_CONFIG_FILE": os.devnull, "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
 
 
@@ -305,8 +306,10 @@ def team_install_run(
     else:
         command = [packages.uv_binary(), "pip", "install", "--python", str(python)]
     command += ["--no-index", "--find-links", str(wheels)]
+    script = python.parents[2] / "team_install.py"  # as the build context carries it
+    script.write_text(context.script_text("team_install.py"))
     return subprocess.run(
-        [str(python), "-B", team_install.__file__, *options, *command, "--", *requirements],
+        [str(python), "-B", script, *options, *command, "--", *requirements],
         capture_output=True, text=True, env=clean_env(), check=False,
     )  # fmt: skip
 

@@ -14,7 +14,8 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from imagekit.buildtime import groups, team_install
+from imagekit.buildtime import team_install
+from imagekit.buildtime.lockfile import GROUPS, HASH, LOCK_GROUPS, PIN, TEAM, is_cuda_library
 from imagekit.contract.text import escape
 from imagekit.errors import UsageError
 from imagekit.matrix.cells import Cell
@@ -22,13 +23,6 @@ from imagekit.platforms import AMD64
 from imagekit.urls import mask
 
 FORMAT = 1
-
-
-# The venv's layer groups, then the team's packages (installed over them by the team's step;
-# a lock has the group only where the cell has team packages, its inputs' "team" key).
-GROUPS = groups.GROUPS
-TEAM = "team"
-LOCK_GROUPS = (*GROUPS, TEAM)
 
 
 # The lock's input holding the source package's [project].dependencies; null where they are
@@ -47,16 +41,6 @@ _HEADER = re.compile(r"^# (?P<key>[a-z-]+): (?P<value>.*)$")
 
 
 _SECTION = re.compile(r"^# \[(?P<group>[a-z]+)\]$")
-
-
-# A pin as the lock writer writes it: a PEP 508 name, `==`, a version (PEP 440 characters;
-# packaging.version then parses it), then only `--hash=sha256:<64 hex>` entries.
-_PIN = re.compile(
-    r"(?P<name>[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?)==(?P<version>[A-Za-z0-9.+!_-]+)"
-)
-
-
-_HASH = re.compile(r"--hash=sha256:(?P<digest>[0-9a-f]{64})")
 
 
 # What torch's resolution may put in the torch group besides the cell's own torch requirements
@@ -181,7 +165,7 @@ def parse(text: str, cell_id: str, where: str = "", platform: str = AMD64) -> Pa
             raise _bad_line(where, number, raw, "a comment inside a group (the writer writes none)")
         else:
             words = body.split()
-            if not _PIN.fullmatch(words[0]) or not _valid_version(words[0].split("==", 1)[1]):
+            if not PIN.fullmatch(words[0]) or not _valid_version(words[0].split("==", 1)[1]):
                 raise _bad_line(where, number, raw, "not `name==version --hash=sha256:...`")
             hashes = [_hash(word, where, number, raw) for word in words[1:]]
             if continues:
@@ -217,7 +201,7 @@ def _continued(raw: str) -> tuple[str, bool]:
 
 
 def _hash(word: str, where: str, number: int, raw: str) -> str:
-    match = _HASH.fullmatch(word)
+    match = HASH.fullmatch(word)
     if not match:
         raise _bad_line(where, number, raw, "after `name==version` only `--hash=sha256:<64 hex>`")
     return match["digest"]
@@ -256,7 +240,7 @@ def verify(lock: PackageLock, cell: Cell, where: str) -> None:
     - torch and torchvision are pinned to the cell's versions (a local part such as +cu126
       must be the cell's variant), in the torch group; a torchvision the cell does not ask
       for is refused;
-    - the cuda group holds only NVIDIA's CUDA library wheels (groups.is_cuda_library), and
+    - the cuda group holds only NVIDIA's CUDA library wheels (lockfile.is_cuda_library), and
       they are in no other group;
     - no package is pinned twice;
     - the torch group holds only the cell's torch requirements and what torch, torchvision
@@ -322,7 +306,7 @@ def _misplaced(pin: Pin, group: str, allowed: set[str], seen: dict[str, int]) ->
     name = pin.name
     if name in seen:
         return f"{name} is pinned twice (first on line {seen[name]})"
-    cuda = groups.is_cuda_library(pin.requirement)
+    cuda = is_cuda_library(pin.requirement)
     if group == "cuda" and not cuda:
         return "the cuda group holds only NVIDIA's CUDA library wheels (nvidia-*)"
     if group != "cuda" and cuda:

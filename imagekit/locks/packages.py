@@ -41,12 +41,11 @@ from pathlib import Path
 
 from imagekit import terminal
 from imagekit.buildtime import groups, team_install
+from imagekit.buildtime.lockfile import GROUPS, LOCK_GROUPS, LOCKED_FOLDERS, TEAM
 from imagekit.contract import exits
 from imagekit.errors import ImagekitError, StaleError, UsageError
 from imagekit.locks.package_file import (
     FORMAT,
-    GROUPS,  # noqa: F401 - the venv's layer groups, read as packages.GROUPS
-    LOCK_GROUPS,
     PackageLock,
     Pin,
     has_team,
@@ -70,9 +69,9 @@ PLATFORM = PYTHON_PLATFORMS[AMD64]  # what every lock resolved for before arm64 
 SUFFIXES = {AMD64: ".txt", ARM64: ".linux-arm64.txt"}
 # Where each platform's group files go in the build context's imagekit/locked/: amd64's at
 # the top (a cell built for amd64 alone stages what it always did), arm64's in a folder of
-# its own. groups.py and sbom_writer.py pick theirs by the machine they run on (their
-# LOCKED_FOLDERS say the same).
-STAGED = {AMD64: "", ARM64: "linux-arm64"}
+# its own. groups.py, sbom_writer.py and team_install.py pick theirs by the machine they run
+# on (`uname -m`): LOCKED_FOLDERS, by machine, is the one list.
+STAGED = {AMD64: LOCKED_FOLDERS["x86_64"], ARM64: LOCKED_FOLDERS["aarch64"]}
 
 
 class ResolveError(ImagekitError):
@@ -238,7 +237,7 @@ def group_files(lock: PackageLock) -> dict[str, str]:
     return {
         g: "".join(p.text() + "\n" for p in lock.groups.get(g, ()))
         for g in LOCK_GROUPS
-        if g != "team" or has_team(lock)
+        if g != TEAM or has_team(lock)
     }
 
 
@@ -283,7 +282,7 @@ def resolve(
         features = resolver(feature_reqs, constraints, used, wheelhouse, cell.python, tag)
     by_requirement = {p.requirement: p for p in [*features, *torch]}
     split = groups.split([p.requirement for p in torch], [p.requirement for p in features])
-    layered = {g: tuple(by_requirement[r] for r in split[g]) for g in groups.GROUPS}
+    layered = {g: tuple(by_requirement[r] for r in split[g]) for g in GROUPS}
     if team_locked(cell):
         layered["team"] = _team_pins(cell, resolver, [*torch, *features], used, wheelhouse, tag)
     return PackageLock(
