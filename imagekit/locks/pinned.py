@@ -8,7 +8,8 @@ from pathlib import Path
 from imagekit.locks import images
 from imagekit.matrix import compat as compat_mod
 from imagekit.matrix.catalog import matrix_paths
-from imagekit.matrix.cells import Cell, complete_all
+from imagekit.matrix.cells import Cell
+from imagekit.matrix.completion import complete_all
 from imagekit.matrix.load import load_spec
 
 
