@@ -1,7 +1,9 @@
-"""A Cell: one image of the matrix with everything resolved, the plain data that rendering,
-building and CI emission need (images, the torch index, package lists, environment, labels
-and tags). Lists are sorted tuples, so rendering is deterministic and nobody can mutate a
-shared cell; matrix/completion.py makes cells from the matrix files' entries.
+"""A Cell: one image of the matrix, with everything resolved, and its id.
+
+The plain data that rendering, building and CI emission need: images, the torch index,
+package lists, environment, labels and tags. Lists are sorted tuples, so rendering is
+deterministic and nobody can mutate a shared cell. completion.py makes cells from the
+matrix files' entries.
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ from imagekit.matrix.envfile import (
     Match,
     Options,
 )
-from imagekit.matrix.yamlsrc import Located
+from imagekit.matrix.yaml_located import Located
 
 
 @dataclass(frozen=True)
