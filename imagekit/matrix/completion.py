@@ -11,6 +11,7 @@ from imagekit.contract.refs import parse
 from imagekit.errors import CompatError, Problem, SpecError
 from imagekit.matrix import requirements as requirements_mod
 from imagekit.matrix import source as source_mod
+from imagekit.matrix.cascade import merge
 from imagekit.matrix.cell_installs import (
     compile_needs,
     feature_steps,
@@ -20,7 +21,7 @@ from imagekit.matrix.cell_installs import (
 from imagekit.matrix.cells import Cell, cell_id, sort_key, stack_id
 from imagekit.matrix.compat import CPU, Compat, CudaRelease, OsRelease, TorchRelease, variant_of
 from imagekit.matrix.envfile import AXES, Options
-from imagekit.matrix.expand import RawCell, format_specs, merge
+from imagekit.matrix.expand import RawCell, format_specs
 from imagekit.matrix.profiles import image_env
 from imagekit.matrix.ref_checks import check_tag, pinned
 from imagekit.platforms import AMD64, ARM64, PLATFORMS
