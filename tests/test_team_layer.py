@@ -21,8 +21,8 @@ import pytest
 from imagekit.builder import context
 from imagekit.buildtime import sbom_writer, team_install
 from imagekit.errors import SpecError, UsageError
-from imagekit.locks import packages
-from imagekit.locks.packages import Pin
+from imagekit.locks import packages, resolving
+from imagekit.locks.package_file import Pin
 from imagekit.locks.pinned import load_cells
 from imagekit.matrix.cells import Cell
 from imagekit.render.dockerfile import render
@@ -304,7 +304,7 @@ def team_install_run(
     if installer == "pip":
         command = [str(python), "-m", "pip", "install"]
     else:
-        command = [packages.uv_binary(), "pip", "install", "--python", str(python)]
+        command = [resolving.uv_binary(), "pip", "install", "--python", str(python)]
     command += ["--no-index", "--find-links", str(wheels)]
     script = python.parents[2] / "team_install.py"  # as the build context carries it
     script.write_text(context.script_text("team_install.py"))
@@ -391,7 +391,7 @@ def test_lock_packages_locks_the_team_group_against_the_stack(repo: Path, tmp_pa
         "    source: ../app\n    source_package: true\n",
     )  # fmt: skip
     calls: list[tuple[list[str], list[str]]] = []
-    lock = packages.resolve(cell, team_resolver(calls), "", None)
+    lock = resolving.resolve(cell, team_resolver(calls), "", None)
     team_call = calls[-1]
     # pip, then the files' lines, then the source package's dependencies
     assert team_call[0] == ["numpy>=2.4", "numpy<3", "packaging>=24", "tqdm>=4.66"]
@@ -419,7 +419,7 @@ def test_lock_packages_locks_the_team_group_against_the_stack(repo: Path, tmp_pa
 
 def test_a_team_pin_that_moves_the_stack_is_refused(repo: Path) -> None:
     (cell,) = cells(repo, '    pip: ["teamdep"]\n')
-    lock = packages.resolve(cell, team_resolver([]), "", None)
+    lock = resolving.resolve(cell, team_resolver([]), "", None)
     bad = replace(
         lock, groups={**lock.groups, "team": (Pin("nvidia-nccl-cu12==2.28.0", ("c" * 64,)),)}
     )
@@ -429,7 +429,7 @@ def test_a_team_pin_that_moves_the_stack_is_refused(repo: Path) -> None:
 
 def test_a_lock_without_team_packages_reads_as_before(repo: Path) -> None:
     (cell,) = cells(repo)
-    lock = packages.resolve(cell, team_resolver([]), "", None)
+    lock = resolving.resolve(cell, team_resolver([]), "", None)
     assert "team" not in lock.inputs and "# [team]" not in packages.render_text(lock)
     assert set(packages.group_files(lock)) == {"cuda", "torch", "features"}
 
@@ -444,7 +444,7 @@ def test_a_source_package_without_static_dependencies_keeps_the_stack_locked(
     assert cell.source_dependencies is None
     calls: list[tuple[list[str], list[str]]] = []
     folder = tmp_path / "locks"
-    notes = packages.lock_cells([cell], folder, team_resolver(calls), "", None)
+    notes = resolving.lock_cells([cell], folder, team_resolver(calls), "", None)
     assert len(calls) == 1  # torch's resolution only: the team's is not resolved
     assert any("the team's packages are not locked" in n and "setup.py" in n for n in notes)
     assert any(n.endswith(": written") for n in notes)
@@ -600,12 +600,12 @@ def test_lock_packages_names_a_team_package_that_needs_another_torch(
 ) -> None:
     (cell,) = cells(repo, '    pip: ["okpkg"]\n')
     cell = replace(cell, torch_requirements=("torch==2.13.0+cpu",))
-    resolver = functools.partial(packages.uv_resolver, extra=["--no-index"])
-    lock = packages.resolve(cell, resolver, "", wheels)
+    resolver = functools.partial(resolving.uv_resolver, extra=["--no-index"])
+    lock = resolving.resolve(cell, resolver, "", wheels)
     assert [p.requirement for p in lock.groups["team"]] == ["numpyish==2.0", "okpkg==1.0"]
     conflicting = replace(cell, pip=("teamlib",))
-    with pytest.raises(packages.TeamConflict) as raised:
-        packages.lock_cells([conflicting], tmp_path / "locks", resolver, "", wheels)
+    with pytest.raises(resolving.TeamConflict) as raised:
+        resolving.lock_cells([conflicting], tmp_path / "locks", resolver, "", wheels)
     assert "imagekit: teamlib asks for torch==2.8.0; this cell holds torch 2.13.0+cpu" in str(
         raised.value
     )

@@ -1,7 +1,7 @@
 """Rendering: Cell -> Dockerfile text (deterministic), and the `render` command, which keeps
 the committed files (owned.py: what each file's ownership line lets it touch).
 
-Templates hold layout only; every decision is made in `cells.complete` and handed in as
+Templates hold layout only; every decision is made in `completion.complete` and handed in as
 plain data, so the same cell always renders the same bytes.
 """
 
