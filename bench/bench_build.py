@@ -38,8 +38,8 @@ from imagekit.builder.log import StepLog
 from imagekit.engine.discover import Builder
 from imagekit.engine.docker import DockerEngine
 from imagekit.engine.interface import BuildRequest
+from imagekit.locks.pinned import load_cells
 from imagekit.matrix import compat
-from imagekit.matrix.catalog import load_cells
 from imagekit.render.dockerfile import render
 
 ROOT = Path(__file__).resolve().parent.parent

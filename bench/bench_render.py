@@ -14,8 +14,8 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
+from imagekit.locks.pinned import load_cells
 from imagekit.matrix import compat
-from imagekit.matrix.catalog import load_cells
 from imagekit.render.dockerfile import render_all
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from imagekit.cli import main
-from imagekit.locks import packages
+from imagekit.locks import resolving
 
 from .conftest import ROOT
 from .test_packagelock import CELL, fake_resolver
@@ -55,7 +55,7 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     shutil.copytree(ROOT / "tests" / "data", tmp_path / "p")
     (tmp_path / "p" / ".git").mkdir()
     monkeypatch.chdir(tmp_path / "p")
-    monkeypatch.setattr(packages, "RESOLVER", fake_resolver)
+    monkeypatch.setattr(resolving, "RESOLVER", fake_resolver)
     monkeypatch.delenv("GITHUB_ACTIONS", raising=False)
     try:
         main(["render", "--envs", "envs"])

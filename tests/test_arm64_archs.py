@@ -20,8 +20,8 @@ from click.testing import CliRunner
 from imagekit.cli import cli
 from imagekit.contract import labels as label
 from imagekit.errors import CompatError, SpecError
+from imagekit.locks.pinned import load_cells
 from imagekit.matrix import compat, compat_refresh
-from imagekit.matrix.catalog import load_cells
 from imagekit.matrix.cells import Cell
 from imagekit.matrix.compat_show import parse_host, row_verdict
 from imagekit.platforms import AMD64, ARM64

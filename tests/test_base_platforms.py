@@ -23,7 +23,7 @@ from imagekit.engine.docker_images import held_platforms
 from imagekit.engine.fake import FakeEngine
 from imagekit.engine.interface import BuildRequest, BuildResult, LineSink
 from imagekit.errors import BuildError, EngineError, UsageError
-from imagekit.matrix.catalog import load_cells
+from imagekit.locks.pinned import load_cells
 from imagekit.platforms import AMD64, ARM64
 from imagekit.supply import sbom
 

@@ -16,7 +16,7 @@ from imagekit.builder.inputs import Inputs, resolve
 from imagekit.builder.log import StepLog
 from imagekit.engine.fake import FakeEngine
 from imagekit.errors import BuildError, UsageError
-from imagekit.matrix.catalog import load_cells
+from imagekit.locks.pinned import load_cells
 
 from .conftest import ROOT
 

@@ -13,7 +13,8 @@ import pytest
 import yaml
 
 from imagekit.errors import UsageError
-from imagekit.matrix.catalog import Filters, load_cells, select
+from imagekit.locks.pinned import load_cells
+from imagekit.matrix.catalog import Filters, select
 from imagekit.matrix.cells import Cell, stack_of
 from imagekit.platforms import AMD64, ARM64
 from imagekit.render.ci import bake, github_builds, github_matrix, github_merges
@@ -234,7 +235,7 @@ def test_github_matrix_at_its_256_job_limit() -> None:
     from dataclasses import replace
 
     from imagekit.errors import UsageError
-    from imagekit.matrix.catalog import load_cells
+    from imagekit.locks.pinned import load_cells
     from imagekit.render.ci import GITHUB_MATRIX_LIMIT, github_matrix
 
     cell = load_cells([ROOT / "envs"])[0]

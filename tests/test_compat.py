@@ -16,8 +16,8 @@ import yaml
 
 from imagekit.cli import main
 from imagekit.errors import CompatError
+from imagekit.locks.pinned import load_cells
 from imagekit.matrix import compat, compat_refresh
-from imagekit.matrix.catalog import load_cells
 from imagekit.matrix.compat_refresh import RefreshError, refresh
 from imagekit.matrix.compat_show import show
 

@@ -10,7 +10,7 @@ import pytest
 
 from imagekit.cli import main
 from imagekit.errors import SpecError, UsageError
-from imagekit.matrix.catalog import load_cells
+from imagekit.locks.pinned import load_cells
 from imagekit.urls import has_credentials, mask, refuse_credentials
 
 from .conftest import ROOT

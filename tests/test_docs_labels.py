@@ -9,7 +9,7 @@ from pathlib import Path
 
 from imagekit.builder import git_labels
 from imagekit.contract import labels
-from imagekit.matrix.catalog import load_cells
+from imagekit.locks.pinned import load_cells
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = (ROOT / "docs" / "labels.md").read_text()

@@ -12,24 +12,21 @@ from typing import Any
 import pytest
 import yaml
 
-from imagekit import readiness
+from imagekit import machine_facts, readiness
 from imagekit.cli.doctor_cmd import doctor
 from imagekit.contract import exits
 from imagekit.engine import discover
-from imagekit.matrix.catalog import load_cells
-from imagekit.platforms import AMD64, ARM64
-from imagekit.readiness import (
-    MISSING,
-    OK,
-    WARN,
+from imagekit.locks.pinned import load_cells
+from imagekit.machine_facts import (
     EngineFacts,
     Facts,
     GpuFacts,
-    Needs,
     QemuFacts,
     RegistryFacts,
     ToolFacts,
 )
+from imagekit.platforms import AMD64, ARM64
+from imagekit.readiness import MISSING, OK, WARN, Needs
 
 WriteEnv = Callable[..., Path]
 
@@ -290,7 +287,7 @@ def test_the_registry_answers_and_has_a_login_for_a_push(
     ],
 )
 def test_where_a_login_is_found(config: dict[str, Any], registry: str, where: str) -> None:
-    assert readiness.credentials_for(registry, config, "/c.json") == where
+    assert machine_facts.credentials_for(registry, config, "/c.json") == where
 
 
 def test_cosign_and_oras_are_required_only_for_what_uses_them() -> None:

@@ -18,9 +18,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from imagekit.matrix import cells as cells_mod
-from imagekit.matrix import compat
-from imagekit.matrix.catalog import load_cells
+from imagekit.locks.pinned import load_cells
+from imagekit.matrix import cell_installs, compat
 
 from .conftest import ROOT
 
@@ -113,7 +112,7 @@ def test_prebuilt_names_are_normalized_as_wheel_files_spell_them() -> None:
     # data must reach it as flash-attn (the wheel is flash_attn-2.8.3-...), not as written.
     text = compat.COMPAT_FILE.read_text().replace('"flash-attn>=2.6,<3"', '"Flash_Attn>=2.6,<3"')
     data = compat.parse(yaml.safe_load(text))
-    (step,) = cells_mod._feature_steps(data, ("flash-attn",), "12.6", ("8.0", "9.0"))
+    (step,) = cell_installs.feature_steps(data, ("flash-attn",), "12.6", ("8.0", "9.0"))
     assert step.prebuilt == ("flash-attn",)
     assert step.requirements == ("Flash_Attn>=2.6,<3",)  # what pip installs stays as written
 

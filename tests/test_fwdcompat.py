@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from imagekit.contract import driver as driver_rules
+from imagekit.locks.pinned import load_cells
 from imagekit.matrix import compat
-from imagekit.matrix.catalog import load_cells
 from imagekit.runtime import fwdcompat
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from imagekit.buildtime import groups
-from imagekit.matrix.catalog import load_cells
+from imagekit.locks.pinned import load_cells
 from imagekit.render.dockerfile import render
 
 from .conftest import ROOT

@@ -19,20 +19,14 @@ from hypothesis import strategies as st
 from packaging.requirements import Requirement
 
 from imagekit.errors import SpecError
+from imagekit.locks.pinned import load_cells
+from imagekit.matrix import cascade, match_index
 from imagekit.matrix import expand as expand_mod
-from imagekit.matrix.catalog import load_cells
+from imagekit.matrix.cascade import merge, merge_all
 from imagekit.matrix.envfile import _SIMPLE_PIP, AXES, Match, Options
-from imagekit.matrix.expand import (
-    MAX_BLOCK_CELLS,
-    MAX_CELLS,
-    MatchIndex,
-    bits,
-    glob_match,
-    matches,
-    merge,
-    merge_all,
-)
+from imagekit.matrix.expand import MAX_BLOCK_CELLS, MAX_CELLS
 from imagekit.matrix.load import load_spec
+from imagekit.matrix.match_index import MatchIndex, bits, glob_match, matches
 
 # generous bounds against a loaded CI machine; the target is well under a second
 SECONDS = 5.0
@@ -202,9 +196,9 @@ def _count_calls(monkeypatch: pytest.MonkeyPatch, owner: Any, name: str) -> list
 def _work(write_env, monkeypatch: pytest.MonkeyPatch, n: int) -> dict[str, int]:  # type: ignore[no-untyped-def]
     """The matching and merging done for a 10-cell block and `n` overrides of mixed shapes,
     a quarter of which select every cell."""
-    globs = _count_calls(monkeypatch, expand_mod, "glob_match")
+    globs = _count_calls(monkeypatch, match_index, "glob_match")
     regexes = _count_calls(monkeypatch, fnmatch, "fnmatchcase")
-    layers = _count_calls(monkeypatch, expand_mod._Fold, "add")
+    layers = _count_calls(monkeypatch, cascade._Fold, "add")
     indexes: list[MatchIndex] = []
     monkeypatch.setattr(
         expand_mod, "MatchIndex", lambda *a: indexes.append(MatchIndex(*a)) or indexes[-1]
@@ -277,8 +271,8 @@ def test_regex_globs_are_counted_before_they_are_compiled(write_env) -> None:  #
 
 
 def test_a_few_regex_globs_still_match() -> None:
-    assert expand_mod.needs_regex("[23].*") and expand_mod.needs_regex("*1?2*")
-    assert not expand_mod.needs_regex("2.7*") and not expand_mod.needs_regex("3.1?")
+    assert match_index.needs_regex("[23].*") and match_index.needs_regex("*1?2*")
+    assert not match_index.needs_regex("2.7*") and not match_index.needs_regex("3.1?")
 
 
 # -- the fast paths agree with their plain definitions ------------------------------------
@@ -322,7 +316,7 @@ LAYER = st.builds(
 @given(layers=st.lists(LAYER, min_size=1, max_size=8))
 def test_merging_in_one_pass_equals_merging_one_at_a_time(layers: list[Options]) -> None:
     expected = functools.reduce(plain_merge, layers[1:], plain_merge(Options(), layers[0]))
-    folded = merge_all([expand_mod._layer(o) for o in [Options(), *layers]])
+    folded = merge_all([cascade.layer_of(o) for o in [Options(), *layers]])
     assert folded == expected and folded.model_fields_set == expected.model_fields_set
     assert merge(layers[0], layers[-1]) == plain_merge(layers[0], layers[-1])
 

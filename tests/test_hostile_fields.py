@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from imagekit.errors import SpecError
-from imagekit.matrix.catalog import load_cells
+from imagekit.locks.pinned import load_cells
 from imagekit.render.dockerfile import render
 
 CELL = "  - {cuda: cpu, torch: '2.13.0', python: '3.11', os: debian12, flavor: slim"

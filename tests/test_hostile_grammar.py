@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from imagekit.errors import SpecError, UsageError
-from imagekit.matrix.catalog import load_cells
+from imagekit.locks.pinned import load_cells
 from imagekit.matrix.compat_show import parse_host
 from imagekit.matrix.ref_checks import check_image_ref
 

@@ -12,10 +12,11 @@ from pathlib import Path
 import pytest
 
 from imagekit.builder import context
+from imagekit.buildtime import lockfile
 from imagekit.errors import UsageError
-from imagekit.locks import packages
-from imagekit.locks.packages import PackageLock, Pin
-from imagekit.matrix.catalog import load_cells
+from imagekit.locks import packages, resolving
+from imagekit.locks.package_file import PackageLock, Pin
+from imagekit.locks.pinned import load_cells
 
 from .conftest import ROOT
 from .hostile import CELL, lock_text, project, run
@@ -93,7 +94,7 @@ def lock_of(**groups: list[str]) -> PackageLock:
     this = cell()
     pins = {
         g: tuple(Pin(r, (H["a"],), n) for n, r in enumerate(groups.get(g, []), 10))
-        for g in packages.GROUPS
+        for g in lockfile.GROUPS
     }
     return PackageLock(CELL, packages.inputs_of(this), {}, pins)
 
@@ -198,7 +199,7 @@ def test_lock_packages_refuses_to_write_what_the_check_would_refuse(
     def brings_more(*args: object) -> list[Pin]:
         return [Pin("torch==2.13.0", (H["a"],)), Pin("newdep==1.0", (H["b"],))]
 
-    monkeypatch.setattr(packages, "RESOLVER", brings_more)
+    monkeypatch.setattr(resolving, "RESOLVER", brings_more)
     ran = run(capsys, "lock", "--envs", "envs", "--packages", "--no-bases")
     assert ran.code == 9, ran
     assert "newdep is neither" in ran.err and "TORCH_DEPENDENCIES" in ran.err

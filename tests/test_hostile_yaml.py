@@ -15,8 +15,9 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from imagekit.matrix import yamlsrc
-from imagekit.matrix.yamlsrc import MAX_BYTES, YamlSyntaxError, load
+from imagekit.matrix import yaml_fast, yamlsrc
+from imagekit.matrix.yaml_located import MAX_BYTES, YamlSyntaxError
+from imagekit.matrix.yamlsrc import load
 
 BOMB = "\n".join(
     f"{name}: &{name} [{', '.join([f'*{prev}'] * 9) if prev else ', '.join(['x'] * 9)}]"
@@ -107,8 +108,8 @@ def assert_same_as_careful(text: str) -> None:
     """The fast pass gives the careful path's result, or leaves the file to it."""
     careful = _outcome(yamlsrc._careful, text)
     try:
-        fast = _outcome(yamlsrc._fast, text)
-    except yamlsrc._Unusual:
+        fast = _outcome(yaml_fast.fast, text)
+    except yaml_fast.Unusual:
         return
     assert fast == careful
 
@@ -189,7 +190,7 @@ FAST = [*SNIPPETS[:5], *SNIPPETS[6:16], *SNIPPETS[17:19]]  # not errors, merges 
 @pytest.mark.parametrize("text", [*USUAL, OVERRIDES, *FAST])
 def test_usual_files_take_the_one_pass(text: str) -> None:
     """Not left to the careful path: the agreement above is not a fallback's."""
-    assert yamlsrc._fast(text, "m.yaml").data == yamlsrc._careful(text, "m.yaml").data
+    assert yaml_fast.fast(text, "m.yaml").data == yamlsrc._careful(text, "m.yaml").data
 
 
 def test_a_large_file_that_fails_late_is_not_composed(

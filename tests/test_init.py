@@ -15,7 +15,7 @@ from imagekit import __version__
 from imagekit.cli import main
 from imagekit.cli.init_cmd import sanitized
 from imagekit.locks import images
-from imagekit.matrix.catalog import load_cells
+from imagekit.locks.pinned import load_cells
 from imagekit.matrix.source import Matcher, ignore_patterns
 from imagekit.resources import builtin_catalogs, default_envs_dir
 

@@ -24,7 +24,8 @@ from click.testing import CliRunner
 from imagekit.cli import cli
 from imagekit.errors import UsageError
 from imagekit.launch import LaunchOptions, build, filename, kubernetes, render, slurm
-from imagekit.matrix.catalog import Filters, load_cells, select
+from imagekit.locks.pinned import load_cells
+from imagekit.matrix.catalog import Filters, select
 from imagekit.matrix.profiles import PROFILE_ENV, PROFILE_SHM
 from imagekit.platforms import AMD64, ARM64
 

@@ -22,7 +22,7 @@ from imagekit.engine.docker_images import align_layers
 from imagekit.engine.fake import FakeEngine
 from imagekit.engine.interface import BuildRequest, Compression, Layer, output_flags
 from imagekit.errors import UsageError
-from imagekit.matrix.catalog import load_cells
+from imagekit.locks.pinned import load_cells
 
 from .conftest import ROOT
 from .test_engine_unit import engine_with

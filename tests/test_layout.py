@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from imagekit.builder.context import script_text
 from imagekit.imagetest.nodes_plan import NodesOptions, torchrun_command
 
 from .test_contract import imported
@@ -62,7 +63,7 @@ def test_the_node_command_runs_a_module_that_exists() -> None:
     assert importlib.util.find_spec(module) is not None
 
 
-# What matrix, render and launch (and locks/, which matrix reads images.lock with) may not
+# What matrix, render and launch (and locks/, which pins what the matrix names) may not
 # import: the host's build orchestration, the engine, the CLI.
 HOST_ONLY = ("imagekit.builder", "imagekit.engine", "imagekit.cli")
 
@@ -78,13 +79,29 @@ def test_the_model_layers_do_not_import_build_engine_or_cli(package: str) -> Non
     assert found == []
 
 
+def test_the_matrix_does_not_import_the_locks() -> None:
+    """locks/ reads and checks what the matrix names (cells, image references), so the
+    matrix never imports locks/: locks/pinned.py joins the two."""
+    found = [
+        f"{path.relative_to(PACKAGE.parent)} imports {name}"
+        for path in sorted((PACKAGE / "matrix").rglob("*.py"))
+        for name in sorted(imported(path))
+        if name.startswith("imagekit.locks")
+    ]
+    assert found == []
+
+
 SBOM_WRITER_LIBRARIES = {"cyclonedx", "packageurl"}
 
 
-def test_the_in_build_scripts_import_only_the_standard_library() -> None:
+def test_the_in_build_scripts_import_only_the_standard_library(tmp_path: Path) -> None:
     """buildtime/'s scripts run inside the image build with the image's Python, where no
-    imagekit package is importable (builder/context.py copies them into the context)."""
-    scripts = sorted((PACKAGE / "buildtime").glob("*.py"))
+    imagekit package is importable: each as builder/context.py copies it into the context
+    (an import of buildtime/lockfile.py replaced by its lines), lockfile.py as it is."""
+    scripts = []
+    for source in sorted((PACKAGE / "buildtime").glob("*.py")):
+        scripts.append(tmp_path / source.name)
+        scripts[-1].write_text(script_text(source.name))
     assert {p.name for p in scripts} >= {"groups.py", "pyc_cache.py", "venv_delta.py"}
     # the one exception: the SBOM writer's library, mounted for its one step (sbom-tool)
     found = [

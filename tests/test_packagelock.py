@@ -19,12 +19,13 @@ from pathlib import Path
 import pytest
 
 from imagekit.builder import context
-from imagekit.buildtime import groups
+from imagekit.buildtime import groups, lockfile
 from imagekit.cli import main
 from imagekit.errors import StaleError, UsageError
-from imagekit.locks import package_file, packages
-from imagekit.locks.packages import Pin, ResolveError
-from imagekit.matrix.catalog import load_cells
+from imagekit.locks import package_file, packages, resolving
+from imagekit.locks.package_file import Pin
+from imagekit.locks.pinned import load_cells
+from imagekit.locks.resolving import ResolveError
 from imagekit.matrix.cells import FeatureStep
 
 from .conftest import ROOT
@@ -72,7 +73,7 @@ def test_a_pins_name_is_normalized() -> None:
 
 
 def test_pins_split_into_the_venv_groups_and_the_file_round_trips() -> None:
-    lock = packages.resolve(cell(), fake_resolver, "", None)
+    lock = resolving.resolve(cell(), fake_resolver, "", None)
     names = {g: [p.requirement for p in pins] for g, pins in lock.groups.items()}
     assert names == {
         "cuda": ["nvidia-nccl-cu12==2.27.5"],
@@ -97,7 +98,7 @@ def test_pins_split_into_the_venv_groups_and_the_file_round_trips() -> None:
     ],
 )
 def test_a_damaged_lock_is_refused_with_the_fix(edit, why) -> None:  # type: ignore[no-untyped-def]
-    text = packages.render_text(packages.resolve(cell(), fake_resolver, "", None))
+    text = packages.render_text(resolving.resolve(cell(), fake_resolver, "", None))
     with pytest.raises(UsageError, match=why) as info:
         packages.parse(edit(text), CELL)
     assert "imagekit lock --packages" in str(info.value)
@@ -105,7 +106,7 @@ def test_a_damaged_lock_is_refused_with_the_fix(edit, why) -> None:  # type: ign
 
 def test_a_lock_the_matrix_moved_away_from_is_stale_and_says_which_field(tmp_path: Path) -> None:
     this = cell()
-    packages.write(tmp_path, packages.resolve(this, fake_resolver, "", None))
+    packages.write(tmp_path, resolving.resolve(this, fake_resolver, "", None))
     assert packages.stale([this], tmp_path, whole_matrix=True) == []
     moved = replace(this, torch_requirements=("torch==2.13.0", "torchvision==0.28.0"))
     (problem,) = packages.stale([moved], tmp_path, whole_matrix=False)
@@ -124,7 +125,7 @@ def test_a_lock_the_matrix_moved_away_from_is_stale_and_says_which_field(tmp_pat
 
 def test_the_context_carries_the_cells_lock_and_an_empty_folder_otherwise(tmp_path: Path) -> None:
     locks = tmp_path / "packages.lock"
-    packages.write(locks, packages.resolve(cell(), fake_resolver, "", None))
+    packages.write(locks, resolving.resolve(cell(), fake_resolver, "", None))
     staged = context.stage(cell(), tmp_path / "ctx", locks=locks)
     locked = staged / "imagekit" / "locked"
     assert sorted(p.name for p in locked.iterdir()) == ["cuda.txt", "features.txt", "torch.txt"]
@@ -136,7 +137,7 @@ def test_the_context_carries_the_cells_lock_and_an_empty_folder_otherwise(tmp_pa
 def test_groups_py_copies_a_staged_lock_and_resolves_nothing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    lock = packages.resolve(cell(), fake_resolver, "", None)
+    lock = resolving.resolve(cell(), fake_resolver, "", None)
     locked = tmp_path / "locked"
     locked.mkdir()
     for group, text in packages.group_files(lock).items():
@@ -147,7 +148,7 @@ def test_groups_py_copies_a_staged_lock_and_resolves_nothing(
     out = tmp_path / "out"
     assert groups.main(["--installer", "pip", "--out", str(out), "--locked", str(locked),
                         "--torch", "torch==2.13.0"]) == 0  # fmt: skip
-    for group in packages.GROUPS:
+    for group in lockfile.GROUPS:
         assert (out / f"{group}.txt").read_text() == (locked / f"{group}.txt").read_text()
     assert sorted(made_room[0]) == sorted({*TORCH_PINS, *FEATURE_PINS})
     # an empty folder (an unlocked cell's context) resolves as before
@@ -170,7 +171,7 @@ def run(*args: str) -> int:
 def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     shutil.copytree(ROOT / "tests" / "data", tmp_path / "p")
     monkeypatch.chdir(tmp_path / "p")
-    monkeypatch.setattr(packages, "RESOLVER", fake_resolver)
+    monkeypatch.setattr(resolving, "RESOLVER", fake_resolver)
     assert run("render", "--envs", "envs") == 0
     return tmp_path / "p"
 
@@ -204,7 +205,7 @@ def test_an_unreachable_index_names_the_cell_and_the_fix_and_writes_nothing(
     def unreachable(*args: object) -> list[Pin]:
         raise ResolveError("error: Failed to fetch: `https://download.pytorch.org/whl/cpu/torch/`")
 
-    monkeypatch.setattr(packages, "RESOLVER", unreachable)
+    monkeypatch.setattr(resolving, "RESOLVER", unreachable)
     assert run("lock", "--envs", "envs", "--packages", "--no-bases") == 9
     err = capsys.readouterr().err
     assert f"{CELL}: its packages could not be resolved from https://download.pytorch.org" in err
@@ -268,8 +269,8 @@ def test_uv_resolves_a_hashed_lock_and_pip_and_uv_check_the_hashes(tmp_path: Pat
         torch_requirements=("torch==9.0.0",),
         feature_steps=(FeatureStep("feat", ("feat",), True),),
     )
-    resolver = functools.partial(packages.uv_resolver, extra=["--no-index"])
-    lock = packages.resolve(this, resolver, "", wheels)
+    resolver = functools.partial(resolving.uv_resolver, extra=["--no-index"])
+    lock = resolving.resolve(this, resolver, "", wheels)
     names = {g: [p.requirement for p in pins] for g, pins in lock.groups.items()}
     # torch's pins come first; the features resolve against them and add only their own
     assert names["cuda"] == ["nvidia-fake-cu12==1.0"]
@@ -286,7 +287,7 @@ def test_uv_resolves_a_hashed_lock_and_pip_and_uv_check_the_hashes(tmp_path: Pat
     good.write_text(files["torch"])
     bad = tmp_path / "bad.txt"
     bad.write_text(files["torch"].replace(digest, "0" * 64))
-    uv = packages.uv_binary()
+    uv = resolving.uv_binary()
     # the host's pip and uv settings (a constraint file, find-links) stay out of it
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "UV_"))}
     clean["PIP_CONFIG_FILE"] = os.devnull

@@ -25,7 +25,7 @@ from imagekit.builder.orchestrate import check_platforms
 from imagekit.engine.fake import FakeEngine
 from imagekit.engine.interface import BuildRequest, build_flags
 from imagekit.errors import UsageError
-from imagekit.matrix.catalog import load_cells
+from imagekit.locks.pinned import load_cells
 from imagekit.platforms import AMD64, ARM64
 from imagekit.supply import sbom
 

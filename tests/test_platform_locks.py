@@ -7,6 +7,7 @@ fake engine: no network, no Docker."""
 
 from __future__ import annotations
 
+import ast
 import functools
 import json
 import shutil
@@ -17,15 +18,15 @@ from pathlib import Path
 import pytest
 
 from imagekit.builder import bases, context
-from imagekit.buildtime import groups, sbom_writer, team_install
+from imagekit.buildtime import groups, lockfile, sbom_writer, team_install
 from imagekit.cli import main
 from imagekit.engine import image_registry
 from imagekit.engine.docker import DockerEngine
 from imagekit.engine.fake import FakeEngine, FakeRegistry
 from imagekit.errors import ImagekitError, StaleError, UsageError
-from imagekit.locks import images, packages
-from imagekit.locks.packages import Pin
-from imagekit.matrix.catalog import load_cells
+from imagekit.locks import images, package_file, packages, resolving
+from imagekit.locks.package_file import Pin
+from imagekit.locks.pinned import load_cells
 from imagekit.platforms import AMD64, ARM64
 from imagekit.render.dockerfile import LAYER_EPOCH
 
@@ -81,7 +82,7 @@ def test_a_cell_of_both_platforms_gets_two_locks_arm64s_for_aarch64_from_its_ind
     tmp_path: Path,
 ) -> None:
     resolver = Resolver()
-    notes = packages.lock_cells([both_cell()], tmp_path, resolver, None, None)
+    notes = resolving.lock_cells([both_cell()], tmp_path, resolver, None, None)
     amd64, arm64 = tmp_path / f"{CELL}.txt", tmp_path / f"{CELL}.linux-arm64.txt"
     assert notes == [f"{amd64}: written", f"{arm64}: written"]
     assert resolver.calls == [
@@ -95,7 +96,7 @@ def test_a_cell_of_both_platforms_gets_two_locks_arm64s_for_aarch64_from_its_ind
     assert f"--hash=sha256:{ARM['a']}" in arm64.read_text() and H["a"] not in arm64.read_text()
     # amd64's lock is the one a cell of amd64 alone has: locks made before arm64 stay valid
     alone = tmp_path / "alone"
-    packages.lock_cells([amd64_cell()], alone, Resolver(), None, None)
+    resolving.lock_cells([amd64_cell()], alone, Resolver(), None, None)
     assert amd64.read_bytes() == (alone / f"{CELL}.txt").read_bytes()
     assert sorted(p.name for p in alone.iterdir()) == [f"{CELL}.txt"]
     assert json.loads(amd64.read_text().split("# inputs: ")[1].split("\n")[0])["platform"] == X86
@@ -105,11 +106,11 @@ def test_torch_index_stands_for_both_platforms_and_an_arm64_only_cell_has_one_lo
     tmp_path: Path,
 ) -> None:
     resolver = Resolver()
-    packages.lock_cells([both_cell()], tmp_path, resolver, "", None)  # --torch-index none
+    resolving.lock_cells([both_cell()], tmp_path, resolver, "", None)  # --torch-index none
     assert {index for _, index, _ in resolver.calls} == {""}
     only = replace(amd64_cell(), platforms=(ARM64,), torch_index=CPU_INDEX)
     resolver = Resolver()
-    packages.lock_cells([only], tmp_path / "arm", resolver, None, None)
+    resolving.lock_cells([only], tmp_path / "arm", resolver, None, None)
     assert {(p, i) for p, i, _ in resolver.calls} == {(AARCH64, CPU_INDEX)}
     assert sorted(p.name for p in (tmp_path / "arm").iterdir()) == [f"{CELL}.linux-arm64.txt"]
 
@@ -119,11 +120,11 @@ def test_an_arm64_resolution_that_fails_names_the_cell_its_platform_and_writes_n
 ) -> None:
     def fails_on_arm64(*args: object) -> list[Pin]:
         if args[5] == AARCH64:
-            raise packages.ResolveError("error: no aarch64 wheel")
+            raise resolving.ResolveError("error: no aarch64 wheel")
         return Resolver()(*args)  # type: ignore[arg-type]
 
-    with pytest.raises(packages.ResolveError) as info:
-        packages.lock_cells([both_cell()], tmp_path, fails_on_arm64, None, None)
+    with pytest.raises(resolving.ResolveError) as info:
+        resolving.lock_cells([both_cell()], tmp_path, fails_on_arm64, None, None)
     assert f"{CELL} (linux/arm64): its packages could not be resolved from PyPI" in str(info.value)
     assert not tmp_path.exists() or not list(tmp_path.iterdir())
 
@@ -138,7 +139,7 @@ def test_a_lock_files_name_gives_its_cell_and_platform() -> None:
 
 
 def locked_both(folder: Path) -> None:
-    packages.lock_cells([both_cell()], folder, Resolver(), None, None)
+    resolving.lock_cells([both_cell()], folder, Resolver(), None, None)
 
 
 def test_each_platforms_lock_is_checked_and_a_missing_one_is_stale(tmp_path: Path) -> None:
@@ -218,7 +219,7 @@ def test_staging_puts_arm64s_group_files_in_their_own_folder(tmp_path: Path) -> 
 
 
 def test_an_amd64_cells_staging_is_what_it_always_was(tmp_path: Path) -> None:
-    packages.lock_cells([amd64_cell()], tmp_path / "locks", Resolver(), None, None)
+    resolving.lock_cells([amd64_cell()], tmp_path / "locks", Resolver(), None, None)
     lock = packages.read(tmp_path / "locks", CELL)
     assert lock is not None
     locked = context.stage(amd64_cell(), tmp_path / "ctx", locks=tmp_path / "locks")
@@ -260,7 +261,7 @@ def test_groups_py_copies_the_lock_of_the_machine_it_runs_on(
 ) -> None:
     out = tmp_path / "out"
     assert run_groups(monkeypatch, staged / "locked", machine, out) == []
-    for group in packages.GROUPS:
+    for group in lockfile.GROUPS:
         mine = staged / "locked" / folder / f"{group}.txt"
         assert (out / f"{group}.txt").read_text() == mine.read_text()
     digest = H if machine == "x86_64" else ARM
@@ -283,11 +284,52 @@ def test_groups_py_stops_where_the_lock_is_another_machines_only(
     assert run_groups(monkeypatch, empty, "aarch64", tmp_path / "out2")
 
 
-def test_the_places_that_know_the_staged_layout_agree() -> None:
+def test_the_host_and_the_build_scripts_share_one_lock_layout() -> None:
+    """buildtime/lockfile.py defines the lock's groups, its pins' grammar and each machine's
+    staged folder once: the host's names and the scripts' are its very objects."""
     machines = {"x86_64": AMD64, "aarch64": ARM64}
-    assert {machines[m]: f for m, f in groups.LOCKED_FOLDERS.items()} == packages.STAGED
-    assert sbom_writer.LOCKED_FOLDERS == groups.LOCKED_FOLDERS
-    assert team_install.LOCKED_FOLDERS == groups.LOCKED_FOLDERS
+    assert {machines[m]: f for m, f in lockfile.LOCKED_FOLDERS.items()} == packages.STAGED
+    for name in ("GROUPS", "LOCK_GROUPS", "TEAM", "PIN", "HASH"):
+        assert getattr(package_file, name) is getattr(lockfile, name)
+    assert lockfile.GROUPS is lockfile.GROUPS and lockfile.LOCK_GROUPS is lockfile.LOCK_GROUPS
+    for script in (groups, sbom_writer, team_install):
+        assert script.LOCKED_FOLDERS is lockfile.LOCKED_FOLDERS
+        assert script.normalize is lockfile.normalize
+    assert (sbom_writer.PIN, sbom_writer.HASH) == (lockfile.PIN, lockfile.HASH)
+    assert sbom_writer.LOCK_GROUPS is lockfile.LOCK_GROUPS and groups.GROUPS is lockfile.GROUPS
+    assert groups.is_cuda_library is team_install.is_cuda_library is lockfile.is_cuda_library
+
+
+def top_level_names(text: str) -> set[str]:
+    """What a module's own statements bind at its top level (its imports left out)."""
+    names = set()
+    for node in ast.parse(text).body:
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names |= {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+    return names
+
+
+@pytest.mark.parametrize("name", ["groups.py", "sbom_writer.py", "team_install.py"])
+def test_the_context_copy_of_each_script_carries_the_lock_layout(name: str) -> None:
+    """Each script runs alone in the build (bind-mounted by itself): the context's copy has
+    lockfile.py's lines where it imported it, no import of imagekit, and no definition of its
+    own that would shadow one of lockfile.py's; run, it holds lockfile.py's values."""
+    source = (ROOT / "imagekit" / "buildtime" / name).read_text()
+    layout = (ROOT / "imagekit" / "buildtime" / "lockfile.py").read_text()
+    text = context.script_text(name)
+    assert "import annotations\n\nimport re\n" in layout
+    assert layout.split("import annotations\n\n", 1)[1] in text
+    assert "from imagekit" in source and "imagekit." not in text.replace("buildtime/", "")
+    assert top_level_names(source).isdisjoint(top_level_names(layout))
+    namespace: dict[str, object] = {"__name__": "context_copy"}
+    exec(compile(text, name, "exec"), namespace)  # imagekit's own file, its main() not run
+    assert top_level_names(layout) <= namespace.keys()
+    for each in ("GROUPS", "LOCK_GROUPS", "LOCKED_FOLDERS", "NOT_CUDA_LIBRARIES"):
+        assert namespace[each] == getattr(lockfile, each)
+    assert namespace["PIN"].pattern == lockfile.PIN.pattern  # type: ignore[attr-defined]
 
 
 @pytest.mark.parametrize(
@@ -295,11 +337,7 @@ def test_the_places_that_know_the_staged_layout_agree() -> None:
     ["nvidia-cublas-cu12", "nvidia_cudnn_cu12", "nvidia-ml-py", "NVIDIA-NCCL-CU12", "numpy"],
 )
 def test_the_build_scripts_agree_on_what_a_cuda_library_is(name: str) -> None:
-    """team_install.py and groups.py each run alone in the build (one file each, standard
-    library only), so each carries the rule: the CUDA libraries groups.py layers apart are
-    the ones team_install.py holds as the stack."""
-    assert team_install.NOT_CUDA_LIBRARIES == groups.NOT_CUDA_LIBRARIES
-    assert team_install.normalize(name) == groups.normalize(name)
+    """The CUDA libraries groups.py layers apart are ones team_install.py holds as the stack."""
     assert team_install.is_stack(name) == groups.is_cuda_library(f"{name}==1.0")
 
 
@@ -329,7 +367,7 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
                         "    platform: [linux/amd64, linux/arm64]\n")  # fmt: skip
     matrix.write_text(text)
     monkeypatch.chdir(tmp_path / "p")
-    monkeypatch.setattr(packages, "RESOLVER", Resolver(torch="2.7.1"))
+    monkeypatch.setattr(resolving, "RESOLVER", Resolver(torch="2.7.1"))
     monkeypatch.delenv("GITHUB_ACTIONS", raising=False)
     with pytest.raises(SystemExit) as exited:
         main(["render", "--envs", "envs"])
@@ -592,11 +630,11 @@ def test_uv_resolves_each_platforms_own_wheels(tmp_path: Path) -> None:
         made = fake_wheel(wheels, "dep-a", version)
         made.rename(wheels / made.name.replace("-any.whl", f"-{tag}.whl"))
     this = replace(both_cell(), torch_requirements=("torch==9.0.0",), feature_steps=())
-    resolver = functools.partial(packages.uv_resolver, extra=["--no-index"])
+    resolver = functools.partial(resolving.uv_resolver, extra=["--no-index"])
     pins = {
         platform: [
             p.requirement
-            for p in packages.resolve(this, resolver, "", wheels, platform).groups["torch"]
+            for p in resolving.resolve(this, resolver, "", wheels, platform).groups["torch"]
         ]
         for platform in (AMD64, ARM64)
     }

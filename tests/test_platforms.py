@@ -13,8 +13,8 @@ from click.testing import CliRunner
 from imagekit.cli import cli
 from imagekit.contract.checks import CheckResult, failed, passed
 from imagekit.errors import SpecError
+from imagekit.locks.pinned import load_cells
 from imagekit.matrix import compat, compat_refresh
-from imagekit.matrix.catalog import load_cells
 from imagekit.platforms import AMD64, ARM64
 
 WriteEnv = Callable[..., Path]

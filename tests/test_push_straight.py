@@ -29,7 +29,7 @@ from imagekit.engine.fake import ZSTD_LAYER, FakeEngine, FakeRegistry, FakeRunne
 from imagekit.engine.interface import BuildRequest, Compression, ImageInfo, build_push_flags
 from imagekit.errors import ImagekitError, UsageError
 from imagekit.imagetest.image import checkable_image
-from imagekit.matrix.catalog import load_cells
+from imagekit.locks.pinned import load_cells
 from imagekit.supply import sbom
 
 from .test_engine_unit import engine_with

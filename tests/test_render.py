@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 
 from imagekit import paths
 from imagekit.errors import StaleError, UsageError
-from imagekit.matrix.catalog import Filters, load_cells, select
+from imagekit.locks.pinned import load_cells
+from imagekit.matrix.catalog import Filters, select
 from imagekit.paths import write_atomic
 from imagekit.render import dockerfile as render_mod
 from imagekit.render import owned

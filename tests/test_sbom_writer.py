@@ -14,6 +14,7 @@ import pytest
 from cyclonedx.schema import SchemaVersion
 from cyclonedx.validation.json import JsonStrictValidator
 
+from imagekit.builder.context import script_text
 from imagekit.buildtime import sbom_writer as sbom
 from imagekit.supply.sbom_summary import summary_lines
 
@@ -212,13 +213,16 @@ def test_missing_site_is_one_clear_line(
 
 @pytest.mark.subprocess
 def test_script_as_the_build_runs_it(inputs: dict[str, Path], tmp_path: Path) -> None:
-    """By its path, with the writer's own packages on PYTHONPATH: they are not listed."""
+    """By its path as the build context carries it, with the writer's own packages on
+    PYTHONPATH (and no imagekit): they are not listed."""
+    script = tmp_path / "sbom_writer.py"
+    script.write_text(script_text("sbom_writer.py"))
     tool = tmp_path / "sbom-tool"
     _dist(tool, "writer_only", "9.9")
     out = tmp_path / "opt" / "imagekit" / "sbom.cdx.json"
     env = {**os.environ, "PYTHONPATH": str(tool)}
     run = subprocess.run(
-        [sys.executable, sbom.__file__, *_args(inputs, out)],
+        [sys.executable, script, *_args(inputs, out)],
         env=env, capture_output=True, text=True, check=False, timeout=60,
     )  # fmt: skip
     assert run.returncode == 0, run.stderr

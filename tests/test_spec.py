@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from imagekit.errors import SpecError
+from imagekit.locks.pinned import load_cells
 from imagekit.matrix import compat
-from imagekit.matrix.catalog import load_cells
-from imagekit.matrix.cells import complete_all
+from imagekit.matrix.completion import complete_all
 from imagekit.matrix.load import load_spec
 from imagekit.sizes import parse_size
 

@@ -12,6 +12,7 @@ from pathlib import Path
 import dockerfile
 import pytest
 
+from imagekit.builder.context import script_text
 from imagekit.cli import main
 from imagekit.render.dockerfile import LAYER_EPOCH
 
@@ -59,8 +60,10 @@ def check_helpers(context: Path, labels: dict[str, str]) -> None:
     for name in ("build-env.sh", "entrypoint.sh"):
         assert (helpers / name).read_bytes() == (ROOT / "templates" / "context" / name).read_bytes()
     assert os.stat(helpers / "entrypoint.sh").st_mode & 0o111  # the image's ENTRYPOINT
-    for name in ("groups.py", "pyc_cache.py", "venv_delta.py"):
+    for name in ("pyc_cache.py", "venv_delta.py"):
         assert (helpers / name).read_bytes() == (PACKAGE / "buildtime" / name).read_bytes()
+    for name in ("groups.py", "sbom_writer.py", "team_install.py"):  # lockfile.py's lines inlined
+        assert (helpers / name).read_bytes() == script_text(name).encode("utf-8")
     lib = helpers / "lib" / "imagekit"
     assert (lib / "__init__.py").read_bytes() == (PACKAGE / "__init__.py").read_bytes()
     for package in ("contract", "selfcheck", "runtime"):

@@ -24,7 +24,7 @@ from imagekit.engine import tools
 from imagekit.engine.docker_images import file_from_tar
 from imagekit.engine.fake import FakeEngine
 from imagekit.errors import UsageError
-from imagekit.matrix.catalog import load_cells
+from imagekit.locks.pinned import load_cells
 from imagekit.supply import attestation, sbom
 
 DIGEST = "sha256:" + "a" * 64

@@ -21,9 +21,9 @@ import pytest
 from imagekit.builder import context
 from imagekit.buildtime import sbom_writer, team_install
 from imagekit.errors import SpecError, UsageError
-from imagekit.locks import packages
-from imagekit.locks.packages import Pin
-from imagekit.matrix.catalog import load_cells
+from imagekit.locks import packages, resolving
+from imagekit.locks.package_file import Pin
+from imagekit.locks.pinned import load_cells
 from imagekit.matrix.cells import Cell
 from imagekit.render.dockerfile import render
 
@@ -258,7 +258,7 @@ def test_a_cell_without_the_team_layer_renders_no_step_of_it(repo: Path) -> None
 def test_the_context_carries_team_install(repo: Path, tmp_path: Path) -> None:
     (cell,) = cells(repo, "    source: ../app\n    source_package: true\n")
     staged = context.stage(cell, tmp_path / "ctx")
-    script = Path(team_install.__file__).read_bytes()
+    script = context.script_text("team_install.py").encode("utf-8")
     assert (staged / "imagekit" / "team_install.py").read_bytes() == script
     assert (staged / "source" / "pyproject.toml").is_file()
 
@@ -281,7 +281,8 @@ def wheels(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def clean_env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "UV_"))}
+    """No installer settings, and no imagekit on PYTHONPATH: the scripts run as in the build."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "UV_", "PYTHONPATH"))}
     return {**env, "PIP_CONFIG_FILE": os.devnull, "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
 
 
@@ -303,10 +304,12 @@ def team_install_run(
     if installer == "pip":
         command = [str(python), "-m", "pip", "install"]
     else:
-        command = [packages.uv_binary(), "pip", "install", "--python", str(python)]
+        command = [resolving.uv_binary(), "pip", "install", "--python", str(python)]
     command += ["--no-index", "--find-links", str(wheels)]
+    script = python.parents[2] / "team_install.py"  # as the build context carries it
+    script.write_text(context.script_text("team_install.py"))
     return subprocess.run(
-        [str(python), "-B", team_install.__file__, *options, *command, "--", *requirements],
+        [str(python), "-B", script, *options, *command, "--", *requirements],
         capture_output=True, text=True, env=clean_env(), check=False,
     )  # fmt: skip
 
@@ -388,7 +391,7 @@ def test_lock_packages_locks_the_team_group_against_the_stack(repo: Path, tmp_pa
         "    source: ../app\n    source_package: true\n",
     )  # fmt: skip
     calls: list[tuple[list[str], list[str]]] = []
-    lock = packages.resolve(cell, team_resolver(calls), "", None)
+    lock = resolving.resolve(cell, team_resolver(calls), "", None)
     team_call = calls[-1]
     # pip, then the files' lines, then the source package's dependencies
     assert team_call[0] == ["numpy>=2.4", "numpy<3", "packaging>=24", "tqdm>=4.66"]
@@ -416,7 +419,7 @@ def test_lock_packages_locks_the_team_group_against_the_stack(repo: Path, tmp_pa
 
 def test_a_team_pin_that_moves_the_stack_is_refused(repo: Path) -> None:
     (cell,) = cells(repo, '    pip: ["teamdep"]\n')
-    lock = packages.resolve(cell, team_resolver([]), "", None)
+    lock = resolving.resolve(cell, team_resolver([]), "", None)
     bad = replace(
         lock, groups={**lock.groups, "team": (Pin("nvidia-nccl-cu12==2.28.0", ("c" * 64,)),)}
     )
@@ -426,7 +429,7 @@ def test_a_team_pin_that_moves_the_stack_is_refused(repo: Path) -> None:
 
 def test_a_lock_without_team_packages_reads_as_before(repo: Path) -> None:
     (cell,) = cells(repo)
-    lock = packages.resolve(cell, team_resolver([]), "", None)
+    lock = resolving.resolve(cell, team_resolver([]), "", None)
     assert "team" not in lock.inputs and "# [team]" not in packages.render_text(lock)
     assert set(packages.group_files(lock)) == {"cuda", "torch", "features"}
 
@@ -441,7 +444,7 @@ def test_a_source_package_without_static_dependencies_keeps_the_stack_locked(
     assert cell.source_dependencies is None
     calls: list[tuple[list[str], list[str]]] = []
     folder = tmp_path / "locks"
-    notes = packages.lock_cells([cell], folder, team_resolver(calls), "", None)
+    notes = resolving.lock_cells([cell], folder, team_resolver(calls), "", None)
     assert len(calls) == 1  # torch's resolution only: the team's is not resolved
     assert any("the team's packages are not locked" in n and "setup.py" in n for n in notes)
     assert any(n.endswith(": written") for n in notes)
@@ -597,12 +600,12 @@ def test_lock_packages_names_a_team_package_that_needs_another_torch(
 ) -> None:
     (cell,) = cells(repo, '    pip: ["okpkg"]\n')
     cell = replace(cell, torch_requirements=("torch==2.13.0+cpu",))
-    resolver = functools.partial(packages.uv_resolver, extra=["--no-index"])
-    lock = packages.resolve(cell, resolver, "", wheels)
+    resolver = functools.partial(resolving.uv_resolver, extra=["--no-index"])
+    lock = resolving.resolve(cell, resolver, "", wheels)
     assert [p.requirement for p in lock.groups["team"]] == ["numpyish==2.0", "okpkg==1.0"]
     conflicting = replace(cell, pip=("teamlib",))
-    with pytest.raises(packages.TeamConflict) as raised:
-        packages.lock_cells([conflicting], tmp_path / "locks", resolver, "", wheels)
+    with pytest.raises(resolving.TeamConflict) as raised:
+        resolving.lock_cells([conflicting], tmp_path / "locks", resolver, "", wheels)
     assert "imagekit: teamlib asks for torch==2.8.0; this cell holds torch 2.13.0+cpu" in str(
         raised.value
     )

@@ -16,11 +16,13 @@ wheelhouse/                hard links to --wheelhouse wheels (bind-mounted, neve
 source/                    the cell's `source` folder, copied last into /workspace
 
 groups.py, pyc_cache.py, venv_delta.py, sbom_writer.py and team_install.py are
-imagekit/buildtime/'s scripts, copied flat.
+imagekit/buildtime/'s scripts, copied flat; each is mounted alone, so one that imports
+buildtime/lockfile.py carries that module's lines in its place (script_text).
 """
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import shutil
@@ -56,7 +58,8 @@ def stage(
         shutil.copy2(templates_dir() / "context" / name, helpers / name)
     os.chmod(helpers / "entrypoint.sh", 0o755)
     for name in BUILDTIME_SCRIPTS:
-        shutil.copy2(PACKAGE_DIR / "buildtime" / name, helpers / name)
+        (helpers / name).write_bytes(script_text(name).encode("utf-8"))
+        shutil.copystat(PACKAGE_DIR / "buildtime" / name, helpers / name)
     lib = helpers / "lib" / "imagekit"
     for package in ("contract", "selfcheck", "runtime"):
         shutil.copytree(PACKAGE_DIR / package, lib / package, ignore=IGNORE)
@@ -79,6 +82,43 @@ def stage(
     else:
         (dest / "source").mkdir()
     return dest
+
+
+def script_text(name: str) -> str:
+    """A buildtime script as the build runs it, alone: its import of buildtime/lockfile.py
+    (the package lock's layout, which the host imports too) replaced by that module's lines
+    after its `from __future__` import; any other script as it is."""
+    text = _buildtime_source(name)
+    imports = [
+        node
+        for node in ast.parse(text).body
+        if isinstance(node, ast.ImportFrom) and node.module == LOCKFILE_MODULE
+    ]
+    if not imports:
+        return text
+    (node,) = imports
+    assert node.end_lineno is not None
+    lines = text.splitlines(keepends=True)
+    return "".join([*lines[: node.lineno - 1], _lockfile_lines(), *lines[node.end_lineno :]])
+
+
+LOCKFILE_MODULE = "imagekit.buildtime.lockfile"
+
+
+def _lockfile_lines() -> str:
+    """lockfile.py's definitions: its text after `from __future__ import annotations`."""
+    text = _buildtime_source("lockfile.py")
+    future = next(
+        node
+        for node in ast.parse(text).body
+        if isinstance(node, ast.ImportFrom) and node.module == "__future__"
+    )
+    assert future.end_lineno is not None
+    return "".join(text.splitlines(keepends=True)[future.end_lineno :]).lstrip("\n") + "\n"
+
+
+def _buildtime_source(name: str) -> str:
+    return (PACKAGE_DIR / "buildtime" / name).read_bytes().decode("utf-8")
 
 
 def _stage_lock(cell: Cell, locks: Path | None, dest: Path) -> None:

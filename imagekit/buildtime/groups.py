@@ -25,40 +25,18 @@ import argparse
 import importlib.metadata
 import json
 import platform
-import re
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
+# The package lock's layout, which the host imports too: this script's copy in the build
+# context has lockfile.py's lines in place of this import (lockfile.py says why).
+from imagekit.buildtime.lockfile import GROUPS, LOCKED_FOLDERS, is_cuda_library, normalize, pin_name
+
 UV = "/opt/uv/bin/uv"
 PYTHON = "/opt/venv/bin/python"
 WHEELHOUSE = "/wheelhouse"
-GROUPS = ("cuda", "torch", "features")
-# Where a staged lock keeps each machine's group files, under --locked (imagekit/locks/
-# packages.py STAGED says the same by platform): amd64's at the top, as before arm64 had one.
-LOCKED_FOLDERS = {"x86_64": "", "aarch64": "linux-arm64"}
-
-
-def normalize(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
-def pin_name(pin: str) -> str:
-    """NAME==VERSION -> the normalized name."""
-    return normalize(pin.split("==")[0])
-
-
-# nvidia-* wheels that are no CUDA library: nvidia-ml-py (pynvml, pure Python NVML bindings,
-# released on the driver's schedule) rides with torch, so bumping it never rebuilds the
-# multi-GB CUDA layer.
-NOT_CUDA_LIBRARIES = ("nvidia-ml-py",)
-
-
-def is_cuda_library(pin: str) -> bool:
-    """The nvidia-* CUDA wheels: py3-none, so one copy serves every Python."""
-    name = pin_name(pin)
-    return name.startswith("nvidia-") and name not in NOT_CUDA_LIBRARIES
 
 
 def resolve(

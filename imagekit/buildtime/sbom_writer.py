@@ -22,7 +22,6 @@ import argparse
 import importlib.metadata
 import os
 import platform
-import re
 import sys
 import uuid
 from datetime import datetime, timezone
@@ -36,21 +35,15 @@ from cyclonedx.model.component import Component, ComponentType
 from cyclonedx.output.json import JsonV1Dot6
 from packageurl import PackageURL
 
-GROUPS = ("cuda", "torch", "features", "team")
-_PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==(\S+)")
-_HASH = re.compile(r"--hash=sha256:([0-9a-f]{64})")
-# Where a staged lock keeps each machine's group files (groups.py's LOCKED_FOLDERS, which
-# this script cannot import: each is mounted alone): an arm64 image's SBOM gets arm64's
-# hashes, never amd64's wheels' of the same version.
-LOCKED_FOLDERS = {"x86_64": "", "aarch64": "linux-arm64"}
-
-
-def normalize(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
+# The package lock's layout, which the host imports too: this script's copy in the build
+# context has lockfile.py's lines in place of this import (lockfile.py says why).
+from imagekit.buildtime.lockfile import HASH, LOCK_GROUPS, LOCKED_FOLDERS, PIN, normalize
 
 
 def machine_locked(locked: Path | None, machine: str) -> Path | None:
-    """The folder of `machine`'s lock under --locked; None: no lock can be this machine's."""
+    """The folder of `machine`'s lock under --locked (LOCKED_FOLDERS: an arm64 image's SBOM
+    gets arm64's hashes, never amd64's wheels' of the same version); None: no lock can be
+    this machine's."""
     if locked is None or machine not in LOCKED_FOLDERS:
         return None
     return locked / LOCKED_FOLDERS[machine]
@@ -60,17 +53,17 @@ def locked_hashes(locked: Path | None) -> dict[tuple[str, str], list[str]]:
     """(normalized name, version) -> the sha256 digests the lock allows for that pin. A
     missing folder or group file: an unlocked cell, no hashes."""
     hashes: dict[tuple[str, str], list[str]] = {}
-    for group in GROUPS:
+    for group in LOCK_GROUPS:
         path = locked / f"{group}.txt" if locked else None
         if path is None or not path.is_file():
             continue
         key = None
         for line in path.read_text(encoding="utf-8").splitlines():
-            if pin := _PIN.match(line):
+            if pin := PIN.match(line):
                 key = (normalize(pin[1]), pin[2])
                 hashes.setdefault(key, [])
             if key is not None:
-                hashes[key].extend(_HASH.findall(line))
+                hashes[key].extend(HASH.findall(line))
             if not line.rstrip().endswith("\\"):
                 key = None  # the pin's continuation lines end here
     return hashes

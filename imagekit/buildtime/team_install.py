@@ -32,27 +32,22 @@ import sys
 import tempfile
 from pathlib import Path
 
+# The package lock's layout, which the host imports too: this script's copy in the build
+# context has lockfile.py's lines in place of this import (lockfile.py says why).
+from imagekit.buildtime.lockfile import LOCKED_FOLDERS, TEAM, is_cuda_library, normalize
+
 # The stack: what a team's package may never move. torch's family, the NVIDIA CUDA library
-# wheels (groups.is_cuda_library's rule; nvidia-ml-py is pure Python bindings, not one) and
-# the CUDA 13 wheels' toolkit packages. imagekit/locks/packages.py pins the same at lock time.
-# This script runs alone in the build, so it carries groups.py's rule and folders itself:
-# tests/test_platform_locks.py holds the copies equal.
+# wheels (is_cuda_library: nvidia-ml-py is pure Python bindings, not one) and the CUDA 13
+# wheels' toolkit packages. imagekit/locks/packages.py pins the same at lock time.
 TORCH_FAMILY = frozenset({"torch", "torchvision", "torchaudio", "triton", "pytorch-triton"})
 CUDA_PACKAGES = frozenset({"cuda-toolkit", "cuda-bindings", "cuda-pathfinder"})
-NOT_CUDA_LIBRARIES = ("nvidia-ml-py",)
-LOCKED_FOLDERS = {"x86_64": "", "aarch64": "linux-arm64"}  # groups.py's: each mounted alone
-TEAM_FILE = "team.txt"
-
-
-def normalize(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
+TEAM_FILE = f"{TEAM}.txt"
 
 
 def is_stack(name: str) -> bool:
     """Whether the (any-case) package name is part of the cell's stack."""
     name = normalize(name)
-    cuda_library = name.startswith("nvidia-") and name not in NOT_CUDA_LIBRARIES
-    return name in TORCH_FAMILY or name in CUDA_PACKAGES or cuda_library
+    return name in TORCH_FAMILY or name in CUDA_PACKAGES or is_cuda_library(name)
 
 
 def held_stack() -> dict[str, str]:

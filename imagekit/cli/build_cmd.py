@@ -330,7 +330,7 @@ def build_run_from(values: Mapping[str, Any]) -> BuildRun:
 def lock(**kwargs: Any) -> None:
     """Pin base images to registry digests in images.lock (the renderer uses the pins), and
     with --packages each cell's Python packages, with hashes (builds install exactly those)."""
-    from imagekit.locks import packages
+    from imagekit.locks import packages, resolving
 
     selection = selection_from(kwargs)
     folder = selection.package_locks()
@@ -350,10 +350,10 @@ def lock(**kwargs: Any) -> None:
 
         index = refuse_credentials(kwargs["torch_index"], "--torch-index", "the package lock")
         wheelhouse = inputs.check_wheelhouse(kwargs["wheelhouse"])
-        notes = packages.lock_cells(
+        notes = resolving.lock_cells(
             selection.cells(),
             folder,
-            packages.RESOLVER,
+            resolving.RESOLVER,
             "" if index == "none" else index,
             wheelhouse,
         )

@@ -14,7 +14,8 @@ import click
 from imagekit import terminal
 from imagekit.cli.params import OUT_FILE, CommaList, flatten
 from imagekit.errors import UsageError
-from imagekit.matrix.catalog import Filters, load_cells, select
+from imagekit.locks.pinned import load_cells
+from imagekit.matrix.catalog import Filters, select
 from imagekit.matrix.cells import Cell
 
 

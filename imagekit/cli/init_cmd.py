@@ -205,7 +205,7 @@ def write_all(files: dict[Path, str], matrix: Path) -> str:
 
 def first_tag(matrix: Path) -> str:
     """The matrix's first cell's tag; the matrix is validated as any command would."""
-    from imagekit.matrix.catalog import load_cells
+    from imagekit.locks.pinned import load_cells
 
     return load_cells([matrix])[0].tags[0]
 

@@ -14,7 +14,8 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from imagekit.buildtime import groups, team_install
+from imagekit.buildtime import team_install
+from imagekit.buildtime.lockfile import GROUPS, HASH, LOCK_GROUPS, PIN, TEAM, is_cuda_library
 from imagekit.contract.text import escape
 from imagekit.errors import UsageError
 from imagekit.matrix.cells import Cell
@@ -22,13 +23,6 @@ from imagekit.platforms import AMD64
 from imagekit.urls import mask
 
 FORMAT = 1
-
-
-# The venv's layer groups, then the team's packages (installed over them by the team's step;
-# a lock has the group only where the cell has team packages, its inputs' "team" key).
-GROUPS = groups.GROUPS
-TEAM = "team"
-LOCK_GROUPS = (*GROUPS, TEAM)
 
 
 # The lock's input holding the source package's [project].dependencies; null where they are
@@ -47,16 +41,6 @@ _HEADER = re.compile(r"^# (?P<key>[a-z-]+): (?P<value>.*)$")
 
 
 _SECTION = re.compile(r"^# \[(?P<group>[a-z]+)\]$")
-
-
-# A pin as the lock writer writes it: a PEP 508 name, `==`, a version (PEP 440 characters;
-# packaging.version then parses it), then only `--hash=sha256:<64 hex>` entries.
-_PIN = re.compile(
-    r"(?P<name>[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?)==(?P<version>[A-Za-z0-9.+!_-]+)"
-)
-
-
-_HASH = re.compile(r"--hash=sha256:(?P<digest>[0-9a-f]{64})")
 
 
 # What torch's resolution may put in the torch group besides the cell's own torch requirements
@@ -138,58 +122,94 @@ def parse(text: str, cell_id: str, where: str = "", platform: str = AMD64) -> Pa
     `--hash=sha256:` entries (continued as the writer continues them) and blank lines; an
     option line (`--index-url`, `-r`, ...) or a comment inside a group is refused."""
     where = where or cell_id
-    header: dict[str, str] = {}
-    sections: dict[str, list[Pin]] = {}
-    current: list[Pin] | None = None
-    pending: tuple[int, str, list[str], list[Pin]] | None = None  # a pin whose hashes continue
+    reader = _Reader(where)
     for number, raw in enumerate(text.split("\n"), 1):
+        reader.line(number, raw)
+    reader.end()
+    return _lock_of(reader.header, reader.sections, cell_id, where, platform)
+
+
+class _Reader:
+    """A lock file read line by line: its header's keys, then each group's pins."""
+
+    def __init__(self, where: str) -> None:
+        self.where = where
+        self.header: dict[str, str] = {}
+        self.sections: dict[str, list[Pin]] = {}
+        self.current: list[Pin] | None = None  # the pins of the group being read
+        # a pin whose hashes continue: its line, requirement, hashes so far, and group
+        self.pending: tuple[int, str, list[str], list[Pin]] | None = None
+
+    def line(self, number: int, raw: str) -> None:
         body, continues = _continued(raw)
-        if pending is not None:
-            start, requirement, hashes, into = pending
-            for word in body.split():
-                hashes.append(_hash(word, where, number, raw))
-            if body and not body[0].isspace():
-                raise _bad_line(where, number, raw, "a pin's hashes continue on indented lines")
-            if not continues:
-                into.append(_finished(requirement, hashes, where, start))
-                pending = None
-            continue
-        if section := _SECTION.match(raw):
-            group = section["group"]
-            if group not in LOCK_GROUPS or group in sections:
-                why = (
-                    "a group twice"
-                    if group in sections
-                    else f"no group {group} (only {', '.join(LOCK_GROUPS)})"
-                )
-                raise _bad_line(where, number, raw, why)
-            current = sections[group] = []
-        elif current is None:
-            if match := _HEADER.match(raw):
-                header[match["key"]] = match["value"]
-            elif raw.strip() and not raw.startswith("#"):
-                raise _bad_line(where, number, raw, "a requirement before any group")
-        elif not raw.strip():
-            continue
-        elif raw.lstrip().startswith("-"):
+        if self.pending is not None:
+            self._hashes(number, raw, body, continues)
+        elif section := _SECTION.match(raw):
+            self._section(number, raw, section["group"])
+        elif self.current is None:
+            self._header(number, raw)
+        elif raw.strip():  # blank lines inside a group are fine
+            self._pin(number, raw, body, continues)
+
+    def end(self) -> None:
+        if self.pending is not None:
+            start, requirement = self.pending[:2]
+            raise _bad_line(self.where, start, requirement, "the file ends inside the pin's hashes")
+
+    def _hashes(self, number: int, raw: str, body: str, continues: bool) -> None:
+        """A continuation line of the pending pin: its hashes, indented."""
+        assert self.pending is not None
+        start, requirement, hashes, into = self.pending
+        for word in body.split():
+            hashes.append(_hash(word, self.where, number, raw))
+        if body and not body[0].isspace():
+            raise _bad_line(self.where, number, raw, "a pin's hashes continue on indented lines")
+        if not continues:
+            into.append(_finished(requirement, hashes, self.where, start))
+            self.pending = None
+
+    def _section(self, number: int, raw: str, group: str) -> None:
+        if group not in LOCK_GROUPS or group in self.sections:
+            why = (
+                "a group twice"
+                if group in self.sections
+                else f"no group {group} (only {', '.join(LOCK_GROUPS)})"
+            )
+            raise _bad_line(self.where, number, raw, why)
+        self.current = self.sections[group] = []
+
+    def _header(self, number: int, raw: str) -> None:
+        if match := _HEADER.match(raw):
+            self.header[match["key"]] = match["value"]
+        elif raw.strip() and not raw.startswith("#"):
+            raise _bad_line(self.where, number, raw, "a requirement before any group")
+
+    def _pin(self, number: int, raw: str, body: str, continues: bool) -> None:
+        assert self.current is not None
+        if raw.lstrip().startswith("-"):
             raise _bad_line(
-                where, number, raw,
+                self.where, number, raw,
                 "an option line: a lock holds pins only (an option would change where "
                 "packages come from or what else is read)",
             )  # fmt: skip
-        elif raw.startswith("#"):
-            raise _bad_line(where, number, raw, "a comment inside a group (the writer writes none)")
+        if raw.startswith("#"):
+            raise _bad_line(
+                self.where, number, raw, "a comment inside a group (the writer writes none)"
+            )
+        words = body.split()
+        if not PIN.fullmatch(words[0]) or not _valid_version(words[0].split("==", 1)[1]):
+            raise _bad_line(self.where, number, raw, "not `name==version --hash=sha256:...`")
+        hashes = [_hash(word, self.where, number, raw) for word in words[1:]]
+        if continues:
+            self.pending = (number, words[0], hashes, self.current)
         else:
-            words = body.split()
-            if not _PIN.fullmatch(words[0]) or not _valid_version(words[0].split("==", 1)[1]):
-                raise _bad_line(where, number, raw, "not `name==version --hash=sha256:...`")
-            hashes = [_hash(word, where, number, raw) for word in words[1:]]
-            if continues:
-                pending = (number, words[0], hashes, current)
-            else:
-                current.append(_finished(words[0], hashes, where, number))
-    if pending is not None:
-        raise _bad_line(where, pending[0], pending[1], "the file ends inside the pin's hashes")
+            self.current.append(_finished(words[0], hashes, self.where, number))
+
+
+def _lock_of(
+    header: dict[str, str], sections: dict[str, list[Pin]], cell_id: str, where: str, platform: str
+) -> PackageLock:
+    """The lock a file's header and groups make, its fingerprint checked against its inputs."""
     try:
         inputs = json.loads(header.pop("inputs"))
         stated = header.pop("fingerprint")
@@ -217,7 +237,7 @@ def _continued(raw: str) -> tuple[str, bool]:
 
 
 def _hash(word: str, where: str, number: int, raw: str) -> str:
-    match = _HASH.fullmatch(word)
+    match = HASH.fullmatch(word)
     if not match:
         raise _bad_line(where, number, raw, "after `name==version` only `--hash=sha256:<64 hex>`")
     return match["digest"]
@@ -256,7 +276,7 @@ def verify(lock: PackageLock, cell: Cell, where: str) -> None:
     - torch and torchvision are pinned to the cell's versions (a local part such as +cu126
       must be the cell's variant), in the torch group; a torchvision the cell does not ask
       for is refused;
-    - the cuda group holds only NVIDIA's CUDA library wheels (groups.is_cuda_library), and
+    - the cuda group holds only NVIDIA's CUDA library wheels (lockfile.is_cuda_library), and
       they are in no other group;
     - no package is pinned twice;
     - the torch group holds only the cell's torch requirements and what torch, torchvision
@@ -322,7 +342,7 @@ def _misplaced(pin: Pin, group: str, allowed: set[str], seen: dict[str, int]) ->
     name = pin.name
     if name in seen:
         return f"{name} is pinned twice (first on line {seen[name]})"
-    cuda = groups.is_cuda_library(pin.requirement)
+    cuda = is_cuda_library(pin.requirement)
     if group == "cuda" and not cuda:
         return "the cuda group holds only NVIDIA's CUDA library wheels (nvidia-*)"
     if group != "cuda" and cuda:

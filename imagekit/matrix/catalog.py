@@ -1,4 +1,4 @@
-"""From files to selected cells: load the spec, complete it, apply the user's filters."""
+"""Which matrix files to read, and the user's filters over the cells they define."""
 
 from __future__ import annotations
 
@@ -8,10 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from imagekit.errors import UsageError
-from imagekit.locks import images
-from imagekit.matrix import compat as compat_mod
-from imagekit.matrix.cells import Cell, complete_all, stack_of
-from imagekit.matrix.load import load_spec
+from imagekit.matrix.cells import Cell, stack_of
 from imagekit.resources import BUILTIN, builtin
 
 
@@ -82,13 +79,6 @@ def matrix_paths(envs: Sequence[Path] = ()) -> list[Path]:
     """The matrix files or folders to read: --envs as given (`builtin:NAME` as the packaged
     file), else ./envs."""
     return [builtin(path) for path in envs] or default_envs()
-
-
-def load_cells(envs: Sequence[Path] = (), lock: Path | None = None) -> list[Cell]:
-    paths = matrix_paths(envs)
-    spec = load_spec(paths)
-    pins = images.read(lock or images.default_path(paths)).pins
-    return complete_all(spec.cells, compat_mod.load(), pins, spec.problems)
 
 
 def select(cells: Sequence[Cell], filters: Filters) -> list[Cell]:

@@ -19,7 +19,7 @@ from packaging.version import Version
 from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationError
 
 from imagekit.errors import CompatError
-from imagekit.matrix.yamlsrc import yaml_reason
+from imagekit.matrix.yaml_located import yaml_reason
 from imagekit.platforms import AMD64
 from imagekit.resources import DATA_DIR
 from imagekit.runtime import fwdcompat

@@ -23,7 +23,7 @@ from pydantic import (
 
 from imagekit.errors import Problem
 from imagekit.matrix.ref_checks import REGISTRY, REPOSITORY, check_image_ref
-from imagekit.matrix.yamlsrc import Located
+from imagekit.matrix.yaml_located import Located
 from imagekit.platforms import PLATFORMS
 from imagekit.sizes import parse_size
 from imagekit.urls import has_credentials, mask

@@ -1,34 +1,30 @@
-"""Matrix files -> raw cells: the blocks' products, less the excludes, with the overrides
-merged in; bounded before the work is done, with the tag templates checked.
+"""Matrix files -> raw cells: the blocks' products, less the excludes, overrides merged in.
+
+The work is bounded before it is done, and the tag templates are checked.
 """
 
 from __future__ import annotations
 
-import fnmatch
 import itertools
 import math
-import re
 import string
-from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, get_args
-
-from pydantic import BaseModel
+from typing import Any
 
 from imagekit import terminal
 from imagekit.errors import Problem
+from imagekit.matrix.cascade import layer_of, merge_all
 from imagekit.matrix.envfile import (
     AXES,
     TAG_FIELDS,
     Block,
     EnvFile,
-    InheritField,
-    Match,
     Options,
 )
-from imagekit.matrix.yamlsrc import Located
+from imagekit.matrix.match_index import MatchIndex, bits, needs_regex
+from imagekit.matrix.yaml_located import Located
 
 
 @dataclass(frozen=True)
@@ -55,81 +51,6 @@ class RawCell:
     base_dir: Path
 
 
-def merge(base: Options, top: Options) -> Options:
-    """`top` wins field by field; `env` maps merge; a list replaces the one below unless
-    `top.inherit` says append or prepend. `inherit` itself applies to its own layer only."""
-    return merge_all([_layer(base), _layer(top)])
-
-
-OPTION_FIELDS = tuple(Options.model_fields)
-_LIST_FIELDS = frozenset(get_args(InheritField))  # the lists `inherit` may append to
-
-
-def _layer(model: BaseModel) -> dict[str, Any]:
-    """A model's options that are set, as `model_dump(exclude_none=True)` has them but not
-    copied (merge_all copies what it returns)."""
-    return {k: v for k in OPTION_FIELDS if (v := getattr(model, k, None)) is not None}
-
-
-def merge_all(layers: Iterable[dict[str, Any]]) -> Options:
-    """`merge` of each layer onto the ones below, in one pass: the same result, in time
-    linear in the layers' size (merging 10,000 overrides one at a time copied and
-    revalidated the growing lists 10,000 times)."""
-    fold = _Fold()
-    for layer in layers:
-        fold.add(layer)
-    return fold.result()
-
-
-class _Fold:
-    """Options merged so far. A list field is kept as the chunks it was made of and joined
-    once: `dict.fromkeys` over all of them equals deduplicating at each append, because
-    it keeps first occurrences. A list only replaced (never appended to) is not
-    deduplicated, as `merge` leaves it."""
-
-    def __init__(self) -> None:
-        self.values: dict[str, Any] = {}
-        self.chunks: dict[str, deque[list[Any]]] = {}
-        self.joined: set[str] = set()  # lists appended or prepended to: deduplicated
-        self.filled: set[str] = set()  # lists not empty (`merge`'s "and below")
-
-    def add(self, layer: dict[str, Any]) -> None:
-        rules = layer.get("inherit") or {}
-        for key, value in layer.items():
-            if key == "inherit":
-                continue  # applies to its own layer only
-            if key == "env":
-                self.values.setdefault("env", {}).update(value)
-            elif key in _LIST_FIELDS:
-                self._list(key, value, rules.get(key))
-            else:
-                self.values[key] = value
-
-    def _list(self, key: str, value: list[Any], rule: str | None) -> None:
-        if rule in ("append", "prepend") and key in self.filled:
-            chunks = self.chunks[key]
-            chunks.append(value) if rule == "append" else chunks.appendleft(value)
-            self.joined.add(key)
-            return
-        self.chunks[key] = deque([value])
-        self.joined.discard(key)
-        if value:
-            self.filled.add(key)
-        else:
-            self.filled.discard(key)
-
-    def result(self) -> Options:
-        values = {k: dict(v) if k == "env" else v for k, v in self.values.items()}
-        for key, chunks in self.chunks.items():
-            if key in self.joined:
-                values[key] = list(dict.fromkeys(itertools.chain.from_iterable(chunks)))
-            else:
-                values[key] = list(chunks[0])
-        # every value was validated when its layer was; validating again is what made a
-        # 10,000-entry pip list cost seconds
-        return Options.model_construct(**{k: values[k] for k in OPTION_FIELDS if k in values})
-
-
 # Work is bounded before it is done: a block's product is counted before it is expanded
 # (20 values on each of four axes would be 160,000 cells), and so is the matrix's total.
 MAX_BLOCK_CELLS = 1_000
@@ -139,151 +60,7 @@ MAX_GLOB_TRIES = 200_000
 # A glob with a [set] (or ? between stars) is a regex, compiled once per pattern (~25 us each):
 # thousands of distinct ones are seconds, and past fnmatch's cache every value recompiles.
 MAX_REGEX_GLOBS = 2_000
-_GLOB = frozenset("*?[")
-_LITERAL_PREFIX = re.compile(r"[^*?\[]*")
 _WARNINGS_SHOWN = 20  # per section and file: 10,000 unused excludes are one note, not a flood
-
-
-class MatchIndex:
-    """Which of `matches` select a cell, in time linear in their number: for each axis and
-    each value a cell has, the bitmask of the matches that accept it, made once and kept; a
-    cell's hits are the AND of its five masks. Exact values are one dictionary lookup, the
-    prefix globs ("2.7*") one lookup per prefix length, and each other glob is tried once per
-    value (glob_match: mostly without compiling a regex). `work` counts the lookups and
-    tries, for the tests; MAX_GLOB_TRIES bounds the tries before they are made."""
-
-    def __init__(self, matches: list[Match], values: dict[str, set[str]] | None = None) -> None:
-        self.none_excluded = (1 << len(matches)) - 1
-        self.work = 0
-        self.axes = {axis: _AxisPatterns(matches, axis) for axis in AXES}
-        self.masks: dict[str, dict[str, int]] = {axis: {} for axis in AXES}
-        for axis, known in (values or {}).items():  # optional: masks are made on demand
-            for value in known:
-                self.mask(axis, value)
-
-    def mask(self, axis: str, value: str) -> int:
-        masks = self.masks[axis]
-        if value not in masks:
-            masks[value], work = self.axes[axis].mask(value)
-            self.work += work
-        return masks[value]
-
-    def hits(self, axes: dict[str, str]) -> int:
-        mask = self.none_excluded
-        for axis in AXES:
-            mask &= self.mask(axis, axes[axis])
-        return mask
-
-
-class _AxisPatterns:
-    """One axis of the matches, by kind of pattern, each pattern once with the mask of the
-    matches that use it (10,000 overrides of "12.*" are one pattern)."""
-
-    def __init__(self, matches: list[Match], axis: str) -> None:
-        by_pattern: dict[str, list[int]] = {}
-        unconstrained: list[int] = []
-        for i, match in enumerate(matches):
-            patterns = getattr(match, axis)
-            if patterns is None:
-                unconstrained.append(i)
-            for pattern in patterns or ():
-                by_pattern.setdefault(str(pattern), []).append(i)
-        self.unconstrained = _mask(unconstrained)
-        self.exact: dict[str, int] = {}
-        self.prefixes: dict[str, int] = {}  # "2.7*" -> "2.7"
-        self.globs: list[tuple[str, int]] = []
-        for pattern, users in by_pattern.items():
-            if _GLOB.isdisjoint(pattern):
-                self.exact[pattern] = _mask(users)
-            elif pattern.endswith("*") and _GLOB.isdisjoint(pattern[:-1]):
-                self.prefixes[pattern[:-1]] = _mask(users)
-            else:
-                self.globs.append((pattern, _mask(users)))
-        self.lengths = sorted({len(p) for p in self.prefixes})  # of the prefixes to look up
-
-    def mask(self, value: str) -> tuple[int, int]:
-        """The mask of the matches that accept `value`, and the lookups and tries it took."""
-        mask = self.unconstrained | self.exact.get(value, 0)
-        looked = 0
-        for length in self.lengths:
-            if length > len(value):
-                break
-            mask |= self.prefixes.get(value[:length], 0)
-            looked += 1
-        for pattern, users in self.globs:
-            if glob_match(value, pattern):
-                mask |= users
-        return mask, 1 + looked + len(self.globs)
-
-
-def _mask(indices: list[int]) -> int:
-    """The int with bits `indices` (ascending) set, in one pass over them: OR-ing 1 << i
-    into a growing int one index at a time rewrites the whole int each time."""
-    if not indices:
-        return 0
-    flags = bytearray(indices[-1] // 8 + 1)
-    for i in indices:
-        flags[i >> 3] |= 1 << (i & 7)
-    return int.from_bytes(flags, "little")
-
-
-def glob_match(value: str, pattern: str) -> bool:
-    """`fnmatch.fnmatchcase(value, pattern)`, mostly without compiling a regex (fnmatch
-    compiles one per pattern: 10,000 distinct globs cost 0.3 s). A pattern of literals and
-    *, with ? only in its first and last parts (the usual "2.7*", "3.1?", "*-slim"): the
-    parts in order, the first at the start, the last at the end, each other at its leftmost
-    place (which leaves the most room for the rest). Others go to fnmatch once their
-    literal prefix fits."""
-    parts = pattern.split("*")
-    if needs_regex(pattern):
-        prefix = _LITERAL_PREFIX.match(pattern).group()  # type: ignore[union-attr]
-        return value.startswith(prefix) and fnmatch.fnmatchcase(value, pattern)
-    if len(parts) == 1:
-        return len(value) == len(pattern) and _fits(value, 0, pattern)
-    head, *middle, tail = parts
-    end = len(value) - len(tail)
-    if end < len(head) or not _fits(value, 0, head) or not _fits(value, end, tail):
-        return False
-    start = len(head)
-    for part in middle:
-        found = value.find(part, start, end)
-        if found < 0:
-            return False
-        start = found + len(part)
-    return True
-
-
-def needs_regex(pattern: str) -> bool:
-    """Whether glob_match hands `pattern` to fnmatch (a [set], or ? between two stars)."""
-    return "[" in pattern or any("?" in part for part in pattern.split("*")[1:-1])
-
-
-def _fits(value: str, at: int, part: str) -> bool:
-    """`part` (? for any one character) is at `value[at:]`."""
-    if "?" not in part:
-        return value.startswith(part, at)
-    if at + len(part) > len(value):
-        return False
-    return all(p in ("?", c) for p, c in zip(part, value[at : at + len(part)], strict=True))
-
-
-def bits(mask: int) -> Iterator[int]:
-    """The indices of the set bits of `mask`, lowest first (the order overrides apply in)."""
-    while mask:
-        low = mask & -mask
-        yield low.bit_length() - 1
-        mask ^= low
-
-
-def matches(match: Match, axes: dict[str, str]) -> bool:
-    """The plain definition the index must agree with."""
-    for axis in AXES:
-        patterns = getattr(match, axis)
-        if patterns is not None and not any(
-            fnmatch.fnmatchcase(axes[axis], str(p)) for p in patterns
-        ):
-            return False
-    return True
 
 
 def _product(block: Block, defaults: Block) -> Iterator[dict[str, str]]:
@@ -330,35 +107,10 @@ def expand(
         if indices:  # blocks were left out: the file's own index, for the line
             index = indices[section][index]
         origin = Origin(located.file, located.line_of((section, index)))
-        missing = _missing_axes(block, doc.defaults)
-        if missing:
-            problems.append(
-                Problem(
-                    f"no value for {', '.join(missing)}; set it in the block or in defaults",
-                    origin.file,
-                    origin.line,
-                    f"{section}[{index}]",
-                )
-            )
-            continue
-        size, product = _size(block, doc.defaults)
-        limit = min(MAX_BLOCK_CELLS, budget - len(cells))
-        if size > limit:
-            whole = size <= MAX_BLOCK_CELLS  # then it is the matrix's total that is too large
-            problems.append(
-                Problem(
-                    f"{product} = {size:,} cells; "
-                    + (
-                        f"the matrix may make at most {MAX_CELLS:,} cells in all"
-                        if whole
-                        else f"a block may make at most {MAX_BLOCK_CELLS:,}"
-                    )
-                    + " (split it into blocks of the combinations you build, or use exclude)",
-                    origin.file,
-                    origin.line,
-                    f"{section}[{index}]",
-                )
-            )
+        where = f"{section}[{index}]"
+        problem = _block_problem(block, doc.defaults, origin, where, budget - len(cells))
+        if problem:
+            problems.append(problem)
             continue
         for axes in _product(block, doc.defaults):
             hits = excludes.hits(axes) if excludable else 0
@@ -373,6 +125,37 @@ def expand(
             )
     _warn_unused(doc, located, used)
     return cells, problems
+
+
+def _block_problem(
+    block: Block, defaults: Block, origin: Origin, where: str, room: int
+) -> Problem | None:
+    """Why a block cannot expand: an axis with no value, or more cells than a block may make
+    or than `room` (what the matrix may still make)."""
+    missing = _missing_axes(block, defaults)
+    if missing:
+        return Problem(
+            f"no value for {', '.join(missing)}; set it in the block or in defaults",
+            origin.file,
+            origin.line,
+            where,
+        )
+    size, product = _size(block, defaults)
+    if size <= min(MAX_BLOCK_CELLS, room):
+        return None
+    whole = size <= MAX_BLOCK_CELLS  # then it is the matrix's total that is too large
+    bound = (
+        f"the matrix may make at most {MAX_CELLS:,} cells in all"
+        if whole
+        else f"a block may make at most {MAX_BLOCK_CELLS:,}"
+    )
+    return Problem(
+        f"{product} = {size:,} cells; {bound} (split it into blocks of the combinations you "
+        "build, or use exclude)",
+        origin.file,
+        origin.line,
+        where,
+    )
 
 
 def _glob_tries(
@@ -417,20 +200,20 @@ class _Layers:
 
     def __init__(self, doc: EnvFile) -> None:
         self.doc = doc
-        self.defaults = _layer(doc.defaults)
+        self.defaults = layer_of(doc.defaults)
         self.overrides: dict[int, dict[str, Any]] = {}
         self.merged: dict[tuple[int, int], Options] = {}
 
     def options(self, block: Block, applied: int) -> Options:
         key = (id(block), applied)
         if key not in self.merged:
-            self.merged[key] = merge_all([self.defaults, _layer(block), *self._applied(applied)])
+            self.merged[key] = merge_all([self.defaults, layer_of(block), *self._applied(applied)])
         return _copy(self.merged[key])  # each cell its own lists, as before
 
     def _applied(self, applied: int) -> Iterator[dict[str, Any]]:
         for i in bits(applied):
             if i not in self.overrides:
-                self.overrides[i] = _layer(self.doc.overrides[i])
+                self.overrides[i] = layer_of(self.doc.overrides[i])
             yield self.overrides[i]
 
 

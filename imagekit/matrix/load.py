@@ -16,8 +16,9 @@ from pydantic import ValidationError
 from imagekit.errors import Problem, UsageError
 from imagekit.matrix.envfile import EnvFile, describe
 from imagekit.matrix.expand import MAX_CELLS, RawCell, expand
-from imagekit.matrix.yamlsrc import Located, YamlSyntaxError, paused_gc
+from imagekit.matrix.yaml_located import Located, YamlSyntaxError
 from imagekit.matrix.yamlsrc import load as load_yaml
+from imagekit.matrix.yamlsrc import paused_gc
 
 
 @dataclass(frozen=True)

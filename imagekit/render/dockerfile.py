@@ -1,7 +1,7 @@
 """Rendering: Cell -> Dockerfile text (deterministic), and the `render` command, which keeps
 the committed files (owned.py: what each file's ownership line lets it touch).
 
-Templates hold layout only; every decision is made in `cells.complete` and handed in as
+Templates hold layout only; every decision is made in `completion.complete` and handed in as
 plain data, so the same cell always renders the same bytes.
 """
 
@@ -240,7 +240,8 @@ def command(selection: Selection, out: Path, syntax: str | None, check: bool) ->
     cells that left the rendered matrix files (and of matrix files deleted from a folder it
     reads); with `check`, write nothing and raise StaleError (exit 4) on drift, package
     locks included. Returns the lines to print."""
-    from imagekit.matrix.catalog import load_cells, matrix_paths, select
+    from imagekit.locks.pinned import load_cells
+    from imagekit.matrix.catalog import matrix_paths, select
     from imagekit.matrix.load import env_files
 
     every = load_cells(selection.envs, selection.lock)

@@ -11,6 +11,7 @@ import pytest
 
 from devkit.realengine import REGISTRY, build_args, docker, imagekit, make_project, marked_ca_bundle
 from devkit.realengine import wheelhouse as wheels
+from imagekit.buildtime import lockfile
 from imagekit.locks import packages
 
 from .conftest import cell_of
@@ -47,7 +48,7 @@ def test_a_build_from_a_lock_installs_exactly_the_locked_versions(tmp_path: Path
     result = imagekit(*build_args(marked_ca_bundle(root)), cwd=root, timeout=1500)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
     out = docker("run", "--rm", "--entrypoint", "/opt/venv/bin/python", TAG, "-c", VERSIONS)
-    installed = {packages.groups.normalize(k): v for k, v in json.loads(out.stdout).items()}
+    installed = {lockfile.normalize(k): v for k, v in json.loads(out.stdout).items()}
     assert {name: installed.get(name) for name in pins} == pins
     # nothing beyond the lock but the venv's own installer
     assert set(installed) - set(pins) <= {"pip"}, sorted(set(installed) - set(pins))
