@@ -97,7 +97,7 @@ def test_nvlink_link_rate_by_architecture(
 
 
 def test_the_fallback_rate_is_keyed_by_what_nvml_py_stores() -> None:
-    from imagekit.selfcheck.readers.nvml import NVLINK_GENERATION
+    from imagekit.selfcheck.readers.nvml_links import NVLINK_GENERATION
 
     # Every generation nvml.py can store has a rate, and the rate follows the generation:
     # B200's NVML enum 7 (NVLink 5.0) becomes 5, whose rate is 50 GB/s a link.

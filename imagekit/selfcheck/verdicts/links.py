@@ -41,7 +41,7 @@ PCIE_SOURCE = "PCI-SIG line rates (https://en.wikipedia.org/wiki/PCI_Express#Com
 # (https://www.nvidia.com/en-us/data-center/nvlink/; hwloc's hwloc/topology-nvml.c counts
 # 20 and 25 the same way). By architecture first; the snapshot's nvlink_version only as a
 # fallback. That key holds the NVLink generation, not NVML's nvmlNvlinkVersion_t enum
-# (2 = 2.0, 3 = 2.2, 4 = 3.0, 5 = 3.1, 6 = 4.0, 7 = 5.0): nvml.py converts the enum with
+# (2 = 2.0, 3 = 2.2, 4 = 3.0, 5 = 3.1, 6 = 4.0, 7 = 5.0): nvml_links.py converts the enum with
 # its NVLINK_GENERATION before the snapshot holds it (A100 3, H100 4, B200 5), so the rate
 # is keyed by generation: NVLink 1.0 (P100) 20, 2.0-4.0 (V100, A100, H100) 25, 5.0 (B200)
 # 50.
