@@ -16,7 +16,7 @@ import sys
 import time
 from typing import Any
 
-from imagekit.selfcheck import copies
+from imagekit.selfcheck.probes import copies
 
 WAKE_FRACTION = 0.9  # of the free memory, in 1 GiB blocks
 
