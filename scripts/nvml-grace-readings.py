@@ -21,6 +21,7 @@ from typing import Any
 import pynvml
 
 from imagekit.selfcheck.readers import nvml as reader
+from imagekit.selfcheck.readers import nvml_calls, nvml_links
 
 GRACE_KEYS = ("host_link", "numa_node", "cpu_affinity", "fabric")
 # The library symbols behind those keys; each case below hides some of them.
@@ -54,7 +55,7 @@ def answer(call: Any) -> dict[str, Any]:
         return {
             "raised": type(exc).__name__,
             "code": getattr(exc, "value", None),
-            "text": reader.reason_of(exc),
+            "text": nvml_calls.reason_of(exc),
         }
 
 
@@ -85,7 +86,7 @@ def raw_fabric(handle: Any, versioned: bool) -> dict[str, Any]:
 
 def raw_answers(index: int) -> dict[str, Any]:
     handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-    words = reader.cpu_set_size(os.cpu_count())
+    words = nvml_links.cpu_set_size(os.cpu_count())
     c2c = answer(lambda: pynvml.nvmlDeviceGetC2cModeInfoV(handle))
     if "value" in c2c:
         c2c["value"] = {"isC2cEnabled": c2c["value"].isC2cEnabled}

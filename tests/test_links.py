@@ -11,7 +11,7 @@ import pytest
 
 from imagekit.contract import transports
 from imagekit.contract.checks import Status
-from imagekit.selfcheck.verdicts import links
+from imagekit.selfcheck.verdicts import host_links, link_floors, links
 
 H100 = "NVIDIA H100 80GB HBM3"  # NVML's name of the H100 SXM5
 
@@ -67,7 +67,7 @@ def levels(findings: list[Any]) -> list[tuple[str, str]]:
 def test_pcie_link_prefers_the_max_generation_and_width(
     fields: dict[str, Any], gbps: float, what: str
 ) -> None:
-    link = links.pcie_link(gpu(0, **fields))
+    link = link_floors.pcie_link(gpu(0, **fields))
     assert link is not None and link.gbps == pytest.approx(gbps, abs=0.1)
     assert not what or link.what == what
 
@@ -90,36 +90,36 @@ def test_pcie_link_prefers_the_max_generation_and_width(
 def test_nvlink_link_rate_by_architecture(
     name: str, cc: str | None, active: int, version: int, gbps: float
 ) -> None:
-    link = links.nvlink_link(
+    link = link_floors.nvlink_link(
         gpu(0, name=name, compute_capability=cc, nvlinks_active=active, nvlink_version=version)
     )
     assert link is not None and link.gbps == pytest.approx(gbps, abs=0.01)
 
 
 def test_the_fallback_rate_is_keyed_by_what_nvml_py_stores() -> None:
-    from imagekit.selfcheck.readers.nvml import NVLINK_GENERATION
+    from imagekit.selfcheck.readers.nvml_links import NVLINK_GENERATION
 
     # Every generation nvml.py can store has a rate, and the rate follows the generation:
     # B200's NVML enum 7 (NVLink 5.0) becomes 5, whose rate is 50 GB/s a link.
     known = {generation for generation in NVLINK_GENERATION.values() if generation <= 5}
-    assert known <= set(links.NVLINK_GBPS_BY_GENERATION)
-    assert links.NVLINK_GBPS_BY_GENERATION[NVLINK_GENERATION[7]] == 50.0
+    assert known <= set(link_floors.NVLINK_GBPS_BY_GENERATION)
+    assert link_floors.NVLINK_GBPS_BY_GENERATION[NVLINK_GENERATION[7]] == 50.0
     # NVLink 6 (enum 8): no part's per-link rate in the table yet, so skipped, not guessed.
-    assert links.nvlink_rate({"nvlink_version": NVLINK_GENERATION[8]}) is None
+    assert link_floors.nvlink_rate({"nvlink_version": NVLINK_GENERATION[8]}) is None
 
 
 def test_no_active_nvlink_is_no_nvlink() -> None:
-    assert links.nvlink_link(gpu(0, name="NVIDIA L40S", nvlinks_active=0)) is None
-    assert links.nvlink_link(gpu(0, nvlinks_active=None)) is None
+    assert link_floors.nvlink_link(gpu(0, name="NVIDIA L40S", nvlinks_active=0)) is None
+    assert link_floors.nvlink_link(gpu(0, nvlinks_active=None)) is None
 
 
 def test_nvswitch_is_known_only_where_it_cannot_be_a_mesh() -> None:
-    assert links.on_nvswitch(hgx_h100(8))
+    assert link_floors.on_nvswitch(hgx_h100(8))
     # 4 SXM GPUs: a 4-GPU HGX mesh (NV6 per pair) or half an NVSwitch board: unknown.
-    assert not links.on_nvswitch(hgx_h100(4))
-    assert links.on_nvswitch(hgx_h100(2), transport="NVLS")  # NVLS needs NVSwitch
+    assert not link_floors.on_nvswitch(hgx_h100(4))
+    assert link_floors.on_nvswitch(hgx_h100(2), transport="NVLS")  # NVLS needs NVSwitch
     pcie_cards = [gpu(i, name="NVIDIA H100 NVL") for i in range(8)]  # bridged pairs
-    assert not links.on_nvswitch(pcie_cards)
+    assert not link_floors.on_nvswitch(pcie_cards)
 
 
 # -- p2p ---------------------------------------------------------------------------------------
@@ -238,7 +238,7 @@ def test_h2d_against_the_host_link(fields: dict[str, Any], level: str | None) ->
         other = "d2h_gbps" if key == "h2d_gbps" else "h2d_gbps"
         moved = {key if k == "h2d_gbps" else k: v for k, v in fields.items()}
         one = gpu(3, **moved, **{other: 55.0})
-        found = links.h2d_findings({"gpus": [one], **MEASURED_APART})
+        found = host_links.h2d_findings({"gpus": [one], **MEASURED_APART})
         mine = [f.level for f in found if f.rule.startswith(rule)]
         assert mine == ([level] if level else []), key
 
@@ -246,7 +246,7 @@ def test_h2d_against_the_host_link(fields: dict[str, Any], level: str | None) ->
 def test_a_snapshot_without_copy_conditions_is_judged_and_told_why_it_may_read_low() -> None:
     """The committed H200 snapshots of 2026-11-26/27 timed the copy in the memory test's wake
     and recorded no conditions: they fail, and the finding says to run the check again."""
-    (finding,) = links.h2d_findings({"gpus": [gpu(0, h2d_gbps=27.5)]})
+    (finding,) = host_links.h2d_findings({"gpus": [gpu(0, h2d_gbps=27.5)]})
     assert finding.rule == "h2d-bandwidth" and finding.level == Status.FAILED
     assert finding.text().startswith(
         "GPU 0: host-to-device copy at 27.5 GB/s, below 47.3 GB/s (75% of PCIe Gen5 x16 = "
@@ -258,27 +258,27 @@ def test_a_snapshot_without_copy_conditions_is_judged_and_told_why_it_may_read_l
         "on an H200): run the self-check again"
     )
     # such a snapshot has no device-to-host figure, and is not asked for one
-    assert links.h2d_findings({"gpus": [gpu(0, h2d_gbps=55.2)]}) == []
-    (missing,) = links.h2d_findings({"gpus": [gpu(0, h2d_gbps=55.2)], **MEASURED_APART})
+    assert host_links.h2d_findings({"gpus": [gpu(0, h2d_gbps=55.2)]}) == []
+    (missing,) = host_links.h2d_findings({"gpus": [gpu(0, h2d_gbps=55.2)], **MEASURED_APART})
     assert (missing.rule, missing.level) == ("d2h", Status.SKIPPED)
 
 
 def test_copies_whose_batches_never_agreed_say_so() -> None:
     one = gpu(1, h2d_gbps=30.0, d2h_gbps=54.0, host_copy_settled=False, host_copy_cpus="0-55")
-    (finding,) = links.h2d_findings({"gpus": [one], **MEASURED_APART})
+    (finding,) = host_links.h2d_findings({"gpus": [one], **MEASURED_APART})
     assert finding.text().endswith("the far socket; its timed batches never agreed")
 
 
 def test_copies_from_memory_not_placed_near_the_gpu_say_so() -> None:
     one = gpu(1, h2d_gbps=30.0, d2h_gbps=54.0)
-    (finding,) = links.h2d_findings({"gpus": [one], **MEASURED_APART})
+    (finding,) = host_links.h2d_findings({"gpus": [one], **MEASURED_APART})
     assert finding.text().endswith(
         "the probe's pinned memory was not placed near this GPU (its CPUs unread)"
     )
 
 
 def test_c2c_failure_names_the_share_of_the_link() -> None:
-    (finding,) = links.h2d_findings({"gpus": [gpu(0, name="NVIDIA GB200", h2d_gbps=60.0)]})
+    (finding,) = host_links.h2d_findings({"gpus": [gpu(0, name="NVIDIA GB200", h2d_gbps=60.0)]})
     assert finding.rule == "h2d-bandwidth"
     assert (
         "below 112.5 GB/s (50% of its half of a Grace's NVLink-C2C, 225 GB/s per direction"
@@ -288,7 +288,7 @@ def test_c2c_failure_names_the_share_of_the_link() -> None:
 
 def test_h2d_failure_names_the_gpu_the_reading_and_the_link() -> None:
     one = gpu(3, h2d_gbps=12.0, d2h_gbps=50.0)
-    (finding,) = links.h2d_findings({"gpus": [one], **MEASURED_APART})
+    (finding,) = host_links.h2d_findings({"gpus": [one], **MEASURED_APART})
     assert finding.text().startswith(
         "GPU 3: host-to-device copy at 12 GB/s, below 47.3 GB/s (75% of PCIe Gen5 x16 = 63 GB/s"
     )

@@ -15,7 +15,7 @@ import pynvml
 import pytest
 
 from imagekit.contract.checks import Status
-from imagekit.selfcheck.readers import nvml
+from imagekit.selfcheck.readers import clock_sampler, nvml
 from imagekit.selfcheck.verdicts import health
 from imagekit.selfcheck.verdicts.findings import Finding
 
@@ -417,11 +417,11 @@ def test_no_gpu_readings_is_skipped_with_nvmls_reason() -> None:
     ],
 )
 def test_reason_names(mask: int, names: list[str]) -> None:
-    assert nvml.reason_names(mask) == names
+    assert clock_sampler.reason_names(mask) == names
 
 
 def test_reason_bits_are_nvmls() -> None:
-    for bit, name in nvml.REASON_BITS:
+    for bit, name in clock_sampler.REASON_BITS:
         camel = "".join(part.capitalize() for part in name.split("_"))
         assert getattr(pynvml, f"nvmlClocksEventReason{camel}") == bit
 
@@ -631,7 +631,7 @@ def test_sampler_keeps_reasons_seen_twice_and_the_fastest_link() -> None:
             )
         ]
     )
-    sampler = nvml.ClockSampler([0], nvml=fake)
+    sampler = clock_sampler.ClockSampler([0], nvml=fake)
     assert sampler.open()
     for _ in range(5):
         sampler.sample()
@@ -657,7 +657,7 @@ def test_sampler_falls_back_to_throttle_reasons_and_records_what_failed() -> Non
             h100_device(nvmlDeviceGetCurrentClocksEventReasons=pynvml.NVMLError_GpuIsLost()),
         ]
     )
-    sampler = nvml.ClockSampler([0, 1], nvml=fake, min_samples=1)
+    sampler = clock_sampler.ClockSampler([0, 1], nvml=fake, min_samples=1)
     assert sampler.open()
     sampler.sample()
     sampler.close()
@@ -669,7 +669,7 @@ def test_sampler_falls_back_to_throttle_reasons_and_records_what_failed() -> Non
     assert "clock_event_reasons" not in readings[1]
     assert readings[1]["unread"] == {"clock_event_reasons": "GPU is lost"}
     gpus = [{"index": 1, "unread": {"processes": "GPU is lost"}}]
-    nvml.merge_readings(gpus, readings)
+    clock_sampler.merge_readings(gpus, readings)
     assert gpus[0]["unread"] == {"processes": "GPU is lost", "clock_event_reasons": "GPU is lost"}
     assert gpus[0]["pcie_gen_under_load"] == 1
 
@@ -682,7 +682,7 @@ def test_sampler_thread_samples_until_the_block_ends() -> None:
         return 0x4
 
     fake = FakeNvml([h100_device(nvmlDeviceGetCurrentClocksEventReasons=mask)])
-    with nvml.ClockSampler([0], interval=0.01, nvml=fake) as sampler:
+    with clock_sampler.ClockSampler([0], interval=0.01, nvml=fake) as sampler:
         assert started.wait(5)
     assert sampler.reasons() == {0: ["sw_power_cap"]}
     assert fake.shutdowns == 1
@@ -691,13 +691,13 @@ def test_sampler_thread_samples_until_the_block_ends() -> None:
 
 def test_sampler_without_nvml_samples_nothing_and_says_why() -> None:
     fake = FakeNvml([], init_error=pynvml.NVMLError_DriverNotLoaded())
-    with nvml.ClockSampler([0], nvml=fake) as sampler:
+    with clock_sampler.ClockSampler([0], nvml=fake) as sampler:
         pass
     why = "NVML did not start: Driver Not Loaded"
     assert sampler.error == why
     # nothing sampled, and each GPU's readings say why (the health verdict skips them)
     assert sampler.readings() == {
-        0: {"clock_samples": 0, "unread": dict.fromkeys(nvml.SAMPLED, why)}
+        0: {"clock_samples": 0, "unread": dict.fromkeys(clock_sampler.SAMPLED, why)}
     }
 
 

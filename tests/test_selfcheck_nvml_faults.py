@@ -30,7 +30,14 @@ import pynvml
 import pytest
 
 from imagekit.contract.checks import Status
-from imagekit.selfcheck.readers import nvml, nvml_counters, snapshot
+from imagekit.selfcheck.readers import (
+    clock_sampler,
+    nvml,
+    nvml_calls,
+    nvml_counters,
+    nvml_links,
+    snapshot,
+)
 from imagekit.selfcheck.run.main import main
 from imagekit.selfcheck.verdicts import cpulist as numa
 from imagekit.selfcheck.verdicts import devices, health
@@ -62,11 +69,12 @@ FABRIC = {"state": "completed", "status": "success", "clique_id": 32766, "cluste
 
 
 @functools.cache
-def nvml_calls() -> frozenset[str]:
-    """Every pynvml function nvml.py and nvml_counters.py call (`nvml.nvml...`, and the Xid
-    watch's `self._nvml.nvml...`), read from their source."""
+def pynvml_calls() -> frozenset[str]:
+    """Every pynvml function the NVML readers call (nvml.py, nvml_links.py, clock_sampler.py,
+    nvml_calls.py, nvml_counters.py: `nvml.nvml...`, and the Xid watch's and the sampler's
+    `self._nvml.nvml...`), read from their source."""
     calls: set[str] = set()
-    for module in (nvml, nvml_counters):
+    for module in (nvml, nvml_links, clock_sampler, nvml_calls, nvml_counters):
         for node in ast.walk(ast.parse(Path(module.__file__).read_text())):
             if not isinstance(node, ast.Attribute) or not node.attr.startswith("nvml"):
                 continue
@@ -134,7 +142,7 @@ class Host:
         self.xids: dict[int, list[int]] = {}  # the Xid events each GPU raises during the run
 
     def install(self, monkeypatch: pytest.MonkeyPatch, keep: tuple[str, ...] = ()) -> None:
-        for call in sorted(nvml_calls() - set(keep)):
+        for call in sorted(pynvml_calls() - set(keep)):
             monkeypatch.setattr(pynvml, call, self._wrapped(call, getattr(self, call)))
         monkeypatch.setattr(os, "cpu_count", lambda: self.cpus)
 
@@ -368,12 +376,12 @@ def host_snapshot(samples: int = 2) -> dict[str, Any]:
         "cuda_visible_devices": None,
         "cuda_device_order": "PCI_BUS_ID",
     }
-    sampler = nvml.ClockSampler(dict(enumerate(UUIDS)), min_samples=1)
+    sampler = clock_sampler.ClockSampler(dict(enumerate(UUIDS)), min_samples=1)
     if sampler.open():
         for _ in range(samples):
             sampler.sample()
         sampler.close()
-    nvml.merge_readings(snap["gpus"], sampler.readings())
+    clock_sampler.merge_readings(snap["gpus"], sampler.readings())
     snapshot.with_xids(snap, watch.stop())
     snap["torch"] = {"version": "2.9.0", "cuda": "12.8", "cuda_available": True}
     snap["torch"]["device_count"] = 2
@@ -471,9 +479,9 @@ def test_the_healthy_host_is_read_whole_and_passes(
 
 
 def test_every_nvml_call_is_faked_here() -> None:
-    """A new NVML call in nvml.py needs its healthy answer here, so its faults are tested."""
-    assert nvml_calls() <= {name for name in dir(Host) if name.startswith("nvml")}
-    assert len(nvml_calls()) >= 33
+    """A new NVML call in the NVML readers needs its healthy answer here, so its faults are tested."""
+    assert pynvml_calls() <= {name for name in dir(Host) if name.startswith("nvml")}
+    assert len(pynvml_calls()) >= 33
 
 
 def test_pynvml_errors_are_what_the_reader_expects() -> None:
@@ -488,11 +496,11 @@ def test_pynvml_errors_are_what_the_reader_expects() -> None:
     assert len(CODES) >= 31
     for code in CODES.values():
         assert isinstance(pynvml.NVMLError(code), pynvml.NVMLError)
-        assert nvml.reason_of(pynvml.NVMLError(code))  # words even without the library
-    assert nvml.fault_of(pynvml.NVMLError(pynvml.NVML_ERROR_GPU_IS_LOST)) == "gpu_lost"
-    assert nvml.fault_of(pynvml.NVMLError_ResetRequired()) == "gpu_reset_required"
-    assert nvml.fault_of(pynvml.NVMLError(pynvml.NVML_ERROR_GPU_NOT_FOUND)) is None
-    assert nvml.fault_of(RuntimeError("GPU is lost")) is None
+        assert nvml_calls.reason_of(pynvml.NVMLError(code))  # words even without the library
+    assert nvml_calls.fault_of(pynvml.NVMLError(pynvml.NVML_ERROR_GPU_IS_LOST)) == "gpu_lost"
+    assert nvml_calls.fault_of(pynvml.NVMLError_ResetRequired()) == "gpu_reset_required"
+    assert nvml_calls.fault_of(pynvml.NVMLError(pynvml.NVML_ERROR_GPU_NOT_FOUND)) is None
+    assert nvml_calls.fault_of(RuntimeError("GPU is lost")) is None
 
 
 # -- one call, one error -------------------------------------------------------------------
@@ -500,7 +508,7 @@ def test_pynvml_errors_are_what_the_reader_expects() -> None:
 # The readings each call gives (the sampler's too); a failure leaves them out, with a reason.
 KEYS: dict[str, tuple[str, ...]] = {
     "nvmlDeviceGetHandleByIndex": ("handle",),
-    "nvmlDeviceGetHandleByUUID": nvml.SAMPLED,
+    "nvmlDeviceGetHandleByUUID": clock_sampler.SAMPLED,
     "nvmlDeviceGetName": ("name",),
     "nvmlDeviceGetUUID": ("uuid",),
     "nvmlDeviceGetMemoryInfo": ("memory_total_mib",),
@@ -537,7 +545,7 @@ KEYS: dict[str, tuple[str, ...]] = {
     "nvmlDeviceGetGpuFabricInfoV": ("fabric",),
     "nvmlDeviceGetGpuFabricInfo": ("fabric",),
 }
-# Answers that are no failure of the reading, by design (documented in nvml.py).
+# Answers that are no failure of the reading, by design (documented in the NVML readers).
 MEANS_NONE = {
     ("nvmlEventSetWait_v2", "NVML_ERROR_TIMEOUT"),  # no event left: none
     ("nvmlDeviceGetMigMode", "NVML_ERROR_NOT_SUPPORTED"),  # no MIG on this GPU
@@ -554,7 +562,7 @@ MEANS_NONE = {
     ("nvmlDeviceGetGpuFabricInfo", "NVML_ERROR_NOT_SUPPORTED"),
 }
 MIG_CALLS = {"nvmlDeviceGetMaxMigDeviceCount", "nvmlDeviceGetMigDeviceHandleByIndex"}
-CALLS = sorted(nvml_calls())
+CALLS = sorted(pynvml_calls())
 
 
 @pytest.mark.parametrize("call", CALLS)
@@ -594,7 +602,7 @@ def one_call_fails(
     assert_judged(snap, judged_dir)
     assert_nothing_unread_passed(snap)
 
-    said = nvml.reason_of(ERRORS[error]())
+    said = nvml_calls.reason_of(ERRORS[error]())
     if call in ("nvmlInit", "nvmlDeviceGetCount"):
         assert snap["nvml"]["available"] is False and snap["gpus"] == []
         assert snap["nvml"]["reason"].endswith(f": {said}")
@@ -646,7 +654,7 @@ def test_a_lost_gpu_fails_the_health_verdict_naming_it(
         "index": 1,
         "unread": {
             "handle": "GPU is lost",
-            **dict.fromkeys(nvml.SAMPLED, sampler_lost()),
+            **dict.fromkeys(clock_sampler.SAMPLED, sampler_lost()),
             "xid_events": "GPU is lost",
         },
         "gpu_lost": "handle: GPU is lost",
@@ -831,7 +839,7 @@ def test_the_sampler_thread_survives_every_error_and_says_why(
         return None
 
     Host(fail).install(monkeypatch)
-    with nvml.ClockSampler(dict(enumerate(UUIDS)), interval=0.005) as sampler:
+    with clock_sampler.ClockSampler(dict(enumerate(UUIDS)), interval=0.005) as sampler:
         assert started.wait(5)
     readings = sampler.readings()
     assert sampler.error == ""
@@ -839,7 +847,9 @@ def test_the_sampler_thread_survives_every_error_and_says_why(
         assert readings[key]["clock_samples"] >= 2
         assert readings[key]["pcie_gen_under_load"] == 5
         assert readings[key]["unread"] == {
-            "clock_event_reasons": f"NVMLLibraryMismatchError: {MISMATCH}"[: nvml.REASON_CHARS],
+            "clock_event_reasons": f"NVMLLibraryMismatchError: {MISMATCH}"[
+                : nvml_calls.REASON_CHARS
+            ],
             "pcie_width_under_load": "RuntimeError: no width",
         }
 
@@ -848,7 +858,7 @@ def test_a_sampler_thread_that_dies_leaves_its_reason_on_every_reading(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     Host().install(monkeypatch)
-    sampler = nvml.ClockSampler(dict(enumerate(UUIDS)), interval=0.005)
+    sampler = clock_sampler.ClockSampler(dict(enumerate(UUIDS)), interval=0.005)
 
     def broken() -> None:
         raise MemoryError("out of memory in the sampler")
@@ -863,7 +873,7 @@ def test_a_sampler_thread_that_dies_leaves_its_reason_on_every_reading(
             "power_limit_w": 700,
             "power_default_limit_w": 700,
             "temperature_slowdown_c": 87,
-            "unread": dict.fromkeys(("clock_event_reasons", *nvml.MAXIMA), sampler.error),
+            "unread": dict.fromkeys(("clock_event_reasons", *clock_sampler.MAXIMA), sampler.error),
         }
 
 
@@ -877,7 +887,7 @@ def test_a_gpu_whose_handle_the_sampler_cannot_get_is_the_only_one_unsampled(
             else None
         )
     ).install(monkeypatch)
-    sampler = nvml.ClockSampler({0: UUIDS[0], 1: UUIDS[1]})
+    sampler = clock_sampler.ClockSampler({0: UUIDS[0], 1: UUIDS[1]})
     assert sampler.open()
     sampler.sample()
     sampler.close()
@@ -885,13 +895,15 @@ def test_a_gpu_whose_handle_the_sampler_cannot_get_is_the_only_one_unsampled(
     assert readings[0]["pcie_gen_under_load"] == 5 and "unread" not in readings[0]
     assert readings[1] == {
         "clock_samples": 0,
-        "unread": dict.fromkeys(nvml.SAMPLED, f"NVML found no handle for {UUIDS[1]}: Not Found"),
+        "unread": dict.fromkeys(
+            clock_sampler.SAMPLED, f"NVML found no handle for {UUIDS[1]}: Not Found"
+        ),
     }
 
 
 # -- Grace hosts: the host link, the GPU's NUMA node, its CPUs, the NVLink fabric ------------
 
-MISMATCH_WORDS = f"NVMLLibraryMismatchError: {MISMATCH}"[: nvml.REASON_CHARS]
+MISMATCH_WORDS = f"NVMLLibraryMismatchError: {MISMATCH}"[: nvml_calls.REASON_CHARS]
 NEW_READINGS = ("host_link", "numa_node", "cpu_affinity", "fabric")
 
 
@@ -994,7 +1006,7 @@ def test_the_older_fabric_call_fails_soft_too(monkeypatch: pytest.MonkeyPatch) -
             _, (gpu, _other) = grace_gpus(patch, refuse, old_fabric_api=True)
             assert gpu.get("fabric") == want, error
             if want is None:
-                assert gpu["unread"] == {"fabric": nvml.reason_of(ERRORS[error]())}
+                assert gpu["unread"] == {"fabric": nvml_calls.reason_of(ERRORS[error]())}
 
 
 def test_a_negative_numa_node_is_no_numa_node(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -1043,7 +1055,7 @@ def test_an_empty_cpu_affinity_is_no_reading(monkeypatch: pytest.MonkeyPatch) ->
 
 @pytest.mark.parametrize(("cpus", "words"), [(1, 1), (64, 1), (65, 2), (144, 3), (None, 16)])
 def test_the_cpu_set_covers_every_cpu(cpus: int | None, words: int) -> None:
-    assert nvml.cpu_set_size(cpus) == words
+    assert nvml_links.cpu_set_size(cpus) == words
 
 
 def test_a_lost_gpu_answering_a_grace_reading_is_lost(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -58,7 +58,7 @@ def check_perf() -> CheckResult:
     if not torch.cuda.is_available():
         return skipped("no GPU: GEMM, bandwidth and memory are measured on GPUs only")
     from imagekit.selfcheck.probes import copies
-    from imagekit.selfcheck.readers import nvml
+    from imagekit.selfcheck.readers import clock_sampler, nvml
     from imagekit.selfcheck.verdicts import devices
 
     count = torch.cuda.device_count()
@@ -76,11 +76,11 @@ def check_perf() -> CheckResult:
     )
     # (A device numbered as torch numbers it, NVML having read no GPU, is not watched.)
     watched = {m.torch_index: m.uuid or m.index for m in matches if m.by in ("uuid", "order")}
-    with nvml.ClockSampler(watched) as sampler:
+    with clock_sampler.ClockSampler(watched) as sampler:
         gpus = on_every_gpu(count, lambda index: measure_gpu(torch, index))
     for gpu in gpus:
         gpu["torch_index"] = gpu.pop("index")
-    nvml.merge_readings(gpus, sampler.readings(), key="torch_index")
+    clock_sampler.merge_readings(gpus, sampler.readings(), key="torch_index")
     working = [g["torch_index"] for g in gpus if "perf_error" not in g]
     # Host copies share the host's memory and PCIe root: one GPU at a time, each from
     # pinned memory on its own NUMA node (kept until all are done).

@@ -13,6 +13,8 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
+from imagekit.selfcheck.readers.nvml_calls import fault_of, reason_of
+
 # nvml.h: nvmlMemoryErrorType_t, nvmlEccCounterType_t, nvmlMemoryLocation_t.
 CORRECTED, UNCORRECTED = 0, 1
 VOLATILE, AGGREGATE = 0, 1
@@ -46,9 +48,7 @@ def pcie_replays(nvml: Any, handle: Any) -> int:
 
 def unread(exc: BaseException, lead: str = "") -> dict[str, Any]:
     """`xid_events` unread with the reason, and the GPU marked lost (or needing a reset) where
-    NVML answered so: the snapshot's way for any reading (nvml.py)."""
-    from imagekit.selfcheck.readers.nvml import fault_of, reason_of
-
+    NVML answered so: the snapshot's way for any reading (nvml_calls.py)."""
     why = lead + reason_of(exc)
     fault = fault_of(exc)
     return {"unread": {"xid_events": why}, **({fault: f"xid_events: {why}"} if fault else {})}

@@ -116,7 +116,7 @@ def nvml_again(host: Snapshot) -> Snapshot:
     """NVML read once more after the probes: error counters, row remaps and retired pages
     that the memory test itself brought out belong to this verdict, not the next one. A GPU
     the first reading found lost (or needing a reset) stays marked so."""
-    from imagekit.selfcheck.readers import nvml
+    from imagekit.selfcheck.readers import nvml, nvml_calls
 
     status, gpus = nvml.read_nvml()
     if not status.get("available"):
@@ -124,7 +124,7 @@ def nvml_again(host: Snapshot) -> Snapshot:
     before = {g.get("index"): g for g in host.get("gpus") or []}
     for gpu in gpus:
         first = before.get(gpu.get("index"), {})
-        for key in nvml.FAULT_KEYS:  # a GPU found gone or unusable stays marked
+        for key in nvml_calls.FAULT_KEYS:  # a GPU found gone or unusable stays marked
             if key in first:
                 gpu.setdefault(key, first[key])
         if isinstance(first.get("pcie_replays"), int) and isinstance(gpu.get("pcie_replays"), int):
@@ -144,11 +144,13 @@ def _since(taken_at: Any) -> int | None:
 def with_xids(snap: Snapshot, readings: Mapping[int, dict[str, Any]]) -> Snapshot:
     """The Xid watch's readings (nvml_counters.XidWatch.stop) merged into each GPU by NVML's
     index; key -1 (NVML or its event set could not be had) concerns every GPU."""
-    from imagekit.selfcheck.readers import nvml
+    from imagekit.selfcheck.readers import clock_sampler
 
     gpus = snap.get("gpus") or []
     every = readings.get(-1, {})
-    nvml.merge_readings(gpus, {g.get("index"): readings.get(g.get("index"), every) for g in gpus})
+    clock_sampler.merge_readings(
+        gpus, {g.get("index"): readings.get(g.get("index"), every) for g in gpus}
+    )
     return snap
 
 

@@ -83,6 +83,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--json", type=Path, help="write the results as JSON")
     parser.add_argument("--junit", type=Path, help="write the results as JUnit XML")
     args = parser.parse_args(argv)
+    _refuse_bad_values(parser, args)
+    return args
+
+
+def _refuse_bad_values(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """argparse's own exit (code 2, with the usage) for values its types cannot refuse."""
     unknown = set(filter(None, args.checks.split(","))) - set(ORDER)
     unknown |= set(filter(None, args.require.split(","))) - set(judge.REQUIREMENTS)
     if unknown:
@@ -91,7 +97,6 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         parser.error(f"--soak {args.soak:g}: give the seconds to hold the load, 0 to {MAX_SOAK_S}")
     if args.expect_gpus is not None and args.expect_gpus < 0:
         parser.error(f"--expect-gpus {args.expect_gpus}: give the number of GPUs, 0 or more")
-    return args
 
 
 def _progress(name: str, result: CheckResult) -> None:

@@ -1,7 +1,7 @@
 """Verdicts over the counters and sensors the fleet tools watch (nvml_counters.py and the
 clock sampler read them): Xid events during the run, SRAM and lifetime ECC counts, the PCIe
 replay rate during the run, a lowered power limit, the temperature under load. Pure
-functions over one GPU's snapshot readings; health.py runs them with its other rules.
+functions over one GPU's snapshot readings; gpu_rules.py runs them with its other rules.
 
 A reading that is missing is never a pass: a skip with NVML's reason, or "not read" (a
 snapshot written before these readings existed). A MIG slice's container reads the whole

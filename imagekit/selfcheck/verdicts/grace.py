@@ -1,8 +1,8 @@
 """Grace hosts (GH200, GB200 NVL72): which GPUs hang off a Grace CPU by NVLink-C2C, which
 CPUs are near each GPU, and what multi-node NVLink (MNNVL) needs from NCCL, the container and
-the fabric. Pure and standard library only: verdicts over the host snapshot (links.py asks
-here), table-tested over recorded snapshots of both (tests/data/snapshots/gh200.json,
-gb200-nvl72.json).
+the fabric. Pure and standard library only: verdicts over the host snapshot (links.py and
+host_links.py ask here), table-tested over recorded snapshots of both
+(tests/data/snapshots/gh200.json, gb200-nvl72.json).
 
 The facts, each with its source:
 - NVLink-C2C: 900 GB/s in all, 450 GB/s each way, between a Grace and its GPUs (NVIDIA,
