@@ -3,8 +3,9 @@ subject is the image's digest in its registry and whose predicate is the self-ch
 on this host. cosign signs it with a key and pushes it beside the image, as cosign does;
 `imagekit verify` and `cosign verify-attestation --type PREDICATE_TYPE` check it.
 
-The predicate is built from the self-check's own report and host snapshot (pure functions
-here, table-tested); a failed run is never attested (the caller attests after a pass only,
+The predicate is built from the self-check's own report, read as typed results
+(contract/checks.py's CheckResult), and its host snapshot (pure functions here,
+table-tested); a failed run is never attested (the caller attests after a pass only,
 and `predicate` refuses a report with a failed check).
 """
 
@@ -23,13 +24,18 @@ from typing import Any
 
 from imagekit import __version__
 from imagekit.contract import refs
+from imagekit.contract.checks import (
+    RESULT_STATUSES,
+    CheckResult,
+    RecordError,
+    Status,
+    results_from_report,
+)
 from imagekit.errors import ImagekitError
 from imagekit.supply import tools
 
 PREDICATE_TYPE = "https://imagekit.dev/attestations/self-check/v1"
 STATEMENT_TYPES = ("https://in-toto.io/Statement/v0.1", "https://in-toto.io/Statement/v1")
-# What a passing run's checks may say: a skipped check said why (docs/host-snapshot.md).
-PASSING = ("passed", "skipped")
 
 
 class NotAttestable(ImagekitError):
@@ -45,18 +51,22 @@ def predicate(
 ) -> dict[str, Any]:
     """The verdict of one passing self-check run of `image` (name@sha256:...), from its
     report (selfcheck.json) and the host snapshot it judged (host.json, as written)."""
-    checks = [_check(c) for c in report.get("checks") or []]
-    bad = [c["name"] for c in checks if c["status"] not in PASSING]
+    try:
+        results = results_from_report(report)
+    except RecordError as exc:
+        raise NotAttestable(f"the self-check of {image} is not attested: {exc}") from None
+    checks = [_check(c) for c in results]
+    bad = [c.name for c in results if c.failed]  # a skipped check said why
     if not checks or bad:
         why = f"checks {', '.join(bad)} did not pass" if bad else "the report lists no check"
         raise NotAttestable(f"the self-check of {image} is not attested: {why}")
     snap = json.loads(snapshot_bytes)
-    context = report.get("context") or {}
+    context = report.get("context") or {}  # the image's labels, what --require asked
     torch = snap.get("torch") or {}
     gpus = [g for g in snap.get("gpus") or [] if isinstance(g, dict)]
     ref = refs.parse(image)
     return {
-        "verdict": "passed",
+        "verdict": Status.PASSED.value,
         "image": {"name": ref.name, "digest": ref.digest, "labels": context.get("labels") or {}},
         "checks": checks,
         "required": list(context.get("required") or []),
@@ -77,8 +87,8 @@ def predicate(
     }
 
 
-def _check(result: Mapping[str, Any]) -> dict[str, str]:
-    return {k: str(result.get(k) or "") for k in ("name", "status", "reason")}
+def _check(result: CheckResult) -> dict[str, str]:
+    return {"name": result.name, "status": result.status.value, "reason": result.reason}
 
 
 def attest(image: str, pred: Mapping[str, Any], key: str) -> list[str]:
@@ -111,8 +121,8 @@ class VerifiedRun:
         models = ", ".join(gpu.get("models") or []) or "no GPU (a CPU run)"
         snapshot = (p.get("host_snapshot") or {}).get("digest")
         checks = p.get("checks") or []
-        passed = [c["name"] for c in checks if c.get("status") == "passed"]
-        skipped = [_skip(c) for c in checks if c.get("status") == "skipped"]
+        passed = [c["name"] for c in checks if c.get("status") == Status.PASSED]
+        skipped = [_skip(c) for c in checks if c.get("status") == Status.SKIPPED]
         return [
             f"attested {p.get('attested_at')} by imagekit {p.get('imagekit')}: passed on "
             f"{gpu.get('count', 0)} GPU(s): {models}",
@@ -178,11 +188,16 @@ def subject_digests(subject: object) -> set[str]:
 def _passing(pred: Mapping[str, Any]) -> bool:
     checks = pred.get("checks")
     return (
-        pred.get("verdict") == "passed"
+        pred.get("verdict") == Status.PASSED
         and isinstance(checks, list)
         and bool(checks)
-        and all(isinstance(c, dict) and c.get("status") in PASSING for c in checks)
+        and all(isinstance(c, dict) and _not_failed(c.get("status")) for c in checks)
     )
+
+
+def _not_failed(status: object) -> bool:
+    """A check's status in a passing run: passed, or skipped (it said why)."""
+    return status in RESULT_STATUSES and status != Status.FAILED
 
 
 def verify(image: str, key: str, gpu_model: str = "") -> tuple[str, list[VerifiedRun]]:
