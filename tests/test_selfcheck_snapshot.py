@@ -204,7 +204,7 @@ def test_judge_prints_the_live_table_and_exit_code(
     [
         ("[1, 2]", "a JSON object"),
         ('{"format": 2}', "field format is 2"),
-        ('{"format": 1, "gpus": "x"}', "field gpus has the wrong shape"),
+        ('{"format": 1, "gpus": "x"}', "gpus: 'x' is not a list"),
         ("{not json", "cannot read a host snapshot"),
     ],
 )

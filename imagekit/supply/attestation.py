@@ -3,9 +3,9 @@ subject is the image's digest in its registry and whose predicate is the self-ch
 on this host. cosign signs it with a key and pushes it beside the image, as cosign does;
 `imagekit verify` and `cosign verify-attestation --type PREDICATE_TYPE` check it.
 
-The predicate is built from the self-check's own report, read as typed results
-(contract/checks.py's CheckResult), and its host snapshot (pure functions here,
-table-tested); a failed run is never attested (the caller attests after a pass only,
+The predicate is built from typed records: the self-check's own report, read as results
+(contract/checks.py's CheckResult), and its host snapshot (contract/snapshot.py); pure
+functions here, table-tested; a failed run is never attested (the caller attests after a pass only,
 and `predicate` refuses a report with a failed check).
 """
 
@@ -31,6 +31,8 @@ from imagekit.contract.checks import (
     Status,
     results_from_report,
 )
+from imagekit.contract.records import or_none
+from imagekit.contract.snapshot import HostSnapshot, Nvml, Torch
 from imagekit.errors import ImagekitError
 from imagekit.supply import tools
 
@@ -60,31 +62,36 @@ def predicate(
     if not checks or bad:
         why = f"checks {', '.join(bad)} did not pass" if bad else "the report lists no check"
         raise NotAttestable(f"the self-check of {image} is not attested: {why}")
-    snap = json.loads(snapshot_bytes)
+    snap = _snapshot(image, snapshot_bytes)
     context = report.get("context") or {}  # the image's labels, what --require asked
-    torch = snap.get("torch") or {}
-    gpus = [g for g in snap.get("gpus") or [] if isinstance(g, dict)]
+    torch = snap.torch or Torch()
+    gpus = snap.gpus or []
     ref = refs.parse(image)
     return {
         "verdict": Status.PASSED.value,
         "image": {"name": ref.name, "digest": ref.digest, "labels": context.get("labels") or {}},
         "checks": checks,
         "required": list(context.get("required") or []),
-        "gpu": {
-            "models": sorted({str(g.get("name")) for g in gpus if g.get("name")}),
-            "count": len(gpus),
-        },
-        "driver": snap.get("driver") or (snap.get("nvml") or {}).get("driver"),
-        "cuda": torch.get("cuda"),
-        "torch": torch.get("version"),
-        "python": snap.get("python"),
+        "gpu": {"models": sorted({g.name for g in gpus if g.name}), "count": len(gpus)},
+        "driver": or_none(snap.driver) or or_none((snap.nvml or Nvml()).driver),
+        "cuda": or_none(torch.cuda),
+        "torch": or_none(torch.version),
+        "python": or_none(snap.python),
         "host_snapshot": {
             "digest": "sha256:" + hashlib.sha256(snapshot_bytes).hexdigest(),
-            "taken_at": snap.get("taken_at"),
+            "taken_at": or_none(snap.taken_at),
         },
         "imagekit": __version__,
         "attested_at": now.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
     }
+
+
+def _snapshot(image: str, snapshot_bytes: bytes) -> HostSnapshot:
+    """The host snapshot the run judged, as its record (contract/snapshot.py)."""
+    try:
+        return HostSnapshot.from_json(json.loads(snapshot_bytes))
+    except (ValueError, RecordError) as exc:  # RecordError is a ValueError too
+        raise NotAttestable(f"the self-check of {image} is not attested: {exc}") from None
 
 
 def _check(result: CheckResult) -> dict[str, str]:
