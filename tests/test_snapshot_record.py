@@ -1,4 +1,4 @@
-"""The host snapshot as a typed record (contract/snapshot.py): every committed snapshot reads
+"""The host snapshot as a typed record (contract/host_snapshot.py): every committed snapshot reads
 and writes back unchanged, a key of the wrong type is refused naming its path (and
 `--judge` exits 2 with it), and docs/host-snapshot.md documents every key the record has."""
 
@@ -12,8 +12,7 @@ from typing import Any
 import pytest
 
 from imagekit.contract.checks import RecordError
-from imagekit.contract.records import NOT_READ, keys
-from imagekit.contract.snapshot import (
+from imagekit.contract.host_snapshot import (
     Container,
     Cpu,
     Gpu,
@@ -25,6 +24,7 @@ from imagekit.contract.snapshot import (
     PeerCopy,
     Torch,
 )
+from imagekit.contract.records import NOT_READ, keys
 from imagekit.selfcheck.run.main import main
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -27,7 +27,7 @@ class Status(str, Enum):
 
 RESULT_STATUSES = (Status.PASSED, Status.FAILED, Status.SKIPPED)
 # The same words as plain strings, for the multi-node check's verdict (probes/nodes.py),
-# which contract/nodes_report.py carries as JSON.
+# which contract/multinode.py carries as JSON.
 PASSED, FAILED = Status.PASSED.value, Status.FAILED.value
 
 

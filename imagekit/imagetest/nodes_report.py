@@ -3,7 +3,7 @@ telling log line."""
 
 from __future__ import annotations
 
-from imagekit.contract.nodes_report import AllReduce, Rank
+from imagekit.contract.multinode import AllReduce, Rank
 from imagekit.contract.records import given
 from imagekit.imagetest.nodes_verdict import NodesRun, NodeState
 

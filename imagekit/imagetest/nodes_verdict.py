@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from imagekit.contract.checks import RecordError, Status
-from imagekit.contract.nodes_report import REPORT, NodesReport, Rank
+from imagekit.contract.multinode import REPORT, NodesReport, Rank
 from imagekit.contract.records import NOT_READ, given, or_none, write
 from imagekit.engine.interface import ContainerState
 from imagekit.imagetest.nodes_plan import Plan

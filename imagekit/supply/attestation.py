@@ -4,7 +4,7 @@ on this host. cosign signs it with a key and pushes it beside the image, as cosi
 `imagekit verify` and `cosign verify-attestation --type PREDICATE_TYPE` check it.
 
 The predicate is built from typed records: the self-check's own report, read as results
-(contract/checks.py's CheckResult), and its host snapshot (contract/snapshot.py); pure
+(contract/checks.py's CheckResult), and its host snapshot (contract/host_snapshot.py); pure
 functions here, table-tested; a failed run is never attested (the caller attests after a pass only,
 and `predicate` refuses a report with a failed check).
 """
@@ -31,8 +31,8 @@ from imagekit.contract.checks import (
     Status,
     results_from_report,
 )
+from imagekit.contract.host_snapshot import HostSnapshot, Nvml, Torch
 from imagekit.contract.records import or_none
-from imagekit.contract.snapshot import HostSnapshot, Nvml, Torch
 from imagekit.errors import ImagekitError
 from imagekit.supply import tools
 
@@ -87,7 +87,7 @@ def predicate(
 
 
 def _snapshot(image: str, snapshot_bytes: bytes) -> HostSnapshot:
-    """The host snapshot the run judged, as its record (contract/snapshot.py)."""
+    """The host snapshot the run judged, as its record (contract/host_snapshot.py)."""
     try:
         return HostSnapshot.from_json(json.loads(snapshot_bytes))
     except (ValueError, RecordError) as exc:  # RecordError is a ValueError too

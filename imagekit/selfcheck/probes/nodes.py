@@ -7,7 +7,7 @@ NCCL used is read from its INFO log (nccl_log.py; gloo's is TCP: "gloo/TCP"); a
 multi-node-ib image fails where any hop between nodes used anything but InfiniBand, or where
 the log shows no link between nodes at all (transports.py). Each rank writes
 rank-R.json when it has joined (so the host can tell a node that never arrived from one that
-died later); rank 0 writes the report, multinode.json (both records of contract/nodes_report.py).
+died later); rank 0 writes the report, multinode.json (both records of contract/multinode.py).
 The verdict is made here, once: the host takes it as written. Standard library and torch only.
 
     torchrun --nnodes 2 --nproc-per-node 1 --rdzv-backend c10d --rdzv-endpoint node0:29400 \\
@@ -30,7 +30,7 @@ from typing import Any
 from imagekit.contract import exits
 from imagekit.contract import labels as label
 from imagekit.contract.checks import ENV_PROFILE, FAILED, PASSED
-from imagekit.contract.nodes_report import FORMAT, REPORT, AllReduce, NodesReport, Rank
+from imagekit.contract.multinode import FORMAT, REPORT, AllReduce, NodesReport, Rank
 from imagekit.contract.text import shown
 from imagekit.contract.tolerances import DDP_GRAD_SPREAD
 from imagekit.contract.transports import GLOO_TRANSPORT, transport_problem

@@ -20,7 +20,7 @@ from typing import Any
 from imagekit import __version__
 from imagekit.contract import labels as label
 from imagekit.contract.checks import ENV_PROFILE, CheckResult, RecordError, gpus_given
-from imagekit.contract.snapshot import FORMAT, HostSnapshot
+from imagekit.contract.host_snapshot import FORMAT, HostSnapshot
 from imagekit.selfcheck.readers import host as host_reader
 from imagekit.selfcheck.readers import numa
 from imagekit.selfcheck.readers.promises import labels

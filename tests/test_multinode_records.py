@@ -1,4 +1,4 @@
-"""The multi-node check's records (contract/nodes_report.py): what the image writes reads
+"""The multi-node check's records (contract/multinode.py): what the image writes reads
 back the same, bad input is refused naming the key, and docs/selfcheck.md documents every
 key the records have (and no other)."""
 
@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from imagekit.contract.checks import RecordError
-from imagekit.contract.nodes_report import AllReduce, NodesReport, Rank
+from imagekit.contract.multinode import AllReduce, NodesReport, Rank
 from imagekit.contract.records import NOT_READ, keys
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "selfcheck.md"
