@@ -190,7 +190,7 @@ def test_a_node_that_dies_is_named_and_everything_is_removed() -> None:
 def test_a_node_that_never_arrives_is_named() -> None:
     engine = NodesEngine("never")
     report = nodes_run.run_nodes(engine, IMAGE, NodesOptions(nodes=2, join_timeout=30), print)
-    assert report["reason"] == (
+    assert report.reason == (
         "the rendezvous at node0:29400 did not complete within 30s (--join-timeout): "
         "node1 never arrived"
     )
@@ -325,7 +325,13 @@ def test_docker_run_kwargs_for_a_node_and_dockers_times() -> None:
 
 
 def test_a_multi_node_ib_run_whose_nccl_used_sockets_fails(tmp_path: Path) -> None:
-    engine = NodesEngine(profile="multi-node-ib", report=OVER_SOCKETS)
+    """Rank 0 judged the transport (the one judgement); the host reports it as written."""
+    from imagekit.selfcheck.probes import nodes as nodes_check
+
+    hosts = {"node0", "node1"}
+    reason = nodes_check.transport_verdict("nccl", "multi-node-ib", "Socket", hosts)
+    judged = {**OVER_SOCKETS, "status": "failed", "reason": reason, "profile": "multi-node-ib"}
+    engine = NodesEngine(profile="multi-node-ib", report=judged)
     options = NodesOptions(nodes=2, json_path=tmp_path / "r.json")
     with pytest.raises(SelfCheckFailed) as err:
         nodes_run.check_nodes(engine, IMAGE, options, say=lambda s: None)
@@ -352,8 +358,8 @@ def test_the_transport_rule_keeps_what_the_profile_allows(
 ) -> None:
     engine = NodesEngine(profile=profile, report=report)
     result = nodes_run.run_nodes(engine, IMAGE, NodesOptions(nodes=2), say=lambda s: None)
-    assert result["status"] == "passed", result["reason"]
-    assert result["profile"] == profile
+    assert result.status == "passed", result.reason
+    assert result.to_json()["profile"] == profile
 
 
 def test_in_image_transport_and_verdict(tmp_path: Path) -> None:
@@ -385,21 +391,15 @@ def test_in_image_transport_and_verdict(tmp_path: Path) -> None:
         (None, ["n1"], "passed"),  # one node promises nothing between nodes
     ],
 )
-def test_host_judges_the_ib_promise_by_the_weakest_hop(
+def test_the_image_judges_the_ib_promise_by_the_weakest_hop(
     transport: str | None, hosts: list[str], status: str
 ) -> None:
-    from imagekit.imagetest.nodes_verdict import judge_transport
+    from imagekit.selfcheck.probes import nodes as nodes_check
 
-    report = {
-        "status": "passed",
-        "backend": "nccl",
-        "profile": "multi-node-ib",
-        "transport": transport,
-        "hosts": hosts,
-    }
-    got = judge_transport(report)
-    assert got["status"] == status
-    assert status == "passed" or "InfiniBand/RDMA" in got["reason"]
+    problem = nodes_check.transport_verdict("nccl", "multi-node-ib", transport, set(hosts))
+    assert nodes_check.verdict(0.0, 0.0, problem)[0] == status
+    assert status == "passed" or "InfiniBand/RDMA" in problem
+    assert nodes_check.transport_verdict("gloo", "multi-node-ib", transport, set(hosts)) == ""
 
 
 class OneRankOfTwo:
@@ -443,8 +443,8 @@ def test_the_multinode_all_reduce_checks_its_sum_on_every_rank(
     monkeypatch.setenv("IMAGEKIT_SELFCHECK_FAULT", fault)
     args = argparse.Namespace(megabytes=1, iterations=2)
     figures = nodes_check.time_allreduce(torch, OneRankOfTwo(other), "cpu", args)
-    assert figures["checked"] is True
+    assert figures.checked is True
     if wrong is None:
-        assert "wrong" not in figures
+        assert "wrong" not in figures.to_json()
     else:
-        assert figures["wrong"].startswith(wrong)
+        assert figures.wrong.startswith(wrong)

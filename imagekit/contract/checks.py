@@ -26,8 +26,8 @@ class Status(str, Enum):
 
 
 RESULT_STATUSES = (Status.PASSED, Status.FAILED, Status.SKIPPED)
-# The same words as plain strings, for the reports kept as JSON objects (the multi-node
-# check's report, judged on the host by imagetest/nodes_verdict.py).
+# The same words as plain strings, for the multi-node check's verdict (probes/nodes.py),
+# which contract/multinode.py carries as JSON.
 PASSED, FAILED = Status.PASSED.value, Status.FAILED.value
 
 

@@ -1,8 +1,8 @@
 """Which kind of link each NCCL transport is, and what a launch profile promises about the
 link between nodes. Pure and standard library only: the links verdict (over the host
-snapshot), the multi-node probe (which must exit non-zero in a Slurm job on its own) and the
-host's multi-node report (imagetest/nodes_verdict.py) all ask the same question here, so none
-of them imports another's module.
+snapshot) and the multi-node probe (which must exit non-zero in a Slurm job on its own, and
+whose verdict the host takes as written) ask the same question here, so neither imports the
+other's module.
 
 A reading of the transport is nccl_log.transport_from_log's: every transport NCCL used,
 joined with "+" ("IB+P2P"); older snapshots hold one name ("NVLS", "P2P/NVLink").

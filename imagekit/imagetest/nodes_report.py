@@ -3,61 +3,68 @@ telling log line."""
 
 from __future__ import annotations
 
-from typing import Any
+from imagekit.contract.multinode import AllReduce, Rank
+from imagekit.contract.records import given
+from imagekit.imagetest.nodes_verdict import NodesRun, NodeState
 
-from imagekit.contract.checks import PASSED
 
-
-def nodes_table(image: str, report: dict[str, Any]) -> list[str]:
-    lines = [f"multi-node self-check of {image}: {report['status'].upper()}"]
-    for label, value in rows(report):
+def nodes_table(image: str, run: NodesRun) -> list[str]:
+    lines = [f"multi-node self-check of {image}: {run.status.upper()}"]
+    for label, value in rows(run):
         lines.append(f"  {label:<17} {value}")
-    if report["status"] != PASSED:
-        lines.append(f"  {'reason':<17} {report['reason']}")
-        for node in report["node_states"]:
+    if not run.passed:
+        lines.append(f"  {'reason':<17} {run.reason}")
+        for node in run.node_states:
             lines.append(node_line(node))
     return lines
 
 
-def rows(report: dict[str, Any]) -> list[tuple[str, str]]:
-    out = [("run", f"{report['run_id']} (network {report['network']}, {report['subnet']})")]
-    if report.get("world_size"):
+def rows(run: NodesRun) -> list[tuple[str, str]]:
+    check = run.report()
+    out = [("run", f"{run.run_id} (network {run.network}, {run.subnet})")]
+    if check.world_size:
+        procs = check.procs_per_node if given(check.procs_per_node) else "?"
         out.append(
             (
                 "nodes x procs",
-                f"{report['nodes']} x {report.get('procs_per_node', '?')} = world size "
-                f"{report['world_size']} ({report.get('backend')}, {report.get('device')})",
+                f"{run.nodes} x {procs} = world size "
+                f"{check.world_size} ({shown(check.backend)}, {shown(check.device)})",
             )
         )
-    if report.get("ranks"):
-        out.append(("hosts", hosts_line(report["ranks"])))
-    if report.get("join_s") is not None:
-        out.append(("joined in", f"{report['join_s']:g}s after the first container started"))
-    if "grads_identical" in report:
-        same = "yes" if report["grads_identical"] else "NO"
-        out.append(
-            ("grads identical", f"{same} (max difference {report['max_grad_difference']:g})")
-        )
-    ar = report.get("allreduce") or {}
-    if "busbw_GBps" in ar:
-        out.append(
-            (
-                "all-reduce",
-                f"{ar['megabytes']} MB x {ar['iterations']}: algbw {ar['algbw_GBps']:g} GB/s, "
-                f"busbw {ar['busbw_GBps']:g} GB/s",
-            )
-        )
-    elif ar.get("note"):
-        out.append(("all-reduce", ar["note"]))
-    if "transport" in report:
-        out.append(("transport", f"{report['transport'] or 'not read'} (what NCCL or gloo used)"))
+    if run.ranks:
+        out.append(("hosts", hosts_line(run.ranks)))
+    if run.join_s is not None:
+        out.append(("joined in", f"{run.join_s:g}s after the first container started"))
+    if given(check.grads_identical):
+        same = "yes" if check.grads_identical else "NO"
+        out.append(("grads identical", f"{same} (max difference {check.max_grad_difference:g})"))
+    out += allreduce_row(check.allreduce or AllReduce())
+    if given(check.transport):
+        out.append(("transport", f"{check.transport or 'not read'} (what NCCL or gloo used)"))
     return out
 
 
-def hosts_line(ranks: list[dict[str, Any]]) -> str:
+def shown(value: object) -> str:
+    """A value as the table shows it: None where the report left it out."""
+    return str(value) if given(value) else "None"
+
+
+def allreduce_row(ar: AllReduce) -> list[tuple[str, str]]:
+    if given(ar.busbw_GBps):
+        return [
+            (
+                "all-reduce",
+                f"{ar.megabytes} MB x {ar.iterations}: algbw {ar.algbw_GBps:g} GB/s, "
+                f"busbw {ar.busbw_GBps:g} GB/s",
+            )
+        ]
+    return [("all-reduce", ar.note)] if ar.note else []
+
+
+def hosts_line(ranks: list[Rank]) -> str:
     by_host: dict[str, list[int]] = {}
     for r in ranks:
-        by_host.setdefault(f"{r['host']}", []).append(int(r["rank"]))
+        by_host.setdefault(shown(r.host), []).append(r.rank)
     parts = [
         f"{h} (rank{'s' if len(rs) > 1 else ''} {','.join(map(str, rs))})"
         for h, rs in by_host.items()
@@ -65,11 +72,11 @@ def hosts_line(ranks: list[dict[str, Any]]) -> str:
     return ", ".join(parts)
 
 
-def node_line(node: dict[str, Any]) -> str:
-    code = node["exit_code"]
+def node_line(node: NodeState) -> str:
+    code = node.exit_code
     state = "still running" if code is None else f"exit {code}"
-    joined = "joined" if node["joined"] else "not joined"
-    return f"  {node['host']:<17} {state}, {joined}; {telling_line(node['log_tail'])[:160]}"
+    joined = "joined" if node.joined else "not joined"
+    return f"  {node.host:<17} {state}, {joined}; {telling_line(node.log_tail)[:160]}"
 
 
 def telling_line(log: str) -> str:

@@ -14,11 +14,11 @@ import socket
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 from imagekit import terminal
-from imagekit.contract.checks import ENV_PROFILE, PASSED
+from imagekit.contract.checks import ENV_PROFILE
 from imagekit.engine.interface import RunEngine, RunRegistryEngine, SubnetTaken
 from imagekit.errors import EngineError, SelfCheckFailed, UsageError
 from imagekit.imagetest.image import checkable_image, wants_gpus
@@ -39,10 +39,10 @@ from imagekit.imagetest.nodes_plan import (
 from imagekit.imagetest.nodes_report import nodes_table
 from imagekit.imagetest.nodes_verdict import (
     NodeOutcome,
+    NodesRun,
     Watched,
     build_report,
     is_failure,
-    judge_transport,
 )
 from imagekit.imagetest.signals import signals_held, signals_raise
 from imagekit.paths import write_atomic
@@ -127,9 +127,10 @@ def watch(
 
 def run_nodes(
     engine: RunRegistryEngine, image: str, options: NodesOptions, say: Callable[[str], None] = print
-) -> dict[str, Any]:
+) -> NodesRun:
     """Run the multi-node check; returns its report (also on failure) after removing
-    everything it made. Raises UsageError/EngineError before anything ran."""
+    everything it made. Raises UsageError/EngineError before anything ran. The verdict is
+    the image's own (rank 0 judged the transport); the host adds how the run went."""
     check_options(options)
     info = checkable_image(engine, image)
     gpus = wants_gpus(options.gpus, engine.has_gpu_runtime())
@@ -138,13 +139,12 @@ def run_nodes(
         run = plan(info.labels, options, gpus, new_run_id(), Path(tmp))
         make_report_dirs(run)
         report = execute(engine, image, run, options, say)
-    report["profile"] = info.env.get(ENV_PROFILE) or info.labels.get(PROFILE_LABEL, "")
-    return judge_transport(report)
+    return replace(report, profile=info.env.get(ENV_PROFILE) or info.labels.get(PROFILE_LABEL, ""))
 
 
 def execute(
     engine: RunEngine, image: str, run: Plan, options: NodesOptions, say: Callable[[str], None]
-) -> dict[str, Any]:
+) -> NodesRun:
     started: dict[str, str] = {}
     network_made = False
     try:
@@ -192,15 +192,16 @@ def check_nodes(
     tail behind a gutter) on failure."""
     report = run_nodes(engine, image, options, say)
     if options.json_path:
-        write_atomic(options.json_path, json.dumps(report, indent=2, default=str) + "\n")
+        text = json.dumps(report.to_json(), indent=2, default=str) + "\n"
+        write_atomic(options.json_path, text)
     table = nodes_table(image, report)
-    if report["status"] != PASSED:
+    if not report.passed:
         tails = [
             line
-            for n in report["node_states"]
-            for line in [f"--- {n['host']} log ---", *terminal.foreign(n["log_tail"])]
+            for n in report.node_states
+            for line in [f"--- {n.host} log ---", *terminal.foreign(n.log_tail)]
         ]
         raise SelfCheckFailed(
-            f"multi-node self-check of {image}: {report['reason']}", [*tails, *table]
+            f"multi-node self-check of {image}: {report.reason}", [*tails, *table]
         )
     return table

@@ -3,8 +3,9 @@ subject is the image's digest in its registry and whose predicate is the self-ch
 on this host. cosign signs it with a key and pushes it beside the image, as cosign does;
 `imagekit verify` and `cosign verify-attestation --type PREDICATE_TYPE` check it.
 
-The predicate is built from the self-check's own report and host snapshot (pure functions
-here, table-tested); a failed run is never attested (the caller attests after a pass only,
+The predicate is built from typed records: the self-check's own report, read as results
+(contract/checks.py's CheckResult), and its host snapshot (contract/host_snapshot.py); pure
+functions here, table-tested; a failed run is never attested (the caller attests after a pass only,
 and `predicate` refuses a report with a failed check).
 """
 
@@ -23,13 +24,20 @@ from typing import Any
 
 from imagekit import __version__
 from imagekit.contract import refs
+from imagekit.contract.checks import (
+    RESULT_STATUSES,
+    CheckResult,
+    RecordError,
+    Status,
+    results_from_report,
+)
+from imagekit.contract.host_snapshot import HostSnapshot, Nvml, Torch
+from imagekit.contract.records import or_none
 from imagekit.engine import tools
 from imagekit.errors import ImagekitError
 
 PREDICATE_TYPE = "https://imagekit.dev/attestations/self-check/v1"
 STATEMENT_TYPES = ("https://in-toto.io/Statement/v0.1", "https://in-toto.io/Statement/v1")
-# What a passing run's checks may say: a skipped check said why (docs/host-snapshot.md).
-PASSING = ("passed", "skipped")
 
 
 class NotAttestable(ImagekitError):
@@ -45,40 +53,49 @@ def predicate(
 ) -> dict[str, Any]:
     """The verdict of one passing self-check run of `image` (name@sha256:...), from its
     report (selfcheck.json) and the host snapshot it judged (host.json, as written)."""
-    checks = [_check(c) for c in report.get("checks") or []]
-    bad = [c["name"] for c in checks if c["status"] not in PASSING]
+    try:
+        results = results_from_report(report)
+    except RecordError as exc:
+        raise NotAttestable(f"the self-check of {image} is not attested: {exc}") from None
+    checks = [_check(c) for c in results]
+    bad = [c.name for c in results if c.failed]  # a skipped check said why
     if not checks or bad:
         why = f"checks {', '.join(bad)} did not pass" if bad else "the report lists no check"
         raise NotAttestable(f"the self-check of {image} is not attested: {why}")
-    snap = json.loads(snapshot_bytes)
-    context = report.get("context") or {}
-    torch = snap.get("torch") or {}
-    gpus = [g for g in snap.get("gpus") or [] if isinstance(g, dict)]
+    snap = _snapshot(image, snapshot_bytes)
+    context = report.get("context") or {}  # the image's labels, what --require asked
+    torch = snap.torch or Torch()
+    gpus = snap.gpus or []
     ref = refs.parse(image)
     return {
-        "verdict": "passed",
+        "verdict": Status.PASSED.value,
         "image": {"name": ref.name, "digest": ref.digest, "labels": context.get("labels") or {}},
         "checks": checks,
         "required": list(context.get("required") or []),
-        "gpu": {
-            "models": sorted({str(g.get("name")) for g in gpus if g.get("name")}),
-            "count": len(gpus),
-        },
-        "driver": snap.get("driver") or (snap.get("nvml") or {}).get("driver"),
-        "cuda": torch.get("cuda"),
-        "torch": torch.get("version"),
-        "python": snap.get("python"),
+        "gpu": {"models": sorted({g.name for g in gpus if g.name}), "count": len(gpus)},
+        "driver": or_none(snap.driver) or or_none((snap.nvml or Nvml()).driver),
+        "cuda": or_none(torch.cuda),
+        "torch": or_none(torch.version),
+        "python": or_none(snap.python),
         "host_snapshot": {
             "digest": "sha256:" + hashlib.sha256(snapshot_bytes).hexdigest(),
-            "taken_at": snap.get("taken_at"),
+            "taken_at": or_none(snap.taken_at),
         },
         "imagekit": __version__,
         "attested_at": now.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
     }
 
 
-def _check(result: Mapping[str, Any]) -> dict[str, str]:
-    return {k: str(result.get(k) or "") for k in ("name", "status", "reason")}
+def _snapshot(image: str, snapshot_bytes: bytes) -> HostSnapshot:
+    """The host snapshot the run judged, as its record (contract/host_snapshot.py)."""
+    try:
+        return HostSnapshot.from_json(json.loads(snapshot_bytes))
+    except (ValueError, RecordError) as exc:  # RecordError is a ValueError too
+        raise NotAttestable(f"the self-check of {image} is not attested: {exc}") from None
+
+
+def _check(result: CheckResult) -> dict[str, str]:
+    return {"name": result.name, "status": result.status.value, "reason": result.reason}
 
 
 def attest(image: str, pred: Mapping[str, Any], key: str) -> list[str]:
@@ -111,8 +128,8 @@ class VerifiedRun:
         models = ", ".join(gpu.get("models") or []) or "no GPU (a CPU run)"
         snapshot = (p.get("host_snapshot") or {}).get("digest")
         checks = p.get("checks") or []
-        passed = [c["name"] for c in checks if c.get("status") == "passed"]
-        skipped = [_skip(c) for c in checks if c.get("status") == "skipped"]
+        passed = [c["name"] for c in checks if c.get("status") == Status.PASSED]
+        skipped = [_skip(c) for c in checks if c.get("status") == Status.SKIPPED]
         return [
             f"attested {p.get('attested_at')} by imagekit {p.get('imagekit')}: passed on "
             f"{gpu.get('count', 0)} GPU(s): {models}",
@@ -178,11 +195,16 @@ def subject_digests(subject: object) -> set[str]:
 def _passing(pred: Mapping[str, Any]) -> bool:
     checks = pred.get("checks")
     return (
-        pred.get("verdict") == "passed"
+        pred.get("verdict") == Status.PASSED
         and isinstance(checks, list)
         and bool(checks)
-        and all(isinstance(c, dict) and c.get("status") in PASSING for c in checks)
+        and all(isinstance(c, dict) and _not_failed(c.get("status")) for c in checks)
     )
+
+
+def _not_failed(status: object) -> bool:
+    """A check's status in a passing run: passed, or skipped (it said why)."""
+    return status in RESULT_STATUSES and status != Status.FAILED
 
 
 def verify(image: str, key: str, gpu_model: str = "") -> tuple[str, list[VerifiedRun]]:

@@ -7,7 +7,8 @@ NCCL used is read from its INFO log (nccl_log.py; gloo's is TCP: "gloo/TCP"); a
 multi-node-ib image fails where any hop between nodes used anything but InfiniBand, or where
 the log shows no link between nodes at all (transports.py). Each rank writes
 rank-R.json when it has joined (so the host can tell a node that never arrived from one that
-died later); rank 0 writes the report. Standard library and torch only.
+died later); rank 0 writes the report, multinode.json (both records of contract/multinode.py).
+The verdict is made here, once: the host takes it as written. Standard library and torch only.
 
     torchrun --nnodes 2 --nproc-per-node 1 --rdzv-backend c10d --rdzv-endpoint node0:29400 \\
         -m imagekit.selfcheck.nodes_check --report-dir /imagekit-reports
@@ -21,6 +22,7 @@ import os
 import socket
 import tempfile
 import time
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -28,6 +30,7 @@ from typing import Any
 from imagekit.contract import exits
 from imagekit.contract import labels as label
 from imagekit.contract.checks import ENV_PROFILE, FAILED, PASSED
+from imagekit.contract.multinode import FORMAT, REPORT, AllReduce, NodesReport, Rank
 from imagekit.contract.text import shown
 from imagekit.contract.tolerances import DDP_GRAD_SPREAD
 from imagekit.contract.transports import GLOO_TRANSPORT, transport_problem
@@ -45,7 +48,6 @@ from imagekit.selfcheck.readers.nccl_log import transport_from_log
 from imagekit.selfcheck.readers.promises import labels
 from imagekit.selfcheck.verdicts.rules import differs, launched_by_torchrun
 
-REPORT = "multinode.json"
 GRAD_TOLERANCE = DDP_GRAD_SPREAD  # the single-node ddp check's: contract/tolerances.py
 
 
@@ -122,11 +124,11 @@ def ddp_step(torch: Any, device: str, rank: int) -> tuple[Any, Any]:
     return grads, params
 
 
-def time_allreduce(torch: Any, dist: Any, device: str, args: argparse.Namespace) -> dict:  # type: ignore[type-arg]
+def time_allreduce(torch: Any, dist: Any, device: str, args: argparse.Namespace) -> AllReduce:
     world = dist.get_world_size()
     numel = args.megabytes * 2**20 // 4
     if world < 2:
-        return {"megabytes": args.megabytes, "note": "1 rank: an all-reduce moves no data"}
+        return AllReduce(megabytes=args.megabytes, note="1 rank: an all-reduce moves no data")
     buffer = torch.ones(numel, device=device)
     sync = sync_of(torch, device.partition(":")[0])  # cpu, or cuda:N
     seconds = timed(lambda: dist.all_reduce(buffer), args.iterations, sync)
@@ -139,26 +141,35 @@ def time_allreduce(torch: Any, dist: Any, device: str, args: argparse.Namespace)
     )
     wrong = "; ".join(w for w in found if w)
     checked = {"checked": True, **({"wrong": wrong} if wrong else {})}
-    return {"megabytes": args.megabytes, "iterations": args.iterations, **figures, **checked}
+    return AllReduce(megabytes=args.megabytes, iterations=args.iterations, **figures, **checked)
 
 
-def identity(ids: dict[str, int]) -> dict[str, Any]:
+def identity(ids: dict[str, int]) -> Rank:
     host = socket.gethostname()
     try:
         address = socket.gethostbyname(host)
     except OSError:
         address = ""
-    return {
-        "rank": ids["rank"],
-        "node_rank": ids["group_rank"],
-        "local_rank": ids["local_rank"],
-        "host": host,
-        "address": address,
-        "pid": os.getpid(),
-    }
+    return Rank(
+        rank=ids["rank"],
+        node_rank=ids["group_rank"],
+        local_rank=ids["local_rank"],
+        host=host,
+        address=address,
+        pid=os.getpid(),
+    )
 
 
-def run_rank(args: argparse.Namespace, ids: dict[str, int]) -> dict[str, Any]:
+def transport_verdict(backend: str, profile: str, transport: str | None, hosts: set[str]) -> str:
+    """What breaks the profile's promise of the link between nodes ("" when nothing does):
+    the one judgement of the run's transport (contract/transports.py). gloo's TCP is not
+    judged: a CPU run promises no network."""
+    if backend != "nccl":
+        return ""
+    return transport_problem(profile, transport, len(hosts) > 1)
+
+
+def run_rank(args: argparse.Namespace, ids: dict[str, int]) -> NodesReport:
     import torch
     import torch.distributed as dist
 
@@ -176,8 +187,8 @@ def run_rank(args: argparse.Namespace, ids: dict[str, int]) -> dict[str, Any]:
         dist.barrier()
         joined_at = time.time()
         me = identity(ids)
-        write(args.report_dir / f"rank-{ids['rank']}.json", {**me, "joined_at": joined_at})
-        host = shown(str(me["host"]))  # a node's name, as its kernel says it
+        write(args.report_dir / f"rank-{ids['rank']}.json", replace(me, joined_at=joined_at))
+        host = shown(me.host)  # a node's name, as its kernel says it
         print(f"rank {ids['rank']} on {host}: joined ({ids['world_size']} ranks)", flush=True)
         ranks: list[Any] = [None] * ids["world_size"]
         dist.all_gather_object(ranks, me)
@@ -188,29 +199,30 @@ def run_rank(args: argparse.Namespace, ids: dict[str, int]) -> dict[str, Any]:
         allreduce = time_allreduce(torch, dist, device, args)
         profile = image_profile(dict(os.environ), labels())
         transport = transport_of(backend, log)
-        hosts = {r["host"] for r in ranks}
-        problem = transport_problem(profile, transport, len(hosts) > 1) if backend == "nccl" else ""
-        status, reason = verdict(grad_diff, param_diff, problem or allreduce.get("wrong", ""))
+        hosts = {r.host for r in ranks}
+        problem = transport_verdict(backend, profile, transport, hosts)
+        status, reason = verdict(grad_diff, param_diff, problem or allreduce.wrong or "")
         dist.barrier()  # every rank done before any tears its group down
-        return {
-            "status": status,
-            "reason": reason,
-            "backend": backend,
-            "device": device.split(":")[0],
-            "world_size": ids["world_size"],
-            "procs_per_node": ids["local_world_size"],
-            "ranks": ranks,
-            "hosts": sorted(hosts),
-            "init_s": round(joined_at - started, 3),
-            "joined_at": joined_at,
-            "max_grad_difference": grad_diff,
-            "max_param_difference": param_diff,
-            "grads_identical": grad_diff <= GRAD_TOLERANCE and param_diff <= GRAD_TOLERANCE,
-            "allreduce": allreduce,
-            "transport": transport,
-            "profile": profile,
-            "torch": torch.__version__,
-        }
+        return NodesReport(
+            status=status,
+            reason=reason,
+            format=FORMAT,
+            backend=backend,
+            device=device.split(":")[0],
+            world_size=ids["world_size"],
+            procs_per_node=ids["local_world_size"],
+            ranks=ranks,
+            hosts=sorted(hosts),
+            init_s=round(joined_at - started, 3),
+            joined_at=joined_at,
+            max_grad_difference=grad_diff,
+            max_param_difference=param_diff,
+            grads_identical=grad_diff <= GRAD_TOLERANCE and param_diff <= GRAD_TOLERANCE,
+            allreduce=allreduce,
+            transport=transport,
+            profile=profile,
+            torch=torch.__version__,
+        )
     finally:
         dist.destroy_process_group()
         if log is not None:
@@ -237,9 +249,9 @@ def inject_faults(ids: dict[str, int]) -> None:
         os._exit(3)
 
 
-def write(path: Path, data: dict[str, Any]) -> None:
+def write(path: Path, record: Rank | NodesReport) -> None:
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=2, default=str) + "\n")
+    tmp.write_text(json.dumps(record.to_json(), indent=2, default=str) + "\n")
     tmp.replace(path)  # the host never reads half a file
 
 
@@ -252,5 +264,6 @@ def main(argv: list[str] | None = None) -> int:
     report = run_rank(args, ids)
     if ids["rank"] == 0:
         write(args.report_dir / REPORT, report)
-        print(json.dumps({k: report[k] for k in ("status", "reason", "hosts", "allreduce")}))
-    return exits.CHECK_PASSED if report["status"] == PASSED else exits.CHECK_FAILED
+        shown_keys = ("status", "reason", "hosts", "allreduce")
+        print(json.dumps({k: v for k, v in report.to_json().items() if k in shown_keys}))
+    return exits.CHECK_PASSED if report.passed else exits.CHECK_FAILED

@@ -20,13 +20,13 @@ from typing import Any
 from imagekit import __version__
 from imagekit.contract import labels as label
 from imagekit.contract.checks import ENV_PROFILE, CheckResult, RecordError, gpus_given
+from imagekit.contract.host_snapshot import FORMAT, HostSnapshot
 from imagekit.selfcheck.readers import host as host_reader
 from imagekit.selfcheck.readers import numa
 from imagekit.selfcheck.readers.promises import labels
 from imagekit.selfcheck.verdicts import devices
 from imagekit.selfcheck.verdicts.findings import Snapshot
 
-FORMAT = 1
 # Probes whose measurements become snapshot readings rather than a row of the table.
 PERF_PROBE = "perf"
 # Measurements of the perf probe kept per GPU (the rest of a GPU's keys come from NVML).
@@ -280,24 +280,11 @@ def load(path: Path) -> Snapshot:
             f"{path}: field format is {version!r}; this self-check judges format {FORMAT} "
             "(write it again with `python -m imagekit.selfcheck --snapshot FILE`)"
         )
-    bad = [k for k in ("gpus", "checks") if k in data and not isinstance(data[k], list | dict)]
-    if bad:
-        raise SnapshotError(
-            f"{path}: field {bad[0]} has the wrong shape (see docs/host-snapshot.md)"
-        )
-    _check_results(path, data.get("checks") or {})
+    try:  # every key read as its type, so the judge never meets a half-formed reading
+        HostSnapshot.from_json(data)
+    except RecordError as exc:
+        raise SnapshotError(f"{path}: {exc} (see docs/host-snapshot.md)") from None
     return data
-
-
-def _check_results(path: Path, checks: Mapping[str, Any] | list[Any]) -> None:
-    """Every recorded result must be one, so the judge never meets a half-formed one."""
-    if not isinstance(checks, Mapping):
-        raise SnapshotError(f"{path}: field checks is an object of results by check name")
-    for name, data in checks.items():
-        try:
-            CheckResult.from_json(data, f"checks.{name}")
-        except RecordError as exc:
-            raise SnapshotError(f"{path}: {exc} (see docs/host-snapshot.md)") from None
 
 
 def expected_from_env(env: Mapping[str, str] = os.environ) -> int | None:
