@@ -16,7 +16,7 @@ from imagekit.contract.checks import CheckResult, Status, failed, passed
 from imagekit.errors import UsageError
 from imagekit.imagetest.image import wants_gpus
 from imagekit.imagetest.stamp import validated_on
-from imagekit.selfcheck.readers import host as host_reader
+from imagekit.selfcheck.readers import container
 from imagekit.selfcheck.verdicts import devices
 from imagekit.selfcheck.verdicts.peaks import gemm_dtype, mig_reason, normalise, peak_for, stable
 from imagekit.selfcheck.verdicts.rules import (
@@ -200,10 +200,10 @@ def test_driver_verdict_and_reader(tmp_path: Path) -> None:
     assert driver.read_driver(str(tmp_path / "none")) is None
 
 
-def test_read_host_sees_device_nodes_but_not_control_nodes(tmp_path: Path) -> None:
+def test_read_container_sees_device_nodes_but_not_control_nodes(tmp_path: Path) -> None:
     for name in ("nvidia0", "nvidia1", "nvidiactl", "nvidia-uvm", "null"):
         (tmp_path / name).touch()
-    seen = host_reader.read_host({"IMAGEKIT_GPUS": "all"}, dev=str(tmp_path))
+    seen = container.read_container({"IMAGEKIT_GPUS": "all"}, dev=str(tmp_path))
     assert seen.device_nodes == (f"{tmp_path}/nvidia0", f"{tmp_path}/nvidia1")
     assert seen.gpus_requested
 

@@ -8,8 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from imagekit.selfcheck.readers import host as host_reader
-from imagekit.selfcheck.readers import numa, snapshot
+from imagekit.selfcheck.readers import container, numa, snapshot
 from imagekit.selfcheck.verdicts import cpulist
 
 FULL = (1 << 64) - 1
@@ -139,13 +138,13 @@ def test_a_node_file_that_cannot_be_read_leaves_its_key_out(tmp_path: Path) -> N
 
 def test_imex_channels(tmp_path: Path) -> None:
     folder = tmp_path / "nvidia-caps-imex-channels"
-    assert host_reader.read_imex_channels(folder) == ()  # absent: none passed in
+    assert container.read_imex_channels(folder) == ()  # absent: none passed in
     folder.mkdir()
-    assert host_reader.read_imex_channels(folder) == ()
+    assert container.read_imex_channels(folder) == ()
     for name in ("channel1", "channel0"):
         (folder / name).touch()
-    assert host_reader.read_imex_channels(folder) == ("channel0", "channel1")
-    assert host_reader.read_imex_channels(folder / "channel0") == ()  # not a folder
+    assert container.read_imex_channels(folder) == ("channel0", "channel1")
+    assert container.read_imex_channels(folder / "channel0") == ()  # not a folder
 
 
 def test_imex_channels_that_cannot_be_listed_are_not_read(
@@ -154,16 +153,16 @@ def test_imex_channels_that_cannot_be_listed_are_not_read(
     def refused(path: object) -> list[str]:
         raise PermissionError(13, "Permission denied")
 
-    monkeypatch.setattr(host_reader.os, "listdir", refused)
-    assert host_reader.read_imex_channels(tmp_path) is None
+    monkeypatch.setattr(container.os, "listdir", refused)
+    assert container.read_imex_channels(tmp_path) is None
 
 
-def test_read_host_lists_the_containers_imex_channels(tmp_path: Path) -> None:
+def test_read_container_lists_the_containers_imex_channels(tmp_path: Path) -> None:
     (tmp_path / "nvidia0").touch()
-    assert host_reader.read_host({}, dev=str(tmp_path)).imex_channels == ()
+    assert container.read_container({}, dev=str(tmp_path)).imex_channels == ()
     (tmp_path / "nvidia-caps-imex-channels").mkdir()
     (tmp_path / "nvidia-caps-imex-channels/channel0").touch()
-    seen = host_reader.read_host({}, dev=str(tmp_path))
+    seen = container.read_container({}, dev=str(tmp_path))
     assert seen.imex_channels == ("channel0",)
     assert seen.device_nodes == (f"{tmp_path}/nvidia0",)
 
@@ -173,12 +172,12 @@ def test_the_snapshot_holds_the_numa_layout_and_imex_channels(
 ) -> None:
     layout = {"nodes": [{"node": 0, "cpus": "0-71", "memory_mib": 489472}], "balancing": 1}
     monkeypatch.setattr(numa, "read_numa", lambda: layout)
-    monkeypatch.setattr(host_reader, "read_imex_channels", lambda folder: ("channel0",))
+    monkeypatch.setattr(container, "read_imex_channels", lambda folder: ("channel0",))
     snap = snapshot.read_host(None)
     assert snap["numa"] == layout
     assert snap["container"]["imex_channels"] == ["channel0"]
     assert snap["format"] == 1
-    monkeypatch.setattr(host_reader, "read_imex_channels", lambda folder: None)
+    monkeypatch.setattr(container, "read_imex_channels", lambda folder: None)
     assert snapshot.read_host(None)["container"]["imex_channels"] is None
 
 

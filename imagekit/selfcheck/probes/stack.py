@@ -12,7 +12,7 @@ from imagekit.contract import labels as label
 from imagekit.contract.archs import arch_verdict
 from imagekit.contract.cgroup import cgroup_quota
 from imagekit.contract.checks import CheckResult, verdict
-from imagekit.selfcheck.readers import host as host_reader
+from imagekit.selfcheck.readers import container
 from imagekit.selfcheck.readers.promises import labels
 from imagekit.selfcheck.verdicts import devices
 from imagekit.selfcheck.verdicts.rules import omp_problem
@@ -25,7 +25,7 @@ def check_stack() -> CheckResult:
     m: dict[str, Any] = {"torch": torch.__version__, "torch_cuda": torch.version.cuda}
     problems = _promises(torch, promise)
     problems += _environment(torch, m)
-    host = host_reader.read_host()
+    host = container.read_container()
     cuda_image = devices.is_cuda_image(promise, torch.version.cuda)
     m["gpu_expected"] = devices.gpu_expected(host, cuda_image)
     m["nvidia_devices"] = list(host.device_nodes)

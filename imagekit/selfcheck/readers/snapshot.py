@@ -21,8 +21,7 @@ from imagekit import __version__
 from imagekit.contract import labels as label
 from imagekit.contract.checks import ENV_PROFILE, CheckResult, RecordError, gpus_given
 from imagekit.contract.host_snapshot import FORMAT, HostSnapshot
-from imagekit.selfcheck.readers import host as host_reader
-from imagekit.selfcheck.readers import numa
+from imagekit.selfcheck.readers import container, numa
 from imagekit.selfcheck.readers.promises import labels
 from imagekit.selfcheck.verdicts import devices
 from imagekit.selfcheck.verdicts.findings import Snapshot
@@ -65,7 +64,7 @@ def read_host(expect_gpus: int | None, require: str = "") -> Snapshot:
     context here would block the checks under the EXCLUSIVE_PROCESS compute mode)."""
     from imagekit.selfcheck.readers import nvml
 
-    host = host_reader.read_host()
+    host = container.read_container()
     promised = labels()
     nvml_status, gpus = nvml.read_nvml()
     return {

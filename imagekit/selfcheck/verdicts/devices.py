@@ -1,5 +1,5 @@
 """Is a GPU expected here, if torch sees none why, and which GPU is which? Pure functions
-over plain data: readers/host.py reads the container (device nodes, the driver's /proc file,
+over plain data: readers/container.py reads the container (device nodes, the driver's /proc file,
 the IMEX channels, the environment) into `Host`; the decisions never touch the system.
 """
 

@@ -26,7 +26,7 @@ def read_imex_channels(folder: Path) -> tuple[str, ...] | None:
         return None
 
 
-def read_host(env: Mapping[str, str] = os.environ, dev: str = "/dev") -> Host:
+def read_container(env: Mapping[str, str] = os.environ, dev: str = "/dev") -> Host:
     try:
         nodes = sorted(f"{dev}/{n}" for n in os.listdir(dev) if re.fullmatch(r"nvidia\d+", n))
     except OSError:
