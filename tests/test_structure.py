@@ -183,3 +183,19 @@ def test_every_module_the_architecture_names_exists() -> None:
         and not ("/" not in name and name in by_name)
     ]
     assert missing == []
+
+
+REGISTRY_MODULES = ("engine/image_registry.py", "engine/referrers.py")
+
+
+def test_only_the_registry_modules_run_the_registry_tools() -> None:
+    """Every registry read and write (oras, cosign) goes through engine/image_registry.py
+    (an image: manifests, blobs) or engine/referrers.py (what refers to it: the SBOM
+    artifact, the signed attestation); the daemon's own push and pull are engine's too."""
+    running = [
+        str(p.relative_to(PACKAGE))
+        for p in sources("imagekit")
+        if "tools.run(" in p.read_text()
+        and str(p.relative_to(PACKAGE)) not in (*REGISTRY_MODULES, "engine/tools.py")
+    ]
+    assert running == []

@@ -15,11 +15,9 @@ import base64
 import binascii
 import hashlib
 import json
-import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from pathlib import Path
 from typing import Any
 
 from imagekit import __version__
@@ -33,7 +31,7 @@ from imagekit.contract.checks import (
 )
 from imagekit.contract.host_snapshot import HostSnapshot, Nvml, Torch
 from imagekit.contract.records import or_none
-from imagekit.engine import tools
+from imagekit.engine import referrers
 from imagekit.errors import ImagekitError
 
 PREDICATE_TYPE = "https://imagekit.dev/attestations/self-check/v1"
@@ -101,17 +99,7 @@ def _check(result: CheckResult) -> dict[str, str]:
 def attest(image: str, pred: Mapping[str, Any], key: str) -> list[str]:
     """Sign the statement for `image` (name@sha256:...) with `key` (a cosign key file, or
     any key reference cosign takes: env://VAR, a KMS URI) and push it to the registry."""
-    with tempfile.TemporaryDirectory(prefix="imagekit-attest-") as tmp:
-        path = Path(tmp) / "predicate.json"
-        path.write_text(json.dumps(pred, indent=2, sort_keys=True) + "\n")
-        # Offline signing with a key: no transparency log, no Sigstore signing config (both
-        # need the internet); the signature alone is what verification checks.
-        args = ["attest", "--key", key, "--type", PREDICATE_TYPE, "--predicate", str(path)]
-        args += ["--tlog-upload=false", "--use-signing-config=false", "--yes", image]
-        result = tools.run(tools.COSIGN, args, "--attest")
-    if result.returncode != 0:
-        lines = tools.failed(tools.COSIGN, f"attesting {image} failed", result)
-        raise ImagekitError(*lines)
+    referrers.attest(image, json.dumps(pred, indent=2, sort_keys=True) + "\n", PREDICATE_TYPE, key)
     return [f"attested: {image} ({PREDICATE_TYPE})", f"verify: imagekit verify {image} --key PUB"]
 
 
@@ -212,12 +200,11 @@ def verify(image: str, key: str, gpu_model: str = "") -> tuple[str, list[Verifie
     the digest (a tag is resolved once, by cosign) and checks every signature against KEY
     and every statement's subject against that digest; NotVerified where none is left of a
     passing run (on `gpu_model` where one is asked for)."""
-    args = ["verify-attestation", "--key", key, "--type", PREDICATE_TYPE]
-    result = tools.run(tools.COSIGN, [*args, "--insecure-ignore-tlog=true", image], "verify")
-    if result.returncode != 0:
-        what = f"{image} has no valid self-check attestation signed by {key}"
-        raise NotVerified(*tools.failed(tools.COSIGN, what, result))
-    found = statements(result.stdout)
+    what = f"{image} has no valid self-check attestation signed by {key}"
+    output, refused = referrers.verified(image, key, PREDICATE_TYPE, what)
+    if refused:
+        raise NotVerified(*refused)
+    found = statements(output)
     digest = refs.parse(image).digest or _one_subject(image, found)
     good = verdicts(found, digest, gpu_model)
     if not good:

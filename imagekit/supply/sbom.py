@@ -6,13 +6,10 @@ from a local image or from the registry for `imagekit sbom`.
 
 from __future__ import annotations
 
-import json
-import tempfile
-from pathlib import Path
 from typing import Any
 
 from imagekit.contract import refs
-from imagekit.engine import tools
+from imagekit.engine import referrers
 from imagekit.engine.interface import ImageStore
 from imagekit.errors import EngineError, ImagekitError, UsageError
 from imagekit.render.dockerfile import SBOM_PATH
@@ -31,22 +28,12 @@ def in_stage(target: str) -> bool:
 
 def attach(pushed: str, data: bytes) -> str:
     """Attach `data` to `pushed` (name@sha256:...); returns the artifact's reference."""
-    with tempfile.TemporaryDirectory(prefix="imagekit-sbom-") as tmp:
-        Path(tmp, FILE).write_bytes(data)
-        args = ["attach", *tools.oras_http(pushed), "--artifact-type", MEDIA_TYPE]
-        args += ["--format", "json"]
-        result = tools.run(tools.ORAS, [*args, pushed, f"{FILE}:{MEDIA_TYPE}"], "--push", cwd=tmp)
-    if result.returncode != 0:
-        raise ImagekitError(*tools.failed(tools.ORAS, f"attaching the SBOM to {pushed}", result))
-    try:
-        return str(json.loads(result.stdout)["reference"])
-    except (ValueError, KeyError, TypeError):
-        return pushed
+    return referrers.attach(pushed, data, FILE, MEDIA_TYPE, "the SBOM")
 
 
 def from_registry(reference: str) -> bytes:
     """The newest SBOM attached to `reference` (a tag or a digest) in its registry."""
-    found = _referrers(reference)
+    found = referrers.referrers(reference, MEDIA_TYPE, "sbom")
     if not found:
         raise ImagekitError(
             f"{reference} has no SBOM attached in its registry (no {MEDIA_TYPE} referrer); "
@@ -55,30 +42,10 @@ def from_registry(reference: str) -> bytes:
         )
     newest = max(found, key=lambda r: (_created(r), str(r.get("digest"))))
     artifact = str(refs.parse(reference).by_digest(str(newest["digest"])))
-    with tempfile.TemporaryDirectory(prefix="imagekit-sbom-") as tmp:
-        args = ["pull", *tools.oras_http(reference), "-o", tmp, artifact]
-        result = tools.run(tools.ORAS, args, "sbom")
-        if result.returncode != 0:
-            raise ImagekitError(*tools.failed(tools.ORAS, f"reading {artifact}", result))
-        path = Path(tmp, FILE)
-        if not path.is_file():
-            raise ImagekitError(f"{artifact} is a {MEDIA_TYPE} artifact without {FILE}")
-        return path.read_bytes()
-
-
-def _referrers(reference: str) -> list[dict[str, Any]]:
-    args = ["discover", *tools.oras_http(reference), "--format", "json"]
-    args += ["--artifact-type", MEDIA_TYPE]
-    result = tools.run(tools.ORAS, [*args, reference], "sbom")
-    if result.returncode != 0:
-        raise ImagekitError(
-            *tools.failed(tools.ORAS, f"listing what refers to {reference}", result)
-        )
-    try:
-        found = json.loads(result.stdout).get("referrers") or []
-    except (ValueError, AttributeError):
-        raise ImagekitError(f"oras discover {reference} printed no JSON") from None
-    return [r for r in found if isinstance(r, dict) and r.get("artifactType") == MEDIA_TYPE]
+    data = referrers.pull_file(artifact, FILE, "sbom")
+    if data is None:
+        raise ImagekitError(f"{artifact} is a {MEDIA_TYPE} artifact without {FILE}")
+    return data
 
 
 def _created(referrer: dict[str, Any]) -> str:
