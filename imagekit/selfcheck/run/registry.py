@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from imagekit.contract.check_table import CHECKS, VERDICTS
+from imagekit.contract.host_snapshot import HostSnapshot
 from imagekit.selfcheck.probes import attention, ddp, inference, perf, stack, training
 from imagekit.selfcheck.verdicts import health, links, perf_verdict
 
@@ -23,11 +24,19 @@ PROBES: dict[str, Callable[..., Any]] = {
     "tensorrt": inference.check_tensorrt,
     "perf": perf.check_perf,
 }
-JUDGES: dict[str, Callable[..., Any]] = {
-    "gpus": health.check_gpus,
-    "health": health.check_health,
-    "perf": perf_verdict.check_perf_verdict,
-    "links": links.check_links,
+
+
+def _plain(verdict: Callable[..., Any]) -> Callable[[HostSnapshot], Any]:
+    """A verdict that still reads the snapshot as plain JSON (until it reads attributes)."""
+    return lambda snap: verdict(snap.to_json())
+
+
+# Each takes the typed host snapshot (contract/host_snapshot.py).
+JUDGES: dict[str, Callable[[HostSnapshot], Any]] = {
+    "gpus": _plain(health.check_gpus),
+    "health": _plain(health.check_health),
+    "perf": _plain(perf_verdict.check_perf_verdict),
+    "links": _plain(links.check_links),
 }
 # Every name the contract lists has its function here, and nothing else.
 assert set(PROBES) == {c.name for c in CHECKS} and set(JUDGES) == {v.name for v in VERDICTS}
