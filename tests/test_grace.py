@@ -18,6 +18,8 @@ from imagekit.matrix.profiles import PROFILE_ENV, PROFILE_SHM, RDMA_PROFILES, im
 from imagekit.runtime.threads import threads_for
 from imagekit.selfcheck.verdicts import grace, health, links
 
+from .conftest import typed
+
 SNAPSHOTS = Path(__file__).parent / "data" / "snapshots"
 
 
@@ -43,8 +45,8 @@ def levels(snapshot: dict[str, Any], rule: str) -> list[str]:
 def test_the_recorded_grace_hosts_pass_every_hardware_verdict(name: str) -> None:
     snapshot = load(name)
     assert links.check_links(snapshot).status == Status.PASSED
-    assert health.check_health(snapshot).status == Status.PASSED
-    assert health.check_gpus(snapshot).status == Status.PASSED
+    assert health.check_health(typed(snapshot)).status == Status.PASSED
+    assert health.check_gpus(typed(snapshot)).status == Status.PASSED
 
 
 def test_gh200_copy_is_judged_against_c2c_and_the_layout_is_reported() -> None:
@@ -54,7 +56,7 @@ def test_gh200_copy_is_judged_against_c2c_and_the_layout_is_reported() -> None:
     )
     assert result.measurements["grace"] == "GPU 0: NVLink-C2C, CPUs 0-71, memory NUMA node 1"
     # no PCIe rule on a GPU whose host link NVML read as C2C
-    assert "PCIe" not in health.check_health(load("gh200")).reason
+    assert "PCIe" not in health.check_health(typed(load("gh200"))).reason
 
 
 @pytest.mark.parametrize(

@@ -33,8 +33,8 @@ def _plain(verdict: Callable[..., Any]) -> Callable[[HostSnapshot], Any]:
 
 # Each takes the typed host snapshot (contract/host_snapshot.py).
 JUDGES: dict[str, Callable[[HostSnapshot], Any]] = {
-    "gpus": _plain(health.check_gpus),
-    "health": _plain(health.check_health),
+    "gpus": health.check_gpus,
+    "health": health.check_health,
     "perf": _plain(perf_verdict.check_perf_verdict),
     "links": _plain(links.check_links),
 }
