@@ -35,7 +35,7 @@ def _plain(verdict: Callable[..., Any]) -> Callable[[HostSnapshot], Any]:
 JUDGES: dict[str, Callable[[HostSnapshot], Any]] = {
     "gpus": health.check_gpus,
     "health": health.check_health,
-    "perf": _plain(perf_verdict.check_perf_verdict),
+    "perf": perf_verdict.check_perf_verdict,
     "links": _plain(links.check_links),
 }
 # Every name the contract lists has its function here, and nothing else.
