@@ -26,17 +26,12 @@ PROBES: dict[str, Callable[..., Any]] = {
 }
 
 
-def _plain(verdict: Callable[..., Any]) -> Callable[[HostSnapshot], Any]:
-    """A verdict that still reads the snapshot as plain JSON (until it reads attributes)."""
-    return lambda snap: verdict(snap.to_json())
-
-
 # Each takes the typed host snapshot (contract/host_snapshot.py).
 JUDGES: dict[str, Callable[[HostSnapshot], Any]] = {
     "gpus": health.check_gpus,
     "health": health.check_health,
     "perf": perf_verdict.check_perf_verdict,
-    "links": _plain(links.check_links),
+    "links": links.check_links,
 }
 # Every name the contract lists has its function here, and nothing else.
 assert set(PROBES) == {c.name for c in CHECKS} and set(JUDGES) == {v.name for v in VERDICTS}

@@ -11,7 +11,7 @@ from typing import Any
 
 from imagekit.contract.checks import CheckResult, Status, failed, passed, skipped
 from imagekit.contract.host_snapshot import Gpu
-from imagekit.contract.records import or_none
+from imagekit.contract.records import or_default, or_none
 
 # The host snapshot as plain JSON, as readers/snapshot.py assembles it (docs/host-snapshot.md);
 # the verdicts judge its typed record, contract/host_snapshot.py's HostSnapshot.
@@ -48,6 +48,11 @@ def not_read(gpu: Gpu, key: str, rule: str, what: str) -> Finding:
     why = unread.get(key) or unread.get("handle")
     said = f"NVML said: {why}" if why else "not read"
     return skip(rule, f"{what} ({said})", or_none(gpu.index))
+
+
+def name_of(gpu: Gpu) -> str:
+    """The GPU's name as text, "" where it was not read (a null name reads "None")."""
+    return str(or_default(gpu.name, ""))
 
 
 def mig_skip(gpu: Gpu, rule: str, what: str) -> Finding:

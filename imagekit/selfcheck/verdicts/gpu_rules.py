@@ -22,6 +22,7 @@ from imagekit.selfcheck.verdicts.findings import (
     Finding,
     fail,
     mig_skip,
+    name_of,
     not_read,
     skip,
     warn,
@@ -189,11 +190,6 @@ def _nvlink(gpu: Gpu, peers: int) -> Judged:
         )
         return [fail("nvlink-down", f"{reading}: {rule}", index)], 1
     return [warn("nvlink-down", f"{reading}: a bridge is missing or a link is down", index)], 1
-
-
-def name_of(gpu: Gpu) -> str:
-    """The GPU's name as text, "" where it was not read (a null name reads "None")."""
-    return str(or_default(gpu.name, ""))
 
 
 def _product(gpu: Gpu) -> gpus_table.Product | None:
