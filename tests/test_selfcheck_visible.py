@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from imagekit.contract.checks import CheckResult, Status, passed
+from imagekit.contract.host_snapshot import Gpu
 from imagekit.selfcheck.probes import copies, perf
 from imagekit.selfcheck.readers import nvml, snapshot
 from imagekit.selfcheck.run import judge
@@ -104,7 +105,7 @@ TWO_MIG = [
 def test_visible_entries_resolve_to_nvml_indices(
     value: str, gpus: list[dict[str, Any]], want: list[int]
 ) -> None:
-    assert resolve_visible(parse_visible(value) or [], gpus) == want
+    assert resolve_visible(parse_visible(value) or [], [typed(g, Gpu) for g in gpus]) == want
 
 
 class CUuuid:

@@ -90,7 +90,7 @@ def _cuda_limits(snapshot: HostSnapshot) -> bool:
     own_order = len(whole) > 1 and or_none(container.cuda_device_order) != PCI_ORDER
     if not whole or (own_order and any(isinstance(e, int) for e in entries)):
         return True  # nothing to resolve it against, or indices in CUDA's own order
-    return sorted(resolve_visible(entries, [g.to_json() for g in gpus])) != whole
+    return sorted(resolve_visible(entries, gpus)) != whole
 
 
 def unmatched_findings(snapshot: HostSnapshot) -> list[Finding]:
