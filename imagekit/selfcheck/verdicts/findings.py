@@ -13,10 +13,6 @@ from imagekit.contract.checks import CheckResult, Status, failed, passed, skippe
 from imagekit.contract.host_snapshot import Gpu
 from imagekit.contract.records import or_default, or_none
 
-# The host snapshot as plain JSON, as readers/snapshot.py assembles it (docs/host-snapshot.md);
-# the verdicts judge its typed record, contract/host_snapshot.py's HostSnapshot.
-Snapshot = dict[str, Any]
-
 
 @dataclass(frozen=True)
 class Finding:

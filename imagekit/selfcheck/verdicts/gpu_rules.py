@@ -1,6 +1,6 @@
 """The health rules over one GPU's readings: memory errors and repair, the PCIe and NVLink
 links, compute and persistence mode, clocks during the perf measurements, other processes,
-and a GPU NVML found lost. Pure functions over plain data; health.py runs them.
+and a GPU NVML found lost. Pure functions over a typed GPU record; health.py runs them.
 
 A reading that is missing is never a pass: it is a Status.SKIPPED with the reason NVML gave
 (`unread`), or "not read". A MIG slice's container reads the whole GPU's ECC, PCIe and NVLink

@@ -1,8 +1,8 @@
 """Hardware verdicts over the host snapshot: do the GPU counts agree, and is each GPU healthy
 (memory errors, PCIe and NVLink links, compute mode, clocks during the perf measurements,
-other processes)? Pure functions over plain data; nvml.py reads what they judge. The rules
-over one GPU are gpu_rules.py's; here they run over every GPU, beside the count rules and
-whether the checks may run side by side.
+other processes)? Pure functions over the typed host snapshot (contract/host_snapshot.py);
+nvml.py reads what they judge. The rules over one GPU are gpu_rules.py's; here they run over
+every GPU, beside the count rules and whether the checks may run side by side.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The perf verdict over the host snapshot: each GPU's GEMM and copy against the floors of its
-model (peaks.PEAKS), and its memory pattern test. Pure functions over plain data."""
+model (peaks.PEAKS), and its memory pattern test. Pure functions over the typed snapshot."""
 
 from __future__ import annotations
 
