@@ -19,7 +19,7 @@ from typing import Any
 from imagekit.contract import exits
 from imagekit.contract.check_table import ORDER, probes_for
 from imagekit.contract.checks import EMULATED_SLOWDOWN, ENV_TIMEOUT, CheckResult
-from imagekit.contract.records import NOT_READ, or_none
+from imagekit.contract.records import or_default, or_none
 from imagekit.contract.text import escape
 from imagekit.selfcheck.probes.perf import ENV_SOAK
 from imagekit.selfcheck.readers import snapshot
@@ -156,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     results = judge.judge(record)
     print(report.checks_table(results))
     context = {key: or_none(getattr(record, key)) for key in CONTEXT}
-    context["emulated"] = (record.cpu.emulated if record.cpu else NOT_READ) or ""
+    context["emulated"] = or_default(record.cpu.emulated, "") if record.cpu else ""
     context["required"] = sorted(judge.requirements(record))
     if args.json:
         args.json.write_text(report.to_json(results, context) + "\n")
