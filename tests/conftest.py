@@ -7,10 +7,20 @@ import subprocess
 import textwrap
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any, TypeVar
 
 import pytest
 
+from imagekit.contract.host_snapshot import HostSnapshot
+
 ROOT = Path(__file__).resolve().parent.parent
+R = TypeVar("R")
+
+
+def typed(data: Any, record: type[R] = HostSnapshot) -> R:  # type: ignore[assignment]
+    """A snapshot (or one of its records, e.g. a Gpu) built as plain JSON, as the verdicts
+    take it: the typed record, read once (a key of the wrong type raises RecordError)."""
+    return record.from_json(data)  # type: ignore[attr-defined, no-any-return]
 
 
 @pytest.fixture(autouse=True)

@@ -3,12 +3,16 @@ Xid events during the run, SRAM and lifetime ECC counts, the PCIe replay rate.""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
 
-from imagekit.contract.checks import Status
+from imagekit.contract.checks import RecordError, Status
+from imagekit.contract.host_snapshot import Gpu
 from imagekit.selfcheck.verdicts import counter_rules
+
+from .conftest import typed
 
 HEALTHY = {
     "index": 3,
@@ -30,7 +34,7 @@ def levels(readings: dict[str, Any], run_seconds: Any = 60) -> set[tuple[str, st
     gpu = {**HEALTHY, **readings}
     for key in [k for k, v in readings.items() if v is None]:
         gpu.pop(key)
-    found, _ = counter_rules.counter_findings(gpu, run_seconds)
+    found, _ = counter_rules.counter_findings(typed(gpu, Gpu), run_seconds)
     return {(f.level, f.rule) for f in found}
 
 
@@ -67,14 +71,8 @@ def levels(readings: dict[str, Any], run_seconds: Any = 60) -> set[tuple[str, st
             {"pcie_replays_during_run": 40, "pcie_width_under_load": 0},
             {(Status.SKIPPED, "pcie-replays")},
         ),
-        # a hand-edited snapshot: what is not a count is a skip, never a crash or a pass
-        ({"xid_events": "79"}, {(Status.SKIPPED, "xid")}),
-        ({"xid_events": [79, None]}, {(Status.SKIPPED, "xid")}),
-        ({"ecc_sram_uncorrected": "1"}, {(Status.SKIPPED, "ecc-sram")}),
-        ({"ecc_aggregate_uncorrected": True}, {(Status.SKIPPED, "ecc-aggregate")}),
-        ({"pcie_replays_during_run": 3.5}, {(Status.SKIPPED, "pcie-replays")}),
-        ({"power_limit_w": "700"}, {(Status.SKIPPED, "power-limit")}),
-        ({"temperature_max_c": [90]}, {(Status.SKIPPED, "temperature")}),
+        # a power limit NVML gave as a fraction of a watt is no count: not judged
+        ({"power_limit_w": 699.5}, {(Status.SKIPPED, "power-limit")}),
         # a Grace superchip's GPU reaches its CPU over NVLink-C2C: no PCIe link to count
         (
             {"pcie_replays_during_run": None, "host_link": "c2c", "pcie_gen_under_load": None},
@@ -106,6 +104,26 @@ def test_counter_rules(readings: dict[str, Any], want: set[tuple[str, str]]) -> 
 
 
 @pytest.mark.parametrize(
+    ("readings", "key"),
+    [
+        ({"xid_events": "79"}, "xid_events"),
+        ({"xid_events": [79, None]}, "xid_events[1]"),
+        ({"ecc_sram_uncorrected": "1"}, "ecc_sram_uncorrected"),
+        ({"ecc_aggregate_uncorrected": True}, "ecc_aggregate_uncorrected"),
+        ({"pcie_replays_during_run": 3.5}, "pcie_replays_during_run"),
+        ({"power_limit_w": "700"}, "power_limit_w"),
+        ({"temperature_max_c": [90]}, "temperature_max_c"),
+    ],
+)
+def test_a_hand_edited_counter_is_refused_at_load_naming_the_key(
+    readings: dict[str, Any], key: str
+) -> None:
+    """What is not a count never reaches a rule: reading the snapshot refuses it."""
+    with pytest.raises(RecordError, match=rf"^gpus\[0\]\.{re.escape(key)}: "):
+        typed({"gpus": [{**HEALTHY, **readings}]})
+
+
+@pytest.mark.parametrize(
     ("gen", "width", "seconds", "limit"),
     [(5, 16, 60, 31), (4, 16, 60, 16), (5, 8, 60, 16), (5, 16, 30, 31), (5, 16, 300, 155)],
 )
@@ -118,7 +136,7 @@ def test_the_replay_limit_is_dcgms_rate_over_the_run(
 
 def test_a_replay_warning_names_the_count_the_time_and_the_link() -> None:
     gpu = {**HEALTHY, "pcie_replays_during_run": 400}
-    (finding,) = counter_rules.pcie_replays(gpu, 120)[0]
+    (finding,) = counter_rules.pcie_replays(typed(gpu, Gpu), 120)[0]
     assert finding.text() == (
         "GPU 3: 400 PCIe replays in 120 s, above the 62 DCGM's health watch allows on Gen5 x16 "
         "(a bit error rate over 1e-12): a marginal link, riser or slot"
@@ -126,12 +144,12 @@ def test_a_replay_warning_names_the_count_the_time_and_the_link() -> None:
 
 
 def test_an_xid_failure_names_the_xids() -> None:
-    (finding,) = counter_rules.xids({**HEALTHY, "xid_events": [79, 79]})[0]
+    (finding,) = counter_rules.xids(typed({**HEALTHY, "xid_events": [79, 79]}, Gpu))[0]
     assert finding.text().startswith("GPU 3: Xid 79 during the run: the driver reported")
 
 
 def test_an_unread_counter_says_what_nvml_said() -> None:
     gpu = {k: v for k, v in HEALTHY.items() if k != "xid_events"}
     gpu["unread"] = {"xid_events": "Not Supported"}
-    (finding,) = counter_rules.xids(gpu)[0]
+    (finding,) = counter_rules.xids(typed(gpu, Gpu))[0]
     assert finding.text() == "GPU 3: Xid events during the run (NVML said: Not Supported)"

@@ -13,10 +13,13 @@ from typing import Any
 import pytest
 
 from imagekit.contract.checks import Status
+from imagekit.contract.host_snapshot import Gpu
 from imagekit.contract.transports import transport_problem
 from imagekit.matrix.profiles import PROFILE_ENV, PROFILE_SHM, RDMA_PROFILES, image_env
 from imagekit.runtime.threads import threads_for
 from imagekit.selfcheck.verdicts import grace, health, links
+
+from .conftest import typed
 
 SNAPSHOTS = Path(__file__).parent / "data" / "snapshots"
 
@@ -30,31 +33,31 @@ def stack(snapshot: dict[str, Any]) -> dict[str, Any]:
 
 
 def failed(snapshot: dict[str, Any]) -> set[tuple[str, int | None]]:
-    findings = links.check_links(snapshot).measurements["findings"]
+    findings = links.check_links(typed(snapshot)).measurements["findings"]
     return {(f["rule"], f["gpu"]) for f in findings if f["level"] == "failed"}
 
 
 def levels(snapshot: dict[str, Any], rule: str) -> list[str]:
-    findings = links.check_links(snapshot).measurements["findings"]
+    findings = links.check_links(typed(snapshot)).measurements["findings"]
     return [f["level"] for f in findings if f["rule"] == rule]
 
 
 @pytest.mark.parametrize("name", ["gh200", "gb200-nvl72"])
 def test_the_recorded_grace_hosts_pass_every_hardware_verdict(name: str) -> None:
     snapshot = load(name)
-    assert links.check_links(snapshot).status == Status.PASSED
-    assert health.check_health(snapshot).status == Status.PASSED
-    assert health.check_gpus(snapshot).status == Status.PASSED
+    assert links.check_links(typed(snapshot)).status == Status.PASSED
+    assert health.check_health(typed(snapshot)).status == Status.PASSED
+    assert health.check_gpus(typed(snapshot)).status == Status.PASSED
 
 
 def test_gh200_copy_is_judged_against_c2c_and_the_layout_is_reported() -> None:
-    result = links.check_links(load("gh200"))
+    result = links.check_links(typed(load("gh200")))
     assert result.measurements["figures"] == (
         "GPU 0: host-to-device 346.0 GB/s over NVLink-C2C, 450 GB/s"
     )
     assert result.measurements["grace"] == "GPU 0: NVLink-C2C, CPUs 0-71, memory NUMA node 1"
     # no PCIe rule on a GPU whose host link NVML read as C2C
-    assert "PCIe" not in health.check_health(load("gh200")).reason
+    assert "PCIe" not in health.check_health(typed(load("gh200"))).reason
 
 
 @pytest.mark.parametrize(
@@ -92,7 +95,7 @@ def test_threads_per_rank_against_the_cpus_near_each_gpu(
 def test_the_warning_names_the_grace_the_threads_spill_from() -> None:
     snapshot = load("gb200-nvl72")
     stack(snapshot)["omp_num_threads"] = "72"
-    warning = links.check_links(snapshot).measurements["warning"]
+    warning = links.check_links(typed(snapshot)).measurements["warning"]
     assert "GPU 2: OMP_NUM_THREADS=72 per rank, but 36 CPUs near this GPU" in warning
     assert "share of 72-143" in warning
 
@@ -158,7 +161,7 @@ def test_unread_mnnvl_readings_are_skips_never_passes() -> None:
     snapshot["checks"] = {}
     for gpu in snapshot["gpus"]:
         del gpu["fabric"]
-    rules = {f["rule"] for f in links.check_links(snapshot).measurements["findings"]}
+    rules = {f["rule"] for f in links.check_links(typed(snapshot)).measurements["findings"]}
     assert {"mnnvl-nccl", "mnnvl-env", "mnnvl-imex", "mnnvl-fabric"} <= rules
     assert failed(snapshot) == set()
 
@@ -172,7 +175,7 @@ def test_other_profiles_are_not_asked_for_mnnvl() -> None:
 
 def test_the_imex_failure_says_how_to_give_the_container_a_channel() -> None:
     snapshot = mutate("container.imex_channels", [])
-    reason = links.check_links(snapshot).reason
+    reason = links.check_links(typed(snapshot)).reason
     assert "no IMEX channel in the container" in reason
     assert "NVIDIA_IMEX_CHANNELS=0" in reason and "ComputeDomain" in reason
 
@@ -215,12 +218,12 @@ def test_cpu_count(cpulist: str, count: int) -> None:
 
 def test_a_malformed_affinity_is_left_out() -> None:
     gpus = [{"index": 0, "cpu_affinity": "71-0"}, {"index": 1, "cpu_affinity": "0-71"}]
-    assert grace.cpus_per_rank(gpus) == {1: ("0-71", 72)}
+    assert grace.cpus_per_rank([typed(g, Gpu) for g in gpus]) == {1: ("0-71", 72)}
 
 
 def test_old_snapshots_judge_as_before() -> None:
     snapshot = copy.deepcopy(load("h100-8x"))
-    assert links.check_links(snapshot).measurements.get("grace") is None
-    assert {f["rule"] for f in links.check_links(snapshot).measurements["findings"]}.isdisjoint(
-        {"omp-near", "mnnvl-nccl", "mnnvl-env", "mnnvl-imex", "mnnvl-fabric"}
-    )
+    assert links.check_links(typed(snapshot)).measurements.get("grace") is None
+    assert {
+        f["rule"] for f in links.check_links(typed(snapshot)).measurements["findings"]
+    }.isdisjoint({"omp-near", "mnnvl-nccl", "mnnvl-env", "mnnvl-imex", "mnnvl-fabric"})

@@ -11,7 +11,10 @@ import pytest
 
 from imagekit.contract import transports
 from imagekit.contract.checks import Status
+from imagekit.contract.host_snapshot import Gpu
 from imagekit.selfcheck.verdicts import host_links, link_floors, links
+
+from .conftest import typed
 
 H100 = "NVIDIA H100 80GB HBM3"  # NVML's name of the H100 SXM5
 
@@ -67,7 +70,7 @@ def levels(findings: list[Any]) -> list[tuple[str, str]]:
 def test_pcie_link_prefers_the_max_generation_and_width(
     fields: dict[str, Any], gbps: float, what: str
 ) -> None:
-    link = link_floors.pcie_link(gpu(0, **fields))
+    link = link_floors.pcie_link(typed(gpu(0, **fields), Gpu))
     assert link is not None and link.gbps == pytest.approx(gbps, abs=0.1)
     assert not what or link.what == what
 
@@ -91,7 +94,10 @@ def test_nvlink_link_rate_by_architecture(
     name: str, cc: str | None, active: int, version: int, gbps: float
 ) -> None:
     link = link_floors.nvlink_link(
-        gpu(0, name=name, compute_capability=cc, nvlinks_active=active, nvlink_version=version)
+        typed(
+            gpu(0, name=name, compute_capability=cc, nvlinks_active=active, nvlink_version=version),
+            Gpu,
+        )
     )
     assert link is not None and link.gbps == pytest.approx(gbps, abs=0.01)
 
@@ -105,21 +111,23 @@ def test_the_fallback_rate_is_keyed_by_what_nvml_py_stores() -> None:
     assert known <= set(link_floors.NVLINK_GBPS_BY_GENERATION)
     assert link_floors.NVLINK_GBPS_BY_GENERATION[NVLINK_GENERATION[7]] == 50.0
     # NVLink 6 (enum 8): no part's per-link rate in the table yet, so skipped, not guessed.
-    assert link_floors.nvlink_rate({"nvlink_version": NVLINK_GENERATION[8]}) is None
+    assert link_floors.nvlink_rate(typed({"nvlink_version": NVLINK_GENERATION[8]}, Gpu)) is None
 
 
 def test_no_active_nvlink_is_no_nvlink() -> None:
-    assert link_floors.nvlink_link(gpu(0, name="NVIDIA L40S", nvlinks_active=0)) is None
-    assert link_floors.nvlink_link(gpu(0, nvlinks_active=None)) is None
+    assert link_floors.nvlink_link(typed(gpu(0, name="NVIDIA L40S", nvlinks_active=0), Gpu)) is None
+    assert link_floors.nvlink_link(typed(gpu(0, nvlinks_active=None), Gpu)) is None
 
 
 def test_nvswitch_is_known_only_where_it_cannot_be_a_mesh() -> None:
-    assert link_floors.on_nvswitch(hgx_h100(8))
+    assert link_floors.on_nvswitch([typed(g, Gpu) for g in hgx_h100(8)])
     # 4 SXM GPUs: a 4-GPU HGX mesh (NV6 per pair) or half an NVSwitch board: unknown.
-    assert not link_floors.on_nvswitch(hgx_h100(4))
-    assert link_floors.on_nvswitch(hgx_h100(2), transport="NVLS")  # NVLS needs NVSwitch
+    assert not link_floors.on_nvswitch([typed(g, Gpu) for g in hgx_h100(4)])
+    assert link_floors.on_nvswitch(
+        [typed(g, Gpu) for g in hgx_h100(2)], transport="NVLS"
+    )  # NVLS needs NVSwitch
     pcie_cards = [gpu(i, name="NVIDIA H100 NVL") for i in range(8)]  # bridged pairs
-    assert not link_floors.on_nvswitch(pcie_cards)
+    assert not link_floors.on_nvswitch([typed(g, Gpu) for g in pcie_cards])
 
 
 # -- p2p ---------------------------------------------------------------------------------------
@@ -128,13 +136,13 @@ def test_nvswitch_is_known_only_where_it_cannot_be_a_mesh() -> None:
 def test_hgx_h100_peer_copies_at_nccl_1264s_rates_pass() -> None:
     # 371-376 GB/s unidirectional peer writes on HGX H100 (NVIDIA/nccl#1264).
     snapshot = {"gpus": hgx_h100(), "p2p": pairs(8, 371.0)}
-    assert links.p2p_findings(snapshot) == []
-    assert links.check_links(snapshot).status == "passed"
+    assert links.p2p_findings(typed(snapshot)) == []
+    assert links.check_links(typed(snapshot)).status == "passed"
 
 
 def test_a_slow_pair_on_nvswitch_fails_naming_the_pair_and_the_floor() -> None:
     snapshot = {"gpus": hgx_h100(), "p2p": pairs(8, 371.0, s2d5=140.0)}
-    (finding,) = links.p2p_findings(snapshot)
+    (finding,) = links.p2p_findings(typed(snapshot))
     assert (finding.level, finding.rule, finding.gpu) == (Status.FAILED, "p2p-bandwidth", 2)
     assert finding.text() == (
         "GPU 2: peer copy to GPU 5 at 140 GB/s, below 270 GB/s (60% of 18 NVLinks x 25 GB/s "
@@ -145,8 +153,8 @@ def test_a_slow_pair_on_nvswitch_fails_naming_the_pair_and_the_floor() -> None:
 def test_a_4_gpu_mesh_is_judged_by_the_pcie_floor_only_and_says_so() -> None:
     # 4 x H100 with NV6 per pair: ~130 GB/s one way (260.89 both ways, cuda-samples#392).
     snapshot = {"gpus": hgx_h100(4), "p2p": pairs(4, 130.4)}
-    assert levels(links.p2p_findings(snapshot)) == [(Status.SKIPPED, "p2p-nvlink")]
-    assert links.check_links(snapshot).status == "passed"  # 12 pairs judged
+    assert levels(links.p2p_findings(typed(snapshot))) == [(Status.SKIPPED, "p2p-nvlink")]
+    assert links.check_links(typed(snapshot)).status == "passed"  # 12 pairs judged
 
 
 def test_p2p_over_pcie_slower_than_through_host_memory_fails() -> None:
@@ -154,10 +162,10 @@ def test_p2p_over_pcie_slower_than_through_host_memory_fails() -> None:
     # GPUs' Gen4 x16 links give 31.5 GB/s per direction, floor 40% = 12.6.
     gpus = [gpu(i, name="NVIDIA A10G", compute_capability="8.6", nvlinks_active=0, pcie_max_gen=4)
             for i in range(2)]  # fmt: skip
-    findings = links.p2p_findings({"gpus": gpus, "p2p": pairs(2, 9.9)})
+    findings = links.p2p_findings(typed({"gpus": gpus, "p2p": pairs(2, 9.9)}))
     assert levels(findings) == [(Status.FAILED, "p2p-bandwidth")] * 2
     assert "below 12.6 GB/s (40% of PCIe Gen4 x16 = 31.5 GB/s" in findings[0].message
-    assert links.p2p_findings({"gpus": gpus, "p2p": pairs(2, 22.0)}) == []
+    assert links.p2p_findings(typed({"gpus": gpus, "p2p": pairs(2, 22.0)})) == []
 
 
 @pytest.mark.parametrize(
@@ -171,7 +179,7 @@ def test_p2p_over_pcie_slower_than_through_host_memory_fails() -> None:
 def test_two_or_more_gpus_without_a_peer_pair_is_never_a_pass(name: str, level: Status) -> None:
     """Issue 52: no peer pair on a multi-GPU node sends every copy through host memory."""
     snapshot = {"gpus": [gpu(i, name=name) for i in range(2)], "p2p": []}
-    (finding,) = links.p2p_findings(snapshot)
+    (finding,) = links.p2p_findings(typed(snapshot))
     assert (finding.level, finding.rule) == (level, "p2p-none")
     assert finding.message.startswith("no pair of the 2 GPUs has peer access: P2P is off")
 
@@ -180,24 +188,26 @@ def test_one_gpu_given_to_torch_of_two_is_no_missing_peer() -> None:
     """CUDA_VISIBLE_DEVICES=1 on a two-GPU container: torch measured one GPU (torch_index),
     so there was no pair to have; a MIG device has no peer access at all."""
     one = {"gpus": [gpu(0), gpu(1, torch_index=0)], "p2p": []}
-    assert levels(links.p2p_findings(one)) == [(Status.SKIPPED, "p2p")]
+    assert levels(links.p2p_findings(typed(one))) == [(Status.SKIPPED, "p2p")]
     both = {"gpus": [gpu(0, torch_index=0), gpu(1, torch_index=1)], "p2p": []}
-    assert levels(links.p2p_findings(both)) == [(Status.FAILED, "p2p-none")]
+    assert levels(links.p2p_findings(typed(both))) == [(Status.FAILED, "p2p-none")]
     mig = {"gpus": [gpu(i, mig_mode=True) for i in range(2)], "p2p": []}
-    assert levels(links.p2p_findings(mig)) == [(Status.SKIPPED, "p2p")]
+    assert levels(links.p2p_findings(typed(mig))) == [(Status.SKIPPED, "p2p")]
 
 
 def test_p2p_not_measured_or_not_possible_is_a_skip_never_a_pass() -> None:
-    assert levels(links.p2p_findings({"gpus": hgx_h100(1)})) == [(Status.SKIPPED, "p2p")]
+    assert levels(links.p2p_findings(typed({"gpus": hgx_h100(1)}))) == [(Status.SKIPPED, "p2p")]
     snapshot = {"gpus": hgx_h100(1), "p2p": []}
-    assert levels(links.p2p_findings(snapshot)) == [(Status.SKIPPED, "p2p")]
-    assert "no pair of GPUs has peer access: one GPU" in links.p2p_findings(snapshot)[0].message
+    assert levels(links.p2p_findings(typed(snapshot))) == [(Status.SKIPPED, "p2p")]
+    assert (
+        "no pair of GPUs has peer access: one GPU" in links.p2p_findings(typed(snapshot))[0].message
+    )
     unread = [gpu(i, nvlinks_active=None, pcie_max_gen=None, pcie_gen=None) for i in range(2)]
-    assert levels(links.p2p_findings({"gpus": unread, "p2p": pairs(2, 20.0)})) == [
+    assert levels(links.p2p_findings(typed({"gpus": unread, "p2p": pairs(2, 20.0)}))) == [
         (Status.SKIPPED, "p2p-pair"),
         (Status.SKIPPED, "p2p-pair"),
     ]
-    assert links.check_links({"gpus": unread, "p2p": pairs(2, 20.0)}).status == "skipped"
+    assert links.check_links(typed({"gpus": unread, "p2p": pairs(2, 20.0)})).status == "skipped"
 
 
 # -- host copies -------------------------------------------------------------------------------
@@ -238,7 +248,7 @@ def test_h2d_against_the_host_link(fields: dict[str, Any], level: str | None) ->
         other = "d2h_gbps" if key == "h2d_gbps" else "h2d_gbps"
         moved = {key if k == "h2d_gbps" else k: v for k, v in fields.items()}
         one = gpu(3, **moved, **{other: 55.0})
-        found = host_links.h2d_findings({"gpus": [one], **MEASURED_APART})
+        found = host_links.h2d_findings(typed({"gpus": [one], **MEASURED_APART}))
         mine = [f.level for f in found if f.rule.startswith(rule)]
         assert mine == ([level] if level else []), key
 
@@ -246,7 +256,7 @@ def test_h2d_against_the_host_link(fields: dict[str, Any], level: str | None) ->
 def test_a_snapshot_without_copy_conditions_is_judged_and_told_why_it_may_read_low() -> None:
     """The committed H200 snapshots of 2026-11-26/27 timed the copy in the memory test's wake
     and recorded no conditions: they fail, and the finding says to run the check again."""
-    (finding,) = host_links.h2d_findings({"gpus": [gpu(0, h2d_gbps=27.5)]})
+    (finding,) = host_links.h2d_findings(typed({"gpus": [gpu(0, h2d_gbps=27.5)]}))
     assert finding.rule == "h2d-bandwidth" and finding.level == Status.FAILED
     assert finding.text().startswith(
         "GPU 0: host-to-device copy at 27.5 GB/s, below 47.3 GB/s (75% of PCIe Gen5 x16 = "
@@ -258,27 +268,29 @@ def test_a_snapshot_without_copy_conditions_is_judged_and_told_why_it_may_read_l
         "on an H200): run the self-check again"
     )
     # such a snapshot has no device-to-host figure, and is not asked for one
-    assert host_links.h2d_findings({"gpus": [gpu(0, h2d_gbps=55.2)]}) == []
-    (missing,) = host_links.h2d_findings({"gpus": [gpu(0, h2d_gbps=55.2)], **MEASURED_APART})
+    assert host_links.h2d_findings(typed({"gpus": [gpu(0, h2d_gbps=55.2)]})) == []
+    (missing,) = host_links.h2d_findings(typed({"gpus": [gpu(0, h2d_gbps=55.2)], **MEASURED_APART}))
     assert (missing.rule, missing.level) == ("d2h", Status.SKIPPED)
 
 
 def test_copies_whose_batches_never_agreed_say_so() -> None:
     one = gpu(1, h2d_gbps=30.0, d2h_gbps=54.0, host_copy_settled=False, host_copy_cpus="0-55")
-    (finding,) = host_links.h2d_findings({"gpus": [one], **MEASURED_APART})
+    (finding,) = host_links.h2d_findings(typed({"gpus": [one], **MEASURED_APART}))
     assert finding.text().endswith("the far socket; its timed batches never agreed")
 
 
 def test_copies_from_memory_not_placed_near_the_gpu_say_so() -> None:
     one = gpu(1, h2d_gbps=30.0, d2h_gbps=54.0)
-    (finding,) = host_links.h2d_findings({"gpus": [one], **MEASURED_APART})
+    (finding,) = host_links.h2d_findings(typed({"gpus": [one], **MEASURED_APART}))
     assert finding.text().endswith(
         "the probe's pinned memory was not placed near this GPU (its CPUs unread)"
     )
 
 
 def test_c2c_failure_names_the_share_of_the_link() -> None:
-    (finding,) = host_links.h2d_findings({"gpus": [gpu(0, name="NVIDIA GB200", h2d_gbps=60.0)]})
+    (finding,) = host_links.h2d_findings(
+        typed({"gpus": [gpu(0, name="NVIDIA GB200", h2d_gbps=60.0)]})
+    )
     assert finding.rule == "h2d-bandwidth"
     assert (
         "below 112.5 GB/s (50% of its half of a Grace's NVLink-C2C, 225 GB/s per direction"
@@ -288,7 +300,7 @@ def test_c2c_failure_names_the_share_of_the_link() -> None:
 
 def test_h2d_failure_names_the_gpu_the_reading_and_the_link() -> None:
     one = gpu(3, h2d_gbps=12.0, d2h_gbps=50.0)
-    (finding,) = host_links.h2d_findings({"gpus": [one], **MEASURED_APART})
+    (finding,) = host_links.h2d_findings(typed({"gpus": [one], **MEASURED_APART}))
     assert finding.text().startswith(
         "GPU 3: host-to-device copy at 12 GB/s, below 47.3 GB/s (75% of PCIe Gen5 x16 = 63 GB/s"
     )
@@ -304,22 +316,22 @@ def nccl(**fields: Any) -> dict[str, Any]:
 
 
 def test_nccl_on_one_gpu_is_skipped() -> None:
-    (finding,) = links.nccl_findings({"gpus": hgx_h100(1), "nccl": nccl(world_size=1)})
+    (finding,) = links.nccl_findings(typed({"gpus": hgx_h100(1), "nccl": nccl(world_size=1)}))
     assert finding.level == Status.SKIPPED and "needs 2 or more GPUs" in finding.message
 
 
 def test_nvls_all_reduce_on_8_h100_at_nccl_tests_rate_passes() -> None:
     # ~480 GB/s busbw with NVLS on 8 x H100 (NCCL's maintainer, NVIDIA/nccl-tests#212).
-    assert links.nccl_findings({"gpus": hgx_h100(), "nccl": nccl()}) == []
+    assert links.nccl_findings(typed({"gpus": hgx_h100(), "nccl": nccl()})) == []
 
 
 def test_slow_nvls_all_reduce_fails_but_a_small_message_only_warns() -> None:
     snapshot = {"gpus": hgx_h100(), "nccl": nccl(busbw_gbps=150.0)}
-    (finding,) = links.nccl_findings(snapshot)
+    (finding,) = links.nccl_findings(typed(snapshot))
     assert (finding.level, finding.rule) == (Status.FAILED, "nccl-busbw")
     assert "all-reduce busbw 150 GB/s over NVLS, below 270 GB/s" in finding.message
     small = {"gpus": hgx_h100(), "nccl": nccl(busbw_gbps=150.0, message_bytes=256 * 2**20)}
-    (finding,) = links.nccl_findings(small)
+    (finding,) = links.nccl_findings(typed(small))
     assert finding.level == Status.WARNED
     assert "the 256 MiB message is below the 512 MiB that bus bandwidth needs" in finding.message
 
@@ -327,10 +339,13 @@ def test_slow_nvls_all_reduce_fails_but_a_small_message_only_warns() -> None:
 def test_pcie_ring_is_judged_by_the_pcie_floor() -> None:
     gpus = [gpu(i, name="NVIDIA L40S", compute_capability="8.9", nvlinks_active=0,
                 pcie_max_gen=4) for i in range(4)]  # fmt: skip
-    assert links.nccl_findings({"gpus": gpus, "nccl": nccl(busbw_gbps=19.8, transport="P2P")}) == []
-    slow = links.nccl_findings({"gpus": gpus, "nccl": nccl(busbw_gbps=6.0, transport="P2P")})
+    assert (
+        links.nccl_findings(typed({"gpus": gpus, "nccl": nccl(busbw_gbps=19.8, transport="P2P")}))
+        == []
+    )
+    slow = links.nccl_findings(typed({"gpus": gpus, "nccl": nccl(busbw_gbps=6.0, transport="P2P")}))
     assert levels(slow) == [(Status.FAILED, "nccl-busbw")]
-    shm = links.nccl_findings({"gpus": gpus, "nccl": nccl(busbw_gbps=7.0, transport="SHM")})
+    shm = links.nccl_findings(typed({"gpus": gpus, "nccl": nccl(busbw_gbps=7.0, transport="SHM")}))
     assert shm == []  # through host memory: 20% of the link
 
 
@@ -372,7 +387,7 @@ def test_a_mixed_ring_is_judged_by_its_slowest_transport(
         "gpus": gpus,
         "nccl": nccl(world_size=len(gpus), transport=transport, busbw_gbps=busbw),
     }
-    found = links.nccl_findings(snapshot)
+    found = links.nccl_findings(typed(snapshot))
     assert [f.level for f in found] == ([level] if level else []), found
     assert all(words in f.message for f in found)
 
@@ -380,7 +395,7 @@ def test_a_mixed_ring_is_judged_by_its_slowest_transport(
 def test_a_mixed_ring_with_an_unread_link_is_not_judged() -> None:
     unread = [gpu(i, nvlinks_active=0, pcie_max_gen=None, pcie_gen=None) for i in range(2)]
     snapshot = {"gpus": unread, "nccl": nccl(world_size=2, transport="SHM+P2P", busbw_gbps=1.0)}
-    (finding,) = links.nccl_findings(snapshot)
+    (finding,) = links.nccl_findings(typed(snapshot))
     assert (finding.level, finding.rule) == (Status.SKIPPED, "nccl-busbw")
     assert "PCIe generation and width not read" in finding.message
 
@@ -391,13 +406,13 @@ def test_multi_node_ib_over_socket_fails_with_the_fix() -> None:
         "gpus": hgx_h100(),
         "nccl": nccl(world_size=16, nodes=2, transport="Socket", busbw_gbps=11.0),
     }
-    found = links.nccl_findings(snapshot)
+    found = links.nccl_findings(typed(snapshot))
     assert levels(found) == [(Status.FAILED, "nccl-transport"), (Status.SKIPPED, "nccl-busbw")]
     assert found[0].message == (
         "NCCL used Socket, profile multi-node-ib needs InfiniBand/RDMA (check NCCL_IB_HCA, "
         "the RDMA device plugin, /dev/infiniband)"
     )
-    assert links.check_links(snapshot).status == "failed"
+    assert links.check_links(typed(snapshot)).status == "failed"
 
 
 @pytest.mark.parametrize(
@@ -432,12 +447,12 @@ def test_multi_node_ib_run_without_a_transport_fails_not_passes() -> None:
         "gpus": hgx_h100(),
         "nccl": nccl(world_size=16, nodes=2, transport=None, busbw_gbps=90.0),
     }
-    found = links.nccl_findings(snapshot)
+    found = links.nccl_findings(typed(snapshot))
     assert levels(found) == [(Status.FAILED, "nccl-transport"), (Status.SKIPPED, "nccl-busbw")]
-    assert links.check_links(snapshot).status == "failed"
+    assert links.check_links(typed(snapshot)).status == "failed"
     # One node of the same image: nothing to prove between nodes, so not judged either way.
     one = {**snapshot, "nccl": nccl(transport=None)}
-    assert levels(links.nccl_findings(one)) == [
+    assert levels(links.nccl_findings(typed(one))) == [
         (Status.SKIPPED, "nccl-transport"),
         (Status.SKIPPED, "nccl-busbw"),
     ]
@@ -446,20 +461,24 @@ def test_multi_node_ib_run_without_a_transport_fails_not_passes() -> None:
 def test_multi_node_busbw_by_profile() -> None:
     ib = {"profile": "multi-node-ib", "gpus": hgx_h100()}
     unknown_rate = nccl(world_size=16, nodes=2, transport="IB", busbw_gbps=90.0)
-    (finding,) = links.nccl_findings({**ib, "nccl": unknown_rate})
+    (finding,) = links.nccl_findings(typed({**ib, "nccl": unknown_rate}))
     assert finding.level == Status.SKIPPED and "judged by the transport only" in finding.message
     # 8 x 400 Gb/s NDR per node = 400 GB/s; floor 50%.
     rated = nccl(world_size=16, nodes=2, transport="IB", busbw_gbps=90.0, net_gbps=3200)
-    assert levels(links.nccl_findings({**ib, "nccl": rated})) == [(Status.FAILED, "nccl-busbw")]
+    assert levels(links.nccl_findings(typed({**ib, "nccl": rated}))) == [
+        (Status.FAILED, "nccl-busbw")
+    ]
     tcp = {"profile": "multi-node-ethernet", "gpus": hgx_h100()}
-    (finding,) = links.nccl_findings({**tcp, "nccl": nccl(nodes=2, transport="Socket")})
+    (finding,) = links.nccl_findings(typed({**tcp, "nccl": nccl(nodes=2, transport="Socket")}))
     assert finding.level == Status.SKIPPED and "measured only" in finding.message
     # The network decides between nodes, by its weakest hop: IB with its nodes' P2P hops is
     # judged by IB's floor; one channel on sockets leaves nothing to hold a floor to.
     mixed = nccl(world_size=16, nodes=2, transport="IB+P2P", busbw_gbps=90.0, net_gbps=3200)
-    assert levels(links.nccl_findings({**ib, "nccl": mixed})) == [(Status.FAILED, "nccl-busbw")]
+    assert levels(links.nccl_findings(typed({**ib, "nccl": mixed}))) == [
+        (Status.FAILED, "nccl-busbw")
+    ]
     socket = nccl(world_size=16, nodes=2, transport="Socket+IB", busbw_gbps=90.0, net_gbps=3200)
-    assert levels(links.nccl_findings({**ib, "nccl": socket})) == [
+    assert levels(links.nccl_findings(typed({**ib, "nccl": socket}))) == [
         (Status.FAILED, "nccl-transport"),
         (Status.SKIPPED, "nccl-busbw"),
     ]
@@ -474,11 +493,11 @@ def test_check_links_lists_every_finding_and_keeps_the_readings() -> None:
         "p2p": pairs(8, 372.0),
         "nccl": nccl(),
     }
-    result = links.check_links(snapshot)
+    result = links.check_links(typed(snapshot))
     assert result.status == "passed", result
     m = result.measurements
     assert (m["p2p_pairs"], m["nccl_transport"], m["nccl_busbw_GBps"]) == (56, "NVLS", 478.0)
-    assert links.check_links({}).status == "skipped"
+    assert links.check_links(typed({})).status == "skipped"
 
 
 # -- the ddp check's all-reduce -----------------------------------------------------------------
@@ -512,7 +531,7 @@ def test_nccl_writes_its_info_log_to_the_ranks_file(tmp_path: Any) -> None:
 
 
 def test_the_table_shows_each_host_to_device_figure_and_its_link() -> None:
-    result = links.check_links({"gpus": [gpu(3, h2d_gbps=55.2, d2h_gbps=53.1)]})
+    result = links.check_links(typed({"gpus": [gpu(3, h2d_gbps=55.2, d2h_gbps=53.1)]}))
     assert result.measurements["figures"] == (
         "GPU 3: host-to-device 55.2 GB/s, device-to-host 53.1 GB/s over PCIe Gen5 x16 (63 GB/s)"
     )
@@ -521,5 +540,5 @@ def test_the_table_shows_each_host_to_device_figure_and_its_link() -> None:
 def test_the_table_shows_the_all_reduce_curve() -> None:
     sweep = [{"bytes": 8 << 20, "busbw_gbps": 91.2}, {"bytes": 1 << 30, "busbw_gbps": 371.0}]
     snapshot = {"gpus": hgx_h100(8), "nccl": nccl(busbw_gbps=371.0, sweep=sweep)}
-    figures = links.check_links(snapshot).measurements["figures"]
+    figures = links.check_links(typed(snapshot)).measurements["figures"]
     assert figures == "all-reduce busbw 8 MiB 91.2, 1024 MiB 371 GB/s"

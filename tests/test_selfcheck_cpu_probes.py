@@ -18,9 +18,12 @@ import pytest
 import torch
 import torch.distributed as dist
 
+from imagekit.contract.host_snapshot import Gpu
 from imagekit.selfcheck.probes import copies, ddp, perf
 from imagekit.selfcheck.probes.results import bus_bandwidth
 from imagekit.selfcheck.verdicts.perf_verdict import perf_findings
+
+from .conftest import typed
 
 CPU = torch.device("cpu")
 KIB = 1024
@@ -86,7 +89,9 @@ def test_too_little_free_memory_tests_nothing_and_the_verdict_says_so() -> None:
     assert (result["bytes"], result["errors"]) == (0, 0)
     # The GPU-sized rule: under ~3.3 GiB free there is no whole 1 GiB chunk to test.
     assert int(3.3 * 2**30 * perf.MEMTEST_FRACTION) // perf.CHUNK_BYTES - 2 < 1
-    found, judged = perf_findings({"index": 0, "memtest": result, "name": "NVIDIA H100 PCIe"})
+    found, judged = perf_findings(
+        typed({"index": 0, "memtest": result, "name": "NVIDIA H100 PCIe"}, Gpu)
+    )
     assert [(f.level, f.rule) for f in found if f.rule == "memtest"] == [("skipped", "memtest")]
     assert judged == 0  # nor GEMM nor copy measured here: nothing judged, nothing passed
 

@@ -15,9 +15,12 @@ import pynvml
 import pytest
 
 from imagekit.contract.checks import Status
+from imagekit.contract.host_snapshot import Gpu
 from imagekit.selfcheck.readers import clock_sampler, nvml
 from imagekit.selfcheck.verdicts import health
 from imagekit.selfcheck.verdicts.findings import Finding
+
+from .conftest import typed
 
 SNAPSHOTS = Path(__file__).parent / "data" / "snapshots"
 
@@ -47,7 +50,7 @@ def load(name: str) -> dict[str, Any]:
 
 
 def findings(snapshot: dict[str, Any]) -> list[Finding]:
-    return health.count_findings(snapshot)[0] + health.health_findings(snapshot)[0]
+    return health.count_findings(typed(snapshot))[0] + health.health_findings(typed(snapshot))[0]
 
 
 def test_every_recorded_snapshot_is_judged_and_cites_its_source() -> None:
@@ -62,7 +65,10 @@ def test_recorded_snapshot_fails_exactly_as_expected(name: str) -> None:
     snapshot = load(name)
     failed = {(f.rule, f.gpu) for f in findings(snapshot) if f.level == Status.FAILED}
     assert failed == EXPECTED[name]
-    statuses = {health.check_gpus(snapshot).status, health.check_health(snapshot).status}
+    statuses = {
+        health.check_gpus(typed(snapshot)).status,
+        health.check_health(typed(snapshot)).status,
+    }
     assert ("failed" in statuses) is bool(EXPECTED[name])
 
 
@@ -80,10 +86,10 @@ def test_fail_messages_name_the_gpu_the_reading_and_the_rule() -> None:
 
 
 def test_healthy_h100_node_passes_with_its_warnings_listed() -> None:
-    result = health.check_health(load("h100-8x"))
+    result = health.check_health(typed(load("h100-8x")))
     assert result.status == "passed"
     assert result.measurements["warning"].count("persistence mode is off") == 8
-    gpus = health.check_gpus(load("h100-8x"))
+    gpus = health.check_gpus(typed(load("h100-8x")))
     assert gpus.status == "passed"
     assert gpus.measurements["counts"] == {
         "torch": 8,
@@ -95,7 +101,7 @@ def test_healthy_h100_node_passes_with_its_warnings_listed() -> None:
 
 def test_a_mig_slice_skips_the_whole_gpu_readings_and_still_judges_the_rest() -> None:
     snapshot = load("h100-mig-slice")
-    found = health.health_findings(snapshot)[0]
+    found = health.health_findings(typed(snapshot))[0]
     mig = {
         f.rule for f in found if f.level == Status.SKIPPED and f.message.startswith("MIG slice:")
     }
@@ -110,17 +116,17 @@ def test_a_mig_slice_skips_the_whole_gpu_readings_and_still_judges_the_rest() ->
         "temperature",
         "nvlink-down",
     }
-    assert health.check_health(snapshot).status == "passed"
+    assert health.check_health(typed(snapshot)).status == "passed"
     # torch counts the slice, NVML and /dev/nvidia* the GPU: compared within each side
-    assert health.check_gpus(snapshot).status == "passed"
+    assert health.check_gpus(typed(snapshot)).status == "passed"
     not_read = [f.message for f in found if f.rule == "other-processes"]
     assert not_read == ["other processes (NVML said: Insufficient Permissions)"]
 
 
 def test_exclusive_process_busy_forbids_parallel_checks() -> None:
-    ok, why = health.parallel_ok(load("a100-exclusive-process-busy"))
+    ok, why = health.parallel_ok(typed(load("a100-exclusive-process-busy")))
     assert not ok and why == "GPU 0 is EXCLUSIVE_PROCESS; GPU 1 is EXCLUSIVE_PROCESS"
-    assert health.parallel_ok(load("h100-8x")) == (True, "")
+    assert health.parallel_ok(typed(load("h100-8x"))) == (True, "")
 
 
 # -- GPU counts -----------------------------------------------------------------------------
@@ -158,14 +164,14 @@ def cpu_host(**overrides: Any) -> dict[str, Any]:
 
 
 def test_a_cpu_only_host_with_nothing_expected_has_nothing_to_judge() -> None:
-    result = health.check_gpus(cpu_host())
+    result = health.check_gpus(typed(cpu_host()))
     assert result.status == "skipped"
     assert "no GPU on this host" in result.reason
     assert "NVML Shared Library Not Found" in result.reason
 
 
 def test_gpus_expected_but_none_in_the_container_fails() -> None:
-    found, judged = health.count_findings(cpu_host(expected_gpus=8))
+    found, judged = health.count_findings(typed(cpu_host(expected_gpus=8)))
     assert judged == 1
     (failed,) = [f for f in found if f.level == Status.FAILED]
     assert failed.message.startswith("the GPU counts disagree: /dev/nvidia* 0, expected 8. ")
@@ -173,7 +179,7 @@ def test_gpus_expected_but_none_in_the_container_fails() -> None:
 
 def test_missing_count_sources_are_skips_and_one_source_is_not_a_pass() -> None:
     snapshot = {"nvml": {"available": True, "device_count": 2}}
-    found, judged = health.count_findings(snapshot)
+    found, judged = health.count_findings(typed(snapshot))
     assert judged == 0
     assert [f.message for f in found] == [
         "torch's GPU count was not read",
@@ -185,9 +191,9 @@ def test_missing_count_sources_are_skips_and_one_source_is_not_a_pass() -> None:
 def test_cuda_visible_devices_takes_torch_out_of_the_comparison() -> None:
     snapshot = load("h100-8x")
     snapshot["torch"]["device_count"] = 2
-    assert health.check_gpus(snapshot).status == "failed"
+    assert health.check_gpus(typed(snapshot)).status == "failed"
     snapshot["container"]["cuda_visible_devices"] = "0,1"
-    result = health.check_gpus(snapshot)
+    result = health.check_gpus(typed(snapshot))
     assert result.status == "passed"
     assert "CUDA_VISIBLE_DEVICES=0,1 limits what torch sees" in result.reason
 
@@ -195,7 +201,7 @@ def test_cuda_visible_devices_takes_torch_out_of_the_comparison() -> None:
 def test_a_privileged_container_sees_more_gpus_than_it_was_given() -> None:
     snapshot = load("h100-8x")
     snapshot["container"]["visible_devices"] = "0,1"
-    found, _ = health.count_findings(snapshot)
+    found, _ = health.count_findings(typed(snapshot))
     assert [f.rule for f in found if f.level == Status.FAILED] == ["gpu-count"]
     assert "NVIDIA_VISIBLE_DEVICES 2" in found[0].message
 
@@ -224,7 +230,7 @@ def h100(**overrides: Any) -> dict[str, Any]:
 
 
 def levels(gpu: dict[str, Any], peers: int = 7) -> set[tuple[str, str]]:
-    return {(f.level, f.rule) for f in health.gpu_findings(gpu, peers)}
+    return {(f.level, f.rule) for f in health.gpu_findings(typed(gpu, Gpu), peers)}
 
 
 def test_a_healthy_gpu_gives_no_finding() -> None:
@@ -298,7 +304,9 @@ def test_nvlink_rules(
 def test_nvlink_not_visible_names_the_model_its_links_and_the_gpus() -> None:
     unread = h100(nvlinks_active=None, nvlinks_total=None, persistence_mode=True)
     unread["unread"] = {"nvlinks_total": "Not Supported"}
-    (finding,) = [f for f in health.gpu_findings(unread, 7) if f.rule == "nvlink-visible"]
+    (finding,) = [
+        f for f in health.gpu_findings(typed(unread, Gpu), 7) if f.rule == "nvlink-visible"
+    ]
     assert finding.level == Status.FAILED
     assert finding.text() == (
         "GPU 2: NVLink not visible: NVLink state (NVML said: Not Supported), where the H100 SXM "
@@ -306,7 +314,7 @@ def test_nvlink_not_visible_names_the_model_its_links_and_the_gpus() -> None:
         "passthrough, or the links down (nvidia-smi nvlink -s)"
     )
     alone = h100(name="NVIDIA H200", nvlinks_active=0, nvlinks_total=0, persistence_mode=True)
-    (said,) = [f for f in health.gpu_findings(alone, 0) if f.rule == "nvlink-visible"]
+    (said,) = [f for f in health.gpu_findings(typed(alone, Gpu), 0) if f.rule == "nvlink-visible"]
     assert said.text() == (
         "GPU 2: NVLink not visible: NVML shows 0 active of 0 links, where the H200 SXM has 18; "
         "one GPU in this container"
@@ -363,16 +371,18 @@ def test_gpu_rules(readings: dict[str, Any], want: set[tuple[str, str]]) -> None
 
 def test_messages_carry_the_reading() -> None:
     procs = [{"pid": 31337, "used_mib": 30210, "name": "python"}]
-    (found,) = health.gpu_findings(h100(persistence_mode=True, processes=procs), 7)
+    (found,) = health.gpu_findings(typed(h100(persistence_mode=True, processes=procs), Gpu), 7)
     assert found.text() == (
         "GPU 2: other processes hold memory on this GPU: pid 31337 (python, 30210 MiB): they "
         "share its memory and compute with the job"
     )
-    (ecc,) = health.gpu_findings(h100(persistence_mode=True, ecc_volatile_uncorrected=3), 7)
+    (ecc,) = health.gpu_findings(
+        typed(h100(persistence_mode=True, ecc_volatile_uncorrected=3), Gpu), 7
+    )
     assert ecc.text().startswith("GPU 2: 3 uncorrectable ECC error(s) since the driver loaded")
     gpu = h100(persistence_mode=True, unread={"clock_event_reasons": "GPU is lost"})
     del gpu["clock_event_reasons"]
-    (skipped,) = health.gpu_findings(gpu, 7)
+    (skipped,) = health.gpu_findings(typed(gpu, Gpu), 7)
     assert skipped.text() == (
         "GPU 2: clock event reasons during the perf measurements (NVML said: GPU is lost)"
     )
@@ -381,18 +391,18 @@ def test_messages_carry_the_reading() -> None:
 def test_exclusive_mode_is_a_note_and_serialises_the_checks() -> None:
     snapshot = load("h100-1x")
     snapshot["gpus"][0]["compute_mode"] = "EXCLUSIVE_PROCESS"
-    result = health.check_health(snapshot)
+    result = health.check_health(typed(snapshot))
     assert result.status == "passed"
     assert result.measurements["note"] == (
         "GPU 0 is EXCLUSIVE_PROCESS: the self-check runs its GPU checks one at a time"
     )
-    assert health.parallel_ok(snapshot) == (False, "GPU 0 is EXCLUSIVE_PROCESS")
+    assert health.parallel_ok(typed(snapshot)) == (False, "GPU 0 is EXCLUSIVE_PROCESS")
     snapshot["gpus"][0].update(compute_mode="DEFAULT", processes=[{"pid": 7, "used_mib": 500}])
-    assert health.parallel_ok(snapshot) == (False, "GPU 0 is in use by pid 7")
+    assert health.parallel_ok(typed(snapshot)) == (False, "GPU 0 is in use by pid 7")
 
 
 def test_no_gpu_readings_is_skipped_with_nvmls_reason() -> None:
-    result = health.check_health(cpu_host())
+    result = health.check_health(typed(cpu_host()))
     assert result.status == "skipped"
     assert result.reason == "no GPU readings: NVML did not start: NVML Shared Library Not Found"
 
@@ -594,7 +604,7 @@ def test_reader_leaves_out_what_nvml_refuses_with_its_reason() -> None:
     for key in gpu["unread"]:
         assert key not in gpu
     # and the verdict says so instead of passing it
-    skips = {f.rule for f in health.gpu_findings(gpu) if f.level == Status.SKIPPED}
+    skips = {f.rule for f in health.gpu_findings(typed(gpu, Gpu)) if f.level == Status.SKIPPED}
     assert {"ecc-uncorrected", "nvlink-visible", "other-processes"} <= skips
 
 
@@ -710,9 +720,13 @@ def test_a_clock_cut_says_in_how_many_samples_it_was_seen() -> None:
         clock_event_counts={"sw_power_cap": 38, "hw_slowdown": 12},
         clock_samples=40,
     )
-    (finding,) = [f for f in health.gpu_findings(gpu, 7) if f.rule == "clocks-hw-slowdown"]
+    (finding,) = [
+        f for f in health.gpu_findings(typed(gpu, Gpu), 7) if f.rule == "clocks-hw-slowdown"
+    ]
     assert finding.message.startswith(
         "clocks cut by hw_slowdown (in 12 of 40 samples) during the perf measurements"
     )
     capped = h100(persistence_mode=True, clock_event_reasons=["sw_power_cap"])
-    assert not [f for f in health.gpu_findings(capped, 7) if f.rule.startswith("clocks")]
+    assert not [
+        f for f in health.gpu_findings(typed(capped, Gpu), 7) if f.rule.startswith("clocks")
+    ]

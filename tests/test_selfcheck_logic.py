@@ -20,6 +20,7 @@ from imagekit.contract.checks import (
     gpus_value,
     passed,
 )
+from imagekit.contract.host_snapshot import Gpu
 from imagekit.engine.fake import FakeEngine
 from imagekit.engine.interface import RunOptions, RunResult
 from imagekit.errors import SelfCheckFailed, UsageError
@@ -28,6 +29,8 @@ from imagekit.imagetest.stamp import validated_ref
 from imagekit.selfcheck.run import failure_line as failures
 from imagekit.selfcheck.run import judge, processes, report
 from imagekit.selfcheck.verdicts.peaks import peak_for
+
+from .conftest import typed
 
 
 def result(status: str, reason: str = "", **m: Any) -> CheckResult:
@@ -326,7 +329,7 @@ def test_a_soaks_steady_gemm_is_judged_by_the_sustained_floor(
 
     gpu = h200_snapshot()["gpus"][0]
     gpu.update(name=name, soak={"seconds": 300.2, "windows": 300, "tflops_steady": steady})
-    found = [f for f in perf_findings(gpu)[0] if f.rule == "gemm-sustained"]
+    found = [f for f in perf_findings(typed(gpu, Gpu))[0] if f.rule == "gemm-sustained"]
     assert [f.level for f in found] == ([level] if level else [])
     if level == Status.FAILED:
         assert found[0].message.startswith(

@@ -42,6 +42,8 @@ from imagekit.selfcheck.run.main import main
 from imagekit.selfcheck.verdicts import cpulist as numa
 from imagekit.selfcheck.verdicts import devices, health
 
+from .conftest import typed
+
 H100 = "NVIDIA H100 80GB HBM3"
 UUIDS = ["GPU-5d1a2e3b-7c4f-4d8e-9a0b-1c2d3e4f5a6b", "GPU-9e8d35e3-0c1d-4b5a-8f7e-6d5c4b3a2910"]
 MIG_UUIDS = ["MIG-2bbca808-35cf-59a3-81cd-726377e03a78", "MIG-7f3e9a1c-4d2b-5e6f-8a9b-0c1d2e3f4a5b"]
@@ -419,7 +421,7 @@ NEEDS: dict[tuple[str, ...], tuple[tuple[str, ...], ...]] = {
 
 
 def not_passed(snap: dict[str, Any]) -> set[tuple[str, int | None]]:
-    found, _ = health.health_findings(snap)
+    found, _ = health.health_findings(typed(snap))
     return {(f.rule, f.gpu) for f in found if f.level in (Status.SKIPPED, Status.FAILED)}
 
 
@@ -638,7 +640,9 @@ def one_call_fails(
     if fault:
         assert fault in gpu
         assert ("gpu-lost" if fault == "gpu_lost" else "gpu-reset-required", target) in {
-            (f.rule, f.gpu) for f in health.health_findings(snap)[0] if f.level == Status.FAILED
+            (f.rule, f.gpu)
+            for f in health.health_findings(typed(snap))[0]
+            if f.level == Status.FAILED
         }
     else:
         assert "gpu_lost" not in gpu and "gpu_reset_required" not in gpu
@@ -665,7 +669,9 @@ def test_a_lost_gpu_fails_the_health_verdict_naming_it(
     assert re.search(r"health +FAILED", out) and "GPU 1: NVML says the GPU is lost" in out
     # every other rule of that GPU says it was not judged, with NVML's words
     skips = {
-        f.rule for f in health.health_findings(snap)[0] if f.gpu == 1 and f.level == Status.SKIPPED
+        f.rule
+        for f in health.health_findings(typed(snap))[0]
+        if f.gpu == 1 and f.level == Status.SKIPPED
     }
     assert {"ecc-uncorrected", "compute-mode", "other-processes", "nvlink-down"} <= skips
 
@@ -715,7 +721,7 @@ def test_random_faults_never_escape_and_nothing_unread_passes(
         capsys.readouterr()
         assert_nothing_unread_passed(snap)
         # a GPU NVML called lost (in an answer the reader acts on) fails, by its index
-        failed = {f.gpu for f in health.health_findings(snap)[0] if f.rule == "gpu-lost"}
+        failed = {f.gpu for f in health.health_findings(typed(snap))[0] if f.rule == "gpu-lost"}
         lost = {
             gpu
             for call, gpu, kind in host.raised
@@ -786,7 +792,7 @@ def test_a_driver_without_the_v3_processes_symbol_leaves_processes_unread(
         assert "name" in gpu and "ecc_volatile_uncorrected" in gpu  # the rest is read
     assert assert_judged(snap, tmp_path) == 0
     assert "other-processes" in {
-        f.rule for f in health.health_findings(snap)[0] if f.level == Status.SKIPPED
+        f.rule for f in health.health_findings(typed(snap))[0] if f.level == Status.SKIPPED
     }
     capsys.readouterr()
 
@@ -1308,7 +1314,7 @@ def test_xid_events_during_the_run_reach_the_verdict(
     host.install(monkeypatch)
     snap = host_snapshot()
     assert [g["xid_events"] for g in snap["gpus"]] == [xids.get(0, []), xids.get(1, [])]
-    found = {(f.level, f.rule, f.gpu) for f in health.health_findings(snap)[0]}
+    found = {(f.level, f.rule, f.gpu) for f in health.health_findings(typed(snap))[0]}
     assert {(lv, gpu) for lv, rule, gpu in found if rule == "xid"} == (
         {(level, 1)} if level else set()
     )
@@ -1335,6 +1341,6 @@ def test_nvml_counters_reach_the_snapshot_and_the_verdict(monkeypatch: pytest.Mo
     gpu0 = snap["gpus"][0]
     assert (gpu0["ecc_sram_uncorrected"], gpu0["ecc_sram_corrected"]) == (3, 0)
     assert gpu0["ecc_aggregate_uncorrected"] == 7 and gpu0["ecc_volatile_uncorrected"] == 0
-    found = {(f.level, f.rule, f.gpu) for f in health.health_findings(snap)[0]}
+    found = {(f.level, f.rule, f.gpu) for f in health.health_findings(typed(snap))[0]}
     assert (Status.FAILED, "ecc-sram", 0) in found and (Status.FAILED, "ecc-sram", 1) not in found
     assert {(Status.WARNED, "ecc-aggregate", 0), (Status.WARNED, "ecc-aggregate", 1)} <= found

@@ -7,9 +7,12 @@ from typing import Any
 
 import pytest
 
-from imagekit.contract.checks import Status
+from imagekit.contract.checks import RecordError, Status
+from imagekit.contract.host_snapshot import Gpu
 from imagekit.selfcheck.verdicts.peaks import DEFAULT_FLOOR_SOURCE, PEAKS, peak_for
 from imagekit.selfcheck.verdicts.perf_verdict import check_perf_verdict, perf_findings
+
+from .conftest import typed
 
 GIB = 2**30
 
@@ -140,14 +143,14 @@ H100 = ("NVIDIA H100 80GB HBM3", 81559)  # NVML memory_total_mib of an H100 SXM
     ],
 )
 def test_perf_findings(reading: dict, failed_rules: list[str], words: str) -> None:
-    found, judged = perf_findings(reading)
+    found, judged = perf_findings(typed(reading, Gpu))
     assert [f.rule for f in found if f.level == Status.FAILED] == failed_rules
     assert judged == 3  # memtest, GEMM, copy
     assert all(words in f.text() for f in found if f.level == Status.FAILED)
 
 
 def test_a_failure_names_the_floor_and_its_source() -> None:
-    found, _ = perf_findings(gpu(*H100, 603.0, 3.0, index=5))
+    found, _ = perf_findings(typed(gpu(*H100, 603.0, 3.0, index=5), Gpu))
     (low,) = found
     assert low.gpu == 5 and "below the 70% floor for a healthy H100 SXM" in low.message
     assert "docs/selfcheck-gpu.md" in low.message
@@ -164,7 +167,7 @@ def test_a_failure_names_the_floor_and_its_source() -> None:
 def test_what_cannot_be_compared_is_skipped_not_passed(
     reading: dict, rule: str, words: str
 ) -> None:
-    found, judged = perf_findings(reading)
+    found, judged = perf_findings(typed(reading, Gpu))
     assert judged == 1  # only the memory pattern test
     assert [(f.level, f.rule) for f in found] == [(Status.SKIPPED, rule)]
     assert words in found[0].message
@@ -173,7 +176,7 @@ def test_what_cannot_be_compared_is_skipped_not_passed(
 def test_missing_readings_are_skips() -> None:
     reading = gpu(*H100, None, None)
     del reading["memtest"]
-    found, judged = perf_findings(reading)
+    found, judged = perf_findings(typed(reading, Gpu))
     assert judged == 0
     assert {f.rule for f in found} == {"memtest", "gemm", "copy"}
     assert all(f.level == Status.SKIPPED for f in found)
@@ -181,15 +184,15 @@ def test_missing_readings_are_skips() -> None:
 
 def test_check_perf_verdict_over_the_snapshot() -> None:
     two = {"gpus": [gpu(*H100, 798.0, 3.0), gpu(*H100, 603.0, 3.0, index=1)]}
-    result = check_perf_verdict(two)
+    result = check_perf_verdict(typed(two))
     assert result.status == "failed" and result.reason.startswith("GPU 1: bfloat16 GEMM")
-    assert check_perf_verdict({"gpus": [gpu(*H100, 798.0, 3.0)]}).status == "passed"
-    assert check_perf_verdict({}).status == "skipped"
+    assert check_perf_verdict(typed({"gpus": [gpu(*H100, 798.0, 3.0)]})).status == "passed"
+    assert check_perf_verdict(typed({})).status == "skipped"
     mig = {
         "container": {"visible_devices": "MIG-5c3b9e4a-1f2e-5d6c-8a7b-0e9f8d7c6b5a"},
         "gpus": [gpu(*H100, 100.0, 0.5, memtest=None)],
     }
-    assert check_perf_verdict(mig).status == "skipped"
+    assert check_perf_verdict(typed(mig)).status == "skipped"
 
 
 @pytest.mark.parametrize(
@@ -205,28 +208,36 @@ def test_check_perf_verdict_over_the_snapshot() -> None:
             2,
             "covered 0 bytes",
         ),  # how much was tested is not recorded
-        ({"bytes": None, "errors": 0}, Status.SKIPPED, 2, "no memory verdict"),
         # Errors fail whatever else the reading says.
         ({"bytes": 0, "errors": 3, "seconds": 0.1}, Status.FAILED, 3, "found 3 errors"),
         ({"errors": 1}, Status.FAILED, 3, "found 1 errors"),
-        ({"bytes": 8 * GIB, "errors": None}, Status.SKIPPED, 2, "not run"),
         (None, Status.SKIPPED, 2, "not run"),
     ],
 )
 def test_memory_test_is_judged_only_over_bytes_it_tested(
     memtest: dict | None, level: str | None, judged: int, words: str
 ) -> None:
-    found, count = perf_findings(gpu(*H100, 798.0, 3.0, memtest=memtest))
+    found, count = perf_findings(typed(gpu(*H100, 798.0, 3.0, memtest=memtest), Gpu))
     assert [(f.level, f.rule) for f in found] == ([(level, "memtest")] if level else [])
     assert count == judged  # GEMM and copy, and the memory test where it was judged
     assert all(words in f.message for f in found)
+
+
+@pytest.mark.parametrize(
+    ("memtest", "key"),
+    [({"bytes": None, "errors": 0}, "bytes"), ({"bytes": 8 * GIB, "errors": None}, "errors")],
+)
+def test_a_memory_test_with_a_null_count_is_refused_at_load(memtest: dict, key: str) -> None:
+    """A null the probe never writes (a hand-edited snapshot) is refused, naming the key."""
+    with pytest.raises(RecordError, match=rf"^memtest\.{key}: None is not a whole number"):
+        typed(gpu(*H100, 798.0, 3.0, memtest=memtest), Gpu)
 
 
 def test_a_gpu_whose_memory_test_covered_nothing_is_not_a_memory_pass() -> None:
     empty = gpu(
         "NVIDIA RTX PRO 6000 Blackwell", 97887, 400.0, 1.5, memtest={"bytes": 0, "errors": 0}
     )
-    result = check_perf_verdict({"gpus": [empty]})  # no datasheet peak: nothing else judged
+    result = check_perf_verdict(typed({"gpus": [empty]}))  # no datasheet peak: nothing else judged
     assert result.status == "skipped"
     assert "covered 0 bytes" in result.reason
 
@@ -234,7 +245,7 @@ def test_a_gpu_whose_memory_test_covered_nothing_is_not_a_memory_pass() -> None:
 def test_the_table_shows_each_gpus_figures_against_its_datasheet() -> None:
     reading = gpu("NVIDIA H200", 143771, 667.3, 4.221)
     reading["memtest"] = {"bytes": 129922760704, "errors": 0, "seconds": 0.91}
-    result = check_perf_verdict({"gpus": [reading]})
+    result = check_perf_verdict(typed({"gpus": [reading]}))
     assert result.measurements["figures"] == (
         "GPU 0: GEMM 667.3 TFLOP/s (0.67 of 989), copy 4.221 TB/s (0.88 of 4.8), "
         "memory 130 GB tested, 0 errors"

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from imagekit.contract.checks import CheckResult, Status, passed
+from imagekit.contract.host_snapshot import Gpu
 from imagekit.selfcheck.probes import copies, perf
 from imagekit.selfcheck.readers import nvml, snapshot
 from imagekit.selfcheck.run import judge
@@ -23,6 +24,7 @@ from imagekit.selfcheck.run.main import main
 from imagekit.selfcheck.verdicts import devices, health
 from imagekit.selfcheck.verdicts.devices import Match, match_devices, parse_visible, resolve_visible
 
+from .conftest import typed
 from .test_selfcheck_nvml_faults import H100, MIG_UUIDS, UUIDS, Host
 
 # -- parsing ------------------------------------------------------------------------------------
@@ -103,7 +105,7 @@ TWO_MIG = [
 def test_visible_entries_resolve_to_nvml_indices(
     value: str, gpus: list[dict[str, Any]], want: list[int]
 ) -> None:
-    assert resolve_visible(parse_visible(value) or [], gpus) == want
+    assert resolve_visible(parse_visible(value) or [], [typed(g, Gpu) for g in gpus]) == want
 
 
 class CUuuid:
@@ -350,9 +352,9 @@ def test_cuda_visible_devices_1_measures_and_samples_gpu_1_only(
     results = judge.judge(snap)
     assert results["health"].status.value == "passed"
     assert ("pcie-gen", 0) in {
-        (f.rule, f.gpu) for f in health.health_findings(snap)[0] if f.level == Status.SKIPPED
+        (f.rule, f.gpu) for f in health.health_findings(typed(snap))[0] if f.level == Status.SKIPPED
     }
-    assert not [f for f in health.health_findings(snap)[0] if f.level == Status.FAILED]
+    assert not [f for f in health.health_findings(typed(snap))[0] if f.level == Status.FAILED]
 
 
 def test_a_torch_without_uuids_matches_by_cuda_visible_devices(
@@ -500,7 +502,7 @@ def counted(visible: str | None, order: str | None = "PCI_BUS_ID") -> dict[str, 
         },
         "gpus": [dict(g) for g in TWO_MIG[:1]] + [{"index": 1, "uuid": UUIDS[1]}],
     }
-    return health.gpu_counts(snap)[0]
+    return health.gpu_counts(typed(snap))[0]
 
 
 def test_cuda_visible_devices_naming_every_gpu_keeps_torch_in_the_count() -> None:

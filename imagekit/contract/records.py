@@ -60,6 +60,11 @@ def or_none(value: R | NotRead) -> R | None:
     return None if value is NOT_READ else value  # type: ignore[return-value]
 
 
+def or_default(value: R | NotRead, default: R) -> R:
+    """The value, `default` where the key was absent: how `.get(key, default)` read a dict."""
+    return default if value is NOT_READ else value  # type: ignore[return-value]
+
+
 def key_of(f: dataclasses.Field[Any]) -> str:
     return str(f.metadata.get("key", f.name))
 

@@ -24,8 +24,10 @@ from imagekit.contract.host_snapshot import FORMAT, HostSnapshot
 from imagekit.selfcheck.readers import container, numa
 from imagekit.selfcheck.readers.promises import labels
 from imagekit.selfcheck.verdicts import devices
-from imagekit.selfcheck.verdicts.findings import Snapshot
 
+# The host snapshot as plain JSON, as assembled here and written (docs/host-snapshot.md); the
+# verdicts judge its typed record, contract/host_snapshot.py's HostSnapshot.
+Snapshot = dict[str, Any]
 # Probes whose measurements become snapshot readings rather than a row of the table.
 PERF_PROBE = "perf"
 # Measurements of the perf probe kept per GPU (the rest of a GPU's keys come from NVML).

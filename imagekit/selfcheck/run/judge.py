@@ -16,19 +16,28 @@ from imagekit.contract import exits
 from imagekit.contract import labels as label
 from imagekit.contract.check_table import ORDER, VERDICT_BY_NAME
 from imagekit.contract.checks import CheckResult, Status
+from imagekit.contract.host_snapshot import HostSnapshot
 from imagekit.selfcheck.readers.snapshot import PERF_PROBE
 from imagekit.selfcheck.run.registry import JUDGES
-from imagekit.selfcheck.verdicts.findings import Snapshot
 
 # What --require may name: each turns that check's skip into a failure.
 REQUIREMENTS = ("gpu", "flash", "flash-attn", "onnx", "tensorrt", "compile")
 
 
-def judge(snap: Snapshot, names: list[str] | None = None) -> dict[str, CheckResult]:
+def typed(snap: HostSnapshot | Mapping[str, Any]) -> HostSnapshot:
+    """The snapshot as its typed record: a plain one (a live run's, a test's) is parsed here,
+    once; a key of the wrong type is refused, naming it (RecordError)."""
+    return snap if isinstance(snap, HostSnapshot) else HostSnapshot.from_json(snap)
+
+
+def judge(
+    snapshot: HostSnapshot | Mapping[str, Any], names: list[str] | None = None
+) -> dict[str, CheckResult]:
     """Every check named (default: those the snapshot records, plus every verdict), in the
     order of the table, with the image's requirements applied."""
+    snap = typed(snapshot)
     recorded = recorded_results(snap)
-    chosen = names if names is not None else snap.get("selected") or list(ORDER)
+    chosen = names if names is not None else snap.selected or list(ORDER)
     out: dict[str, CheckResult] = {}
     for name in ORDER:
         if name not in chosen:
@@ -41,11 +50,11 @@ def judge(snap: Snapshot, names: list[str] | None = None) -> dict[str, CheckResu
     return out
 
 
-def unprovable_promises(snap: Snapshot, results: Mapping[str, CheckResult]) -> set[str]:
+def unprovable_promises(snap: HostSnapshot, results: Mapping[str, CheckResult]) -> set[str]:
     """What the labels promise that this run cannot prove: a check whose probe crashed under
     emulation (emulated.unjudged_crash) stays skipped, as a GPU feature does on a CPU host;
     what --require names is still required."""
-    asked = set(snap.get("require", []))
+    asked = set(snap.require or [])
     return {
         name
         for name, result in results.items()
@@ -53,24 +62,23 @@ def unprovable_promises(snap: Snapshot, results: Mapping[str, CheckResult]) -> s
     }
 
 
-def recorded_results(snap: Snapshot) -> dict[str, CheckResult]:
-    """The probes' results as the snapshot holds them (snapshot.load checked their form)."""
-    checks: Mapping[str, Any] = snap.get("checks") or {}
+def recorded_results(snap: HostSnapshot) -> dict[str, CheckResult]:
+    """The probes' results as the snapshot holds them: copies, which the judge may change."""
     out = {}
-    for name, data in checks.items():
-        result = CheckResult.from_json(data, f"checks.{name}")
+    for name, held in (snap.checks or {}).items():
+        result = CheckResult.from_json(held.to_json(), f"checks.{name}")
         result.name = name
         out[name] = result
     return out
 
 
-def requirements(snap: Snapshot) -> set[str]:
+def requirements(snap: HostSnapshot) -> set[str]:
     """What this run must not skip: --require, plus what the image's labels promise."""
-    return required(set(snap.get("require", [])), snap.get("labels", {}), gpu(snap))
+    return required(set(snap.require or []), snap.labels or {}, gpu(snap))
 
 
 def _verdict(
-    name: str, snap: Snapshot, recorded: Mapping[str, CheckResult], chosen: list[str]
+    name: str, snap: HostSnapshot, recorded: Mapping[str, CheckResult], chosen: list[str]
 ) -> CheckResult:
     """A verdict over the readings. Where its own probe crashed, timed out or could not run,
     that outcome stands (a probe that measured nothing is no pass); where a probe it needs
@@ -102,8 +110,8 @@ def _probe_ended_early(probe: CheckResult) -> bool:
     return probe.failed and not probe.measurements.get("gpus")
 
 
-def gpu(snap: Snapshot) -> bool:
-    return bool(snap.get("torch", {}).get("cuda_available"))
+def gpu(snap: HostSnapshot) -> bool:
+    return bool(snap.torch and snap.torch.cuda_available)
 
 
 def required(requested: set[str], labels: Mapping[str, str], gpu: bool) -> set[str]:

@@ -19,6 +19,7 @@ from typing import Any
 from imagekit.contract import exits
 from imagekit.contract.check_table import ORDER, probes_for
 from imagekit.contract.checks import EMULATED_SLOWDOWN, ENV_TIMEOUT, CheckResult
+from imagekit.contract.records import or_default, or_none
 from imagekit.contract.text import escape
 from imagekit.selfcheck.probes.perf import ENV_SOAK
 from imagekit.selfcheck.readers import snapshot
@@ -26,6 +27,8 @@ from imagekit.selfcheck.readers.nvml_counters import XidWatch
 from imagekit.selfcheck.run import judge, processes, report
 from imagekit.selfcheck.verdicts import emulated
 
+# The snapshot's keys the JSON report repeats, beside the results.
+CONTEXT = ("imagekit", "taken_at", "host", "python", "labels")
 MAX_SOAK_S = 3600  # an hour: longer burn-ins are DCGM's (dcgmi diag -r 4) or a job's own
 
 
@@ -149,11 +152,12 @@ def main(argv: list[str] | None = None) -> int:
             return exits.CHECK_USAGE
     else:
         snap = live(args)
-    results = judge.judge(snap)
+    record = judge.typed(snap)  # a live run's snapshot always parses (its readers write it)
+    results = judge.judge(record)
     print(report.checks_table(results))
-    context = {key: snap.get(key) for key in ("imagekit", "taken_at", "host", "python", "labels")}
-    context["emulated"] = (snap.get("cpu") or {}).get("emulated", "")
-    context["required"] = sorted(judge.requirements(snap))
+    context = {key: or_none(getattr(record, key)) for key in CONTEXT}
+    context["emulated"] = or_default(record.cpu.emulated, "") if record.cpu else ""
+    context["required"] = sorted(judge.requirements(record))
     if args.json:
         args.json.write_text(report.to_json(results, context) + "\n")
     if args.junit:

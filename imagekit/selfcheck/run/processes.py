@@ -22,6 +22,7 @@ from typing import Any
 
 from imagekit.contract.check_table import BY_NAME, ORDER, alone, limit
 from imagekit.contract.checks import CheckResult, RecordError, failed
+from imagekit.contract.host_snapshot import HostSnapshot
 
 # The checks' processes fork from one server that imported torch once: a fresh interpreter's
 # `import torch` costs 1.2-1.5 CPU seconds, a quarter of a CPU self-check's work on 2 cores.
@@ -68,7 +69,7 @@ def jobs_for(host: dict[str, Any], requested: int) -> tuple[int, str]:
     self-check's own parallelism never turns into a red; the reason when it is one."""
     from imagekit.selfcheck.verdicts.health import parallel_ok
 
-    ok, why = parallel_ok(host)
+    ok, why = parallel_ok(HostSnapshot.from_json(host))  # the readers' dict always parses
     return (requested, "") if ok else (1, why)
 
 

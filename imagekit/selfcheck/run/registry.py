@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from imagekit.contract.check_table import CHECKS, VERDICTS
+from imagekit.contract.host_snapshot import HostSnapshot
 from imagekit.selfcheck.probes import attention, ddp, inference, perf, stack, training
 from imagekit.selfcheck.verdicts import health, links, perf_verdict
 
@@ -23,7 +24,10 @@ PROBES: dict[str, Callable[..., Any]] = {
     "tensorrt": inference.check_tensorrt,
     "perf": perf.check_perf,
 }
-JUDGES: dict[str, Callable[..., Any]] = {
+
+
+# Each takes the typed host snapshot (contract/host_snapshot.py).
+JUDGES: dict[str, Callable[[HostSnapshot], Any]] = {
     "gpus": health.check_gpus,
     "health": health.check_health,
     "perf": perf_verdict.check_perf_verdict,

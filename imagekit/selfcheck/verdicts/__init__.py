@@ -1,2 +1,2 @@
-"""Verdicts: pure decisions over plain data (the host snapshot, a probe's figures); no I/O, no
+"""Verdicts: pure decisions over data (the typed host snapshot, a probe's figures); no I/O, no
 torch, so every rule is table-tested without a GPU."""

@@ -12,6 +12,8 @@ from typing import Any
 
 from imagekit.contract import labels as label
 from imagekit.contract.driver import driver_problem
+from imagekit.contract.host_snapshot import Gpu
+from imagekit.contract.records import given, or_none
 
 
 @dataclass(frozen=True)
@@ -144,13 +146,13 @@ def parse_visible(value: str | None) -> list[int | str] | None:
     return out
 
 
-def resolve_visible(entries: Sequence[int | str], gpus: Sequence[Mapping[str, Any]]) -> list[int]:
+def resolve_visible(entries: Sequence[int | str], gpus: Sequence[Gpu]) -> list[int]:
     """The NVML indices of the GPUs `entries` (parse_visible's) name, in CUDA's order, up to
     the first entry that names no GPU of this container (CUDA stops there: an index past the
     last GPU, a UUID prefix that fits none or several). A MIG entry names the GPU it is a
     slice of. An index entry is NVML's index only under CUDA_DEVICE_ORDER=PCI_BUS_ID: the
     caller checks that."""
-    indices = {g.get("index") for g in gpus}
+    indices = {or_none(g.index) for g in gpus}
     out: list[int] = []
     for entry in entries:
         found = _gpu_named(entry, gpus) if isinstance(entry, str) else _index_in(entry, indices)
@@ -166,19 +168,14 @@ def _index_in(entry: int, indices: set[Any]) -> int | None:
     return entry if entry in indices else None
 
 
-def _gpu_named(entry: str, gpus: Sequence[Mapping[str, Any]]) -> int | None:
+def _gpu_named(entry: str, gpus: Sequence[Gpu]) -> int | None:
     if entry.startswith("MIG-GPU-"):  # legacy (R450/R460): MIG-GPU-<uuid>/<gi>/<ci>
         parent = entry[len("MIG-") :].split("/")[0]
-        hits = [g["index"] for g in gpus if g.get("uuid") == parent]
+        hits = [g.index for g in gpus if g.uuid == parent]
     elif entry.startswith("MIG-"):
-        hits = [
-            g["index"]
-            for g in gpus
-            for mig in g.get("mig_uuids") or []
-            if str(mig).startswith(entry)
-        ]
+        hits = [g.index for g in gpus for mig in g.mig_uuids or [] if str(mig).startswith(entry)]
     else:
-        hits = [g["index"] for g in gpus if str(g.get("uuid") or "").startswith(entry)]
+        hits = [g.index for g in gpus if str(g.uuid or "").startswith(entry)]
     return int(hits[0]) if len(hits) == 1 else None
 
 
@@ -206,10 +203,20 @@ def match_devices(
     """Each torch device's NVML GPU (`torch_uuids[i]`: device i's UUID as torch gives it, or
     None): by UUID where there is one, else by position. A device that matches no GPU, or a
     GPU an earlier device took, stays unmatched with the reason: its readings are never put
-    on another GPU."""
+    on another GPU. `gpus` are NVML's readings as its readers give them (they always parse)."""
     if not gpus:
         return [Match(i, i, None, "torch") for i in range(len(torch_uuids))]
-    by_index = {int(g["index"]): g for g in gpus}
+    return _matched(torch_uuids, [Gpu.from_json(g) for g in gpus], visible, order, nvml_reason)
+
+
+def _matched(
+    torch_uuids: Sequence[object],
+    gpus: Sequence[Gpu],
+    visible: str | None,
+    order: str | None,
+    nvml_reason: str,
+) -> list[Match]:
+    by_index = {int(g.index): g for g in gpus}
     positions, position_why = _by_position(gpus, visible, order)
     out: list[Match] = []
     taken: dict[int, int] = {}
@@ -227,45 +234,42 @@ def match_devices(
             out.append(Match(i, reason=why))
             continue
         taken[found] = i
-        out.append(Match(i, found, by_index[found].get("uuid"), by))
+        out.append(Match(i, found, or_none(by_index[found].uuid), by))
     return out
 
 
-def _by_uuid(
-    key: str, gpus: Sequence[Mapping[str, Any]], nvml_reason: str
-) -> tuple[int | None, str]:
+def _by_uuid(key: str, gpus: Sequence[Gpu], nvml_reason: str) -> tuple[int | None, str]:
     hits = [
-        int(g["index"])
+        int(g.index)
         for g in gpus
-        if uuid_key(g.get("uuid")) == key
-        or key in {uuid_key(mig) for mig in g.get("mig_uuids") or []}
+        if uuid_key(or_none(g.uuid)) == key or key in {uuid_key(mig) for mig in g.mig_uuids or []}
     ]
     if len(hits) == 1:
         return hits[0], ""
     if hits:
         return None, f"UUID {key} fits NVML's GPUs {', '.join(map(str, hits))}"
-    seen = ", ".join(f"{g['index']} {g['uuid']}" for g in gpus if g.get("uuid"))
+    seen = ", ".join(f"{g.index} {g.uuid}" for g in gpus if g.uuid)
     why = [f"UUID {key} is none of the GPUs NVML read ({seen or 'no UUID read'})"]
     for g in gpus:
-        unread = g.get("unread") or {}
-        if "uuid" not in g:
+        unread: Mapping[str, str] = g.unread or {}
+        if not given(g.uuid):
             said = unread.get("uuid") or unread.get("handle") or "not read"
-            why.append(f"NVML did not read GPU {g['index']}'s UUID: {said}")
-        elif g.get("mig_mode") and "mig_uuids" not in g:
+            why.append(f"NVML did not read GPU {g.index}'s UUID: {said}")
+        elif g.mig_mode and not given(g.mig_uuids):
             said = unread.get("mig_uuids") or "not read"
-            why.append(f"NVML did not read GPU {g['index']}'s MIG devices: {said}")
+            why.append(f"NVML did not read GPU {g.index}'s MIG devices: {said}")
     if nvml_reason:
         why.append(nvml_reason)
     return None, "; ".join(why)
 
 
 def _by_position(
-    gpus: Sequence[Mapping[str, Any]], visible: str | None, order: str | None
+    gpus: Sequence[Gpu], visible: str | None, order: str | None
 ) -> tuple[list[int], str]:
     """The fallback for a torch that gives no UUID: NVML's indices in CUDA's order, and why
     a device past their end (or every device) has none."""
     entries = parse_visible(visible)
-    indices = sorted(int(g["index"]) for g in gpus)
+    indices = sorted(int(g.index) for g in gpus)
     cuda_order = order == PCI_ORDER or len(indices) < 2
     if entries is None:
         if not cuda_order:

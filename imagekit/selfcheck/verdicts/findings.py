@@ -10,10 +10,8 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from imagekit.contract.checks import CheckResult, Status, failed, passed, skipped
-
-# The host snapshot every verdict judges (readers/snapshot.py assembles it; its keys are
-# documented in docs/host-snapshot.md).
-Snapshot = dict[str, Any]
+from imagekit.contract.host_snapshot import Gpu
+from imagekit.contract.records import or_default, or_none
 
 
 @dataclass(frozen=True)
@@ -39,19 +37,24 @@ def skip(rule: str, message: str, gpu: int | None = None) -> Finding:
     return Finding(Status.SKIPPED, rule, message, gpu)
 
 
-def not_read(gpu: Mapping[str, Any], key: str, rule: str, what: str) -> Finding:
+def not_read(gpu: Gpu, key: str, rule: str, what: str) -> Finding:
     """The skip for a rule whose reading `key` is missing from one GPU's readings: NVML's
     reason where it gave one (for the key, or for the GPU's handle), else "not read"."""
-    unread = gpu.get("unread") or {}
+    unread: Mapping[str, str] = gpu.unread or {}
     why = unread.get(key) or unread.get("handle")
     said = f"NVML said: {why}" if why else "not read"
-    return skip(rule, f"{what} ({said})", gpu.get("index"))
+    return skip(rule, f"{what} ({said})", or_none(gpu.index))
 
 
-def mig_skip(gpu: Mapping[str, Any], rule: str, what: str) -> Finding:
+def name_of(gpu: Gpu) -> str:
+    """The GPU's name as text, "" where it was not read (a null name reads "None")."""
+    return str(or_default(gpu.name, ""))
+
+
+def mig_skip(gpu: Gpu, rule: str, what: str) -> Finding:
     """A MIG slice's container reads the whole GPU's state, which is not the slice's own."""
     return skip(
-        rule, f"MIG slice: {what} is read on the whole GPU, not judged here", gpu.get("index")
+        rule, f"MIG slice: {what} is read on the whole GPU, not judged here", or_none(gpu.index)
     )
 
 

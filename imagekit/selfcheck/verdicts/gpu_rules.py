@@ -1,6 +1,6 @@
 """The health rules over one GPU's readings: memory errors and repair, the PCIe and NVLink
 links, compute and persistence mode, clocks during the perf measurements, other processes,
-and a GPU NVML found lost. Pure functions over plain data; health.py runs them.
+and a GPU NVML found lost. Pure functions over a typed GPU record; health.py runs them.
 
 A reading that is missing is never a pass: it is a Status.SKIPPED with the reason NVML gave
 (`unread`), or "not read". A MIG slice's container reads the whole GPU's ECC, PCIe and NVLink
@@ -11,22 +11,24 @@ is lost" or "GPU requires reset" for, on any reading, fails.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from imagekit.contract import gpus as gpus_table
+from imagekit.contract.host_snapshot import Gpu, Process
+from imagekit.contract.records import given, or_default, or_none
 from imagekit.selfcheck.verdicts.counter_rules import counter_findings
 from imagekit.selfcheck.verdicts.findings import (
     Finding,
     fail,
     mig_skip,
+    name_of,
     not_read,
     skip,
     warn,
 )
 from imagekit.selfcheck.verdicts.peaks import normalise
 
-Gpu = Mapping[str, Any]  # one entry of the snapshot's `gpus`
 Judged = tuple[list[Finding], int]
 
 EXCLUSIVE = ("EXCLUSIVE_PROCESS", "EXCLUSIVE_THREAD")
@@ -39,15 +41,15 @@ _FABRIC = re.compile(r".*\b(SXM\d?|HBM3|HBM3E)\b.*|(H200|H20|B100|B200|B300|GB20
 
 
 def _memory(gpu: Gpu) -> Judged:
-    index = gpu.get("index")
-    if gpu.get("mig_mode"):
+    index = or_none(gpu.index)
+    if gpu.mig_mode:
         return [
             mig_skip(gpu, "ecc-uncorrected", "the memory error state"),
             mig_skip(gpu, "row-remap-pending", "memory repair (row remapping, page retirement)"),
         ], 0
     found: list[Finding] = []
     judged = 0
-    errors = gpu.get("ecc_volatile_uncorrected")
+    errors = or_none(gpu.ecc_volatile_uncorrected)
     if errors is not None:
         judged += 1
         if errors > 0:
@@ -60,7 +62,7 @@ def _memory(gpu: Gpu) -> Judged:
                     index,
                 )
             )
-    elif gpu.get("ecc_mode") is False:
+    elif gpu.ecc_mode is False:
         found.append(skip("ecc-uncorrected", "ECC is off: memory errors are not counted", index))
     else:
         found.append(not_read(gpu, "ecc_volatile_uncorrected", "ecc-uncorrected", "ECC errors"))
@@ -71,12 +73,12 @@ def _memory(gpu: Gpu) -> Judged:
 def _memory_repair(gpu: Gpu) -> Judged:
     """Row remapping (A100 and newer) or page retirement (older GPUs): a GPU has one of them,
     so the other's NotSupported is no gap."""
-    index = gpu.get("index")
+    index = or_none(gpu.index)
     found: list[Finding] = []
     judged = 0
-    if "remapped_rows_pending" in gpu:
+    if given(gpu.remapped_rows_pending):
         judged += 1
-        if gpu["remapped_rows_pending"]:
+        if gpu.remapped_rows_pending:
             found.append(
                 fail(
                     "row-remap-pending",
@@ -85,7 +87,7 @@ def _memory_repair(gpu: Gpu) -> Judged:
                     index,
                 )
             )
-        if gpu.get("remapped_rows_failure"):
+        if gpu.remapped_rows_failure:
             found.append(
                 fail(
                     "row-remap-failure",
@@ -95,9 +97,9 @@ def _memory_repair(gpu: Gpu) -> Judged:
                     index,
                 )
             )
-    if "retired_pages_pending" in gpu:
+    if given(gpu.retired_pages_pending):
         judged += 1
-        if gpu["retired_pages_pending"]:
+        if gpu.retired_pages_pending:
             found.append(
                 fail(
                     "retired-pages-pending",
@@ -116,18 +118,18 @@ def _pcie(gpu: Gpu) -> Judged:
     when the GPU is not in use"), so it is judged from the reading under load. The width does
     not drop on a data-center GPU: an idle reading below the maximum is a warning, under load
     a failure."""
-    index = gpu.get("index")
-    if gpu.get("mig_mode"):
+    index = or_none(gpu.index)
+    if gpu.mig_mode:
         return [mig_skip(gpu, "pcie-link", "the PCIe link")], 0
-    top_gen, top_width = gpu.get("pcie_max_gen"), gpu.get("pcie_max_width")
-    if (top_gen is None or top_width is None) and gpu.get("host_link") == "c2c":
+    top_gen, top_width = or_none(gpu.pcie_max_gen), or_none(gpu.pcie_max_width)
+    if (top_gen is None or top_width is None) and gpu.host_link == "c2c":
         return [], 0  # NVML read the host link as NVLink-C2C: no PCIe link to judge
     if top_gen is None or top_width is None:
         key = "pcie_max_gen" if top_gen is None else "pcie_max_width"
         return [not_read(gpu, key, "pcie-link", "the PCIe link's maximum")], 0
-    loaded = "pcie_gen_under_load" in gpu
-    gen = gpu.get("pcie_gen_under_load", gpu.get("pcie_gen"))
-    width = gpu.get("pcie_width_under_load", gpu.get("pcie_width"))
+    loaded = given(gpu.pcie_gen_under_load)
+    gen = or_default(gpu.pcie_gen_under_load, or_none(gpu.pcie_gen))
+    width = or_default(gpu.pcie_width_under_load, or_none(gpu.pcie_width))
     if gen is None or width is None:
         return [not_read(gpu, "pcie_gen", "pcie-link", "the PCIe link")], 0
     link = (
@@ -137,7 +139,7 @@ def _pcie(gpu: Gpu) -> Judged:
     fix = "the link trained down (reseat the card, check the riser and the slot's BIOS setting)"
     found: list[Finding] = []
     if width < top_width:
-        if "pcie_width_under_load" in gpu:
+        if given(gpu.pcie_width_under_load):
             found.append(fail("pcie-width", f"{link} under load: {fix}", index))
         else:
             found.append(
@@ -164,10 +166,10 @@ def _nvlink(gpu: Gpu, peers: int) -> Judged:
     0 links, or links NVML could not read, is never a pass. With no peer GPU in the container
     (a one-GPU VM of an HGX board) that is a skip saying so. A PCIe card's links exist only
     where a bridge is fitted: a partial set, or none beside peers on an NVL part, a warning."""
-    index = gpu.get("index")
-    if gpu.get("mig_mode"):
+    index = or_none(gpu.index)
+    if gpu.mig_mode:
         return [mig_skip(gpu, "nvlink-down", "the NVLink state")], 0
-    total, active = gpu.get("nvlinks_total"), gpu.get("nvlinks_active")
+    total, active = or_none(gpu.nvlinks_total), or_none(gpu.nvlinks_active)
     product = _product(gpu)
     if product is not None and product.nvlinks:
         unseen = _nvlink_unseen(gpu, product, peers)
@@ -177,7 +179,7 @@ def _nvlink(gpu: Gpu, peers: int) -> Judged:
         return [not_read(gpu, "nvlinks_total", "nvlink-down", "NVLink state")], 0
     if total == 0 or active == total:
         return [], 1
-    fabric = bool(_FABRIC.fullmatch(normalise(str(gpu.get("name", "")))))
+    fabric = bool(_FABRIC.fullmatch(normalise(name_of(gpu))))
     reading = f"{active} of {total} NVLinks active"
     if active == 0 and (not fabric or peers == 0):
         return [], 1  # no bridge fitted, or no peer GPU to link to
@@ -191,14 +193,15 @@ def _nvlink(gpu: Gpu, peers: int) -> Judged:
 
 
 def _product(gpu: Gpu) -> gpus_table.Product | None:
-    mib = gpu.get("memory_total_mib")
-    return gpus_table.match(str(gpu.get("name", "")), mib << 20 if isinstance(mib, int) else None)
+    mib = gpu.memory_total_mib
+    return gpus_table.match(name_of(gpu), mib << 20 if isinstance(mib, int) else None)
 
 
 def _nvlink_unseen(gpu: Gpu, product: gpus_table.Product, peers: int) -> Judged | None:
     """The finding when a part the table gives NVLinks does not show them all: unread, fewer
     links than it has, or none active; None when they are all there to judge."""
-    total, active, expected = gpu.get("nvlinks_total"), gpu.get("nvlinks_active"), product.nvlinks
+    total, active = or_none(gpu.nvlinks_total), or_none(gpu.nvlinks_active)
+    expected = product.nvlinks
     if total is None or active is None:
         said = not_read(gpu, "nvlinks_total", "nvlink-visible", "NVLink state").message
         seen = f"NVLink not visible: {said}"
@@ -207,7 +210,7 @@ def _nvlink_unseen(gpu: Gpu, product: gpus_table.Product, peers: int) -> Judged 
     else:
         return None
     seen += f", where the {product.model} has {expected}"
-    index = gpu.get("index")
+    index = or_none(gpu.index)
     if peers == 0:
         return [skip("nvlink-visible", f"{seen}; one GPU in this container", index)], 0
     why = (
@@ -220,8 +223,8 @@ def _nvlink_unseen(gpu: Gpu, product: gpus_table.Product, peers: int) -> Judged 
 
 
 def _compute_mode(gpu: Gpu) -> Judged:
-    index = gpu.get("index")
-    mode = gpu.get("compute_mode")
+    index = or_none(gpu.index)
+    mode = or_none(gpu.compute_mode)
     if mode is None:
         return [not_read(gpu, "compute_mode", "compute-mode", "compute mode")], 0
     if mode == "PROHIBITED":
@@ -232,8 +235,8 @@ def _compute_mode(gpu: Gpu) -> Judged:
                 index,
             )
         ], 1
-    others = gpu.get("processes") or []
-    if mode in EXCLUSIVE and gpu.get("processes") is None:
+    others = gpu.processes or []
+    if mode in EXCLUSIVE and or_none(gpu.processes) is None:
         what = f"compute mode {mode}: whether another process holds the GPU"
         return [not_read(gpu, "processes", "gpu-exclusive-busy", what)], 1
     if mode in EXCLUSIVE and others:
@@ -250,7 +253,7 @@ def _compute_mode(gpu: Gpu) -> Judged:
 
 
 def _persistence(gpu: Gpu) -> Judged:
-    mode = gpu.get("persistence_mode")
+    mode = or_none(gpu.persistence_mode)
     if mode is None:
         return [not_read(gpu, "persistence_mode", "persistence-off", "persistence mode")], 0
     if mode:
@@ -259,13 +262,13 @@ def _persistence(gpu: Gpu) -> Judged:
         "persistence mode is off: the driver tears the GPU down when its last process exits, "
         "so every start pays the initialisation again (run nvidia-persistenced)"
     )
-    return [warn("persistence-off", message, gpu.get("index"))], 1
+    return [warn("persistence-off", message, or_none(gpu.index))], 1
 
 
 def _clocks(gpu: Gpu) -> Judged:
     """sw_power_cap alone is a GPU at its power limit, normal under a full GEMM."""
-    index = gpu.get("index")
-    reasons = gpu.get("clock_event_reasons")
+    index = or_none(gpu.index)
+    reasons = or_none(gpu.clock_event_reasons)
     if reasons is None:
         what = "clock event reasons during the perf measurements"
         return [not_read(gpu, "clock_event_reasons", "clocks-hw-slowdown", what)], 0
@@ -288,8 +291,7 @@ def _clocks(gpu: Gpu) -> Judged:
 
 def _shares(gpu: Gpu, reasons: list[str]) -> str:
     """e.g. "hw_slowdown (in 12 of 40 samples)": the share where the sampler counted them."""
-    counts, total = gpu.get("clock_event_counts"), gpu.get("clock_samples")
-    counts = counts if isinstance(counts, dict) else {}
+    counts, total = gpu.clock_event_counts or {}, gpu.clock_samples
     return ", ".join(
         f"{r} (in {counts[r]} of {total} samples)"
         if isinstance(counts.get(r), int) and isinstance(total, int) and total
@@ -299,14 +301,14 @@ def _shares(gpu: Gpu, reasons: list[str]) -> str:
 
 
 def _processes(gpu: Gpu) -> Judged:
-    index = gpu.get("index")
-    procs = gpu.get("processes")
+    index = or_none(gpu.index)
+    procs = or_none(gpu.processes)
     if procs is None:
         return [not_read(gpu, "processes", "other-processes", "other processes")], 0
     if not procs:
         return [], 1
     held = ", ".join(
-        f"pid {p.get('pid')} ({p.get('name') or '?'}, {p.get('used_mib', '?')} MiB)" for p in procs
+        f"pid {or_none(p.pid)} ({p.name or '?'}, {or_default(p.used_mib, '?')} MiB)" for p in procs
     )
     message = (
         f"other processes hold memory on this GPU: {held}: they share its memory and "
@@ -318,23 +320,23 @@ def _processes(gpu: Gpu) -> Judged:
 def _lost(gpu: Gpu) -> Judged:
     """NVML's "GPU is lost" or "GPU requires reset", to whatever was asked: the GPU cannot
     run the job. (Its other readings are then unread, and skipped.)"""
-    index = gpu.get("index")
+    index = or_none(gpu.index)
     found = []
-    if gpu.get("gpu_lost"):
+    if gpu.gpu_lost:
         found.append(
             fail(
                 "gpu-lost",
-                f"NVML says the GPU is lost ({gpu['gpu_lost']}): it fell off the bus or "
+                f"NVML says the GPU is lost ({gpu.gpu_lost}): it fell off the bus or "
                 "stopped answering; drain the node, look for Xid 79 in the host's kernel log, "
                 "then reset or reseat the GPU",
                 index,
             )
         )
-    if gpu.get("gpu_reset_required"):
+    if gpu.gpu_reset_required:
         found.append(
             fail(
                 "gpu-reset-required",
-                f"NVML says the GPU requires a reset ({gpu['gpu_reset_required']}): drain it "
+                f"NVML says the GPU requires a reset ({gpu.gpu_reset_required}): drain it "
                 "and reset it (nvidia-smi -r), or reboot the host",
                 index,
             )
@@ -362,5 +364,5 @@ def judge_gpu(gpu: Gpu, peers: int, run_seconds: Any = None) -> Judged:
     return found, judged
 
 
-def pid_list(processes: list[Mapping[str, Any]]) -> str:
-    return ", ".join(str(p.get("pid")) for p in processes)
+def pid_list(processes: Sequence[Process]) -> str:
+    return ", ".join(str(or_none(p.pid)) for p in processes)

@@ -30,12 +30,14 @@ The facts, each with its source:
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from imagekit.contract.checks import Status
+from imagekit.contract.host_snapshot import Container, Fabric, Gpu, HostSnapshot
+from imagekit.contract.records import or_default, or_none
 from imagekit.selfcheck.verdicts.cpulist import cpus_of
-from imagekit.selfcheck.verdicts.findings import Finding, fail, skip, warn
+from imagekit.selfcheck.verdicts.findings import Finding, fail, name_of, skip, warn
 
 C2C_GBPS = 450.0  # per direction, between one Grace and its GPUs
 C2C_SOURCE = "NVIDIA Grace Hopper Superchip Architecture In-Depth (NVLink-C2C 900 GB/s)"
@@ -58,17 +60,17 @@ IMEX_FIX = (
 # -- the host link ---------------------------------------------------------------------------
 
 
-def is_c2c(gpu: Mapping[str, Any]) -> bool:
+def is_c2c(gpu: Gpu) -> bool:
     """NVML's C2C mode where it was read; else the part's name."""
-    link = gpu.get("host_link")
+    link = gpu.host_link
     if link in ("c2c", "pcie"):
         return link == "c2c"
-    return bool(C2C_PARTS.search(str(gpu.get("name", ""))))
+    return bool(C2C_PARTS.search(name_of(gpu)))
 
 
-def c2c_gbps(gpu: Mapping[str, Any]) -> tuple[float, str]:
+def c2c_gbps(gpu: Gpu) -> tuple[float, str]:
     """The GPU's share of its Grace's NVLink-C2C, per direction, and how it was counted."""
-    if SHARED_C2C_PARTS.search(str(gpu.get("name", ""))):
+    if SHARED_C2C_PARTS.search(name_of(gpu)):
         return C2C_GBPS / 2, "its half of a Grace's NVLink-C2C, 225 GB/s"
     return C2C_GBPS, "NVLink-C2C, 450 GB/s"
 
@@ -81,25 +83,25 @@ def cpu_count(cpulist: str) -> int:
     return len(cpus_of(cpulist))
 
 
-def cpus_per_rank(gpus: list[Mapping[str, Any]]) -> dict[int, tuple[str, int]]:
+def cpus_per_rank(gpus: Sequence[Gpu]) -> dict[int, tuple[str, int]]:
     """Each GPU's nearby CPUs (its cpulist) and that many CPUs divided among the GPUs that share
     them: one rank per GPU gets its share. GPUs whose affinity was not read are left out."""
     sharing: dict[str, int] = {}
     for gpu in gpus:
-        if isinstance(gpu.get("cpu_affinity"), str):
-            sharing[gpu["cpu_affinity"]] = sharing.get(gpu["cpu_affinity"], 0) + 1
+        if isinstance(gpu.cpu_affinity, str):
+            sharing[gpu.cpu_affinity] = sharing.get(gpu.cpu_affinity, 0) + 1
     shares = {}
     for gpu in gpus:
-        cpulist = gpu.get("cpu_affinity")
-        if isinstance(cpulist, str) and isinstance(gpu.get("index"), int):
+        cpulist = gpu.cpu_affinity
+        if isinstance(cpulist, str) and isinstance(gpu.index, int):
             try:
-                shares[gpu["index"]] = (cpulist, cpu_count(cpulist) // sharing[cpulist])
+                shares[gpu.index] = (cpulist, cpu_count(cpulist) // sharing[cpulist])
             except ValueError:
                 continue
     return shares
 
 
-def omp_findings(snapshot: Mapping[str, Any], gpus: list[Mapping[str, Any]]) -> list[Finding]:
+def omp_findings(snapshot: HostSnapshot, gpus: Sequence[Gpu]) -> list[Finding]:
     """With one rank per GPU, each rank's OpenMP threads should fit the CPUs near its GPU:
     more spill onto the other Grace of a GB200 tray and reach the GPU across the chip-to-chip
     link. A run with fewer ranks than GPUs is one process over several GPUs: not judged."""
@@ -129,34 +131,32 @@ def _omp_finding(threads: int, index: int, share: tuple[str, int]) -> Finding | 
     )
 
 
-def layout_figure(gpu: Mapping[str, Any]) -> str:
+def layout_figure(gpu: Gpu) -> str:
     """e.g. "GPU 0: NVLink-C2C, CPUs 0-71, memory NUMA node 1"; "" where nothing was read."""
     parts = []
     if is_c2c(gpu):
         parts.append("NVLink-C2C")
-    if isinstance(gpu.get("cpu_affinity"), str):
-        parts.append(f"CPUs {gpu['cpu_affinity']}")
-    if isinstance(gpu.get("numa_node"), int):
-        parts.append(f"memory NUMA node {gpu['numa_node']}")
-    return f"GPU {gpu.get('index')}: {', '.join(parts)}" if parts else ""
+    if isinstance(gpu.cpu_affinity, str):
+        parts.append(f"CPUs {gpu.cpu_affinity}")
+    if isinstance(gpu.numa_node, int):
+        parts.append(f"memory NUMA node {gpu.numa_node}")
+    return f"GPU {or_none(gpu.index)}: {', '.join(parts)}" if parts else ""
 
 
 # -- multi-node NVLink -----------------------------------------------------------------------
 
 
-def mnnvl_findings(
-    snapshot: Mapping[str, Any], gpus: list[Mapping[str, Any]]
-) -> tuple[list[Finding], int]:
+def mnnvl_findings(snapshot: HostSnapshot, gpus: Sequence[Gpu]) -> tuple[list[Finding], int]:
     """What profile multi-node-nvlink needs on this node: an NCCL that knows MNNVL, neither
     MNNVL nor cuMem turned off, an IMEX channel, and every GPU's fabric registration done.
     With how many of those rules were judged (each not judged is one skip finding)."""
-    if snapshot.get("profile") != MNNVL_PROFILE:
+    if snapshot.profile != MNNVL_PROFILE:
         return [], 0
     stack = _measurements(snapshot, "stack")
     rules = [
         [_nccl_version(stack.get("nccl"))],
         _nccl_env(stack.get("nccl_env")),
-        [_imex(snapshot.get("container"))],
+        [_imex(snapshot.container)],
         *([_fabric(g)] for g in gpus),
     ]
     found = [f for rule in rules for f in rule if f is not None]
@@ -198,8 +198,8 @@ def _nccl_env(env: object) -> list[Finding]:
     ]
 
 
-def _imex(container: object) -> Finding | None:
-    channels = container.get("imex_channels") if isinstance(container, dict) else None
+def _imex(container: Container) -> Finding | None:
+    channels = container.imex_channels if container else None
     if not isinstance(channels, list):
         return skip("mnnvl-imex", "the container's IMEX channels not read")
     if channels:
@@ -211,11 +211,11 @@ def _imex(container: object) -> Finding | None:
     )
 
 
-def _fabric(gpu: Mapping[str, Any]) -> Finding | None:
-    fabric, index = gpu.get("fabric"), gpu.get("index")
-    if not isinstance(fabric, dict):
+def _fabric(gpu: Gpu) -> Finding | None:
+    fabric, index = gpu.fabric, or_none(gpu.index)
+    if not isinstance(fabric, Fabric):
         return skip("mnnvl-fabric", "NVLink fabric state not read", index)
-    state, status = fabric.get("state"), fabric.get("status", "success")
+    state, status = or_none(fabric.state), or_default(fabric.status, "success")
     if state == "not_supported":
         return fail(
             "mnnvl-fabric",
@@ -234,7 +234,7 @@ def _fabric(gpu: Mapping[str, Any]) -> Finding | None:
     return None
 
 
-def _measurements(snapshot: Mapping[str, Any], check: str) -> Mapping[str, Any]:
-    result = (snapshot.get("checks") or {}).get(check)
-    measured = result.get("measurements") if isinstance(result, dict) else None
-    return measured if isinstance(measured, dict) else {}
+def _measurements(snapshot: HostSnapshot, check: str) -> Mapping[str, Any]:
+    """The measurements a probe recorded: the snapshot keeps them as the probe wrote them."""
+    result = (snapshot.checks or {}).get(check)
+    return result.measurements if result else {}

@@ -1,8 +1,8 @@
 """Hardware verdicts over the host snapshot: do the GPU counts agree, and is each GPU healthy
 (memory errors, PCIe and NVLink links, compute mode, clocks during the perf measurements,
-other processes)? Pure functions over plain data; nvml.py reads what they judge. The rules
-over one GPU are gpu_rules.py's; here they run over every GPU, beside the count rules and
-whether the checks may run side by side.
+other processes)? Pure functions over the typed host snapshot (contract/host_snapshot.py);
+nvml.py reads what they judge. The rules over one GPU are gpu_rules.py's; here they run over
+every GPU, beside the count rules and whether the checks may run side by side.
 """
 
 from __future__ import annotations
@@ -12,14 +12,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from imagekit.contract.checks import CheckResult
+from imagekit.contract.host_snapshot import HostSnapshot
+from imagekit.contract.records import given, or_default, or_none
 from imagekit.selfcheck.verdicts.devices import PCI_ORDER, parse_visible, resolve_visible
-from imagekit.selfcheck.verdicts.findings import (
-    Finding,
-    Snapshot,
-    fail,
-    result_of,
-    skip,
-)
+from imagekit.selfcheck.verdicts.findings import Finding, fail, result_of, skip
 from imagekit.selfcheck.verdicts.gpu_rules import EXCLUSIVE, Gpu, Judged, judge_gpu, pid_list
 
 _ID = re.compile(r"\d+|(GPU|MIG)-[0-9A-Za-z/-]+")
@@ -40,69 +36,68 @@ def visible_count(value: str | None) -> int | None:
     return len(items) if all(_ID.fullmatch(item) for item in items) else None
 
 
-def _is_mig(snapshot: Snapshot) -> bool:
-    visible = (snapshot.get("container") or {}).get("visible_devices") or ""
-    gpus = snapshot.get("gpus") or []
-    return "MIG-" in visible.upper() or any(g.get("mig_mode") for g in gpus)
+def _is_mig(snapshot: HostSnapshot) -> bool:
+    visible = (snapshot.container and snapshot.container.visible_devices) or ""
+    gpus = snapshot.gpus or []
+    return "MIG-" in visible.upper() or any(g.mig_mode for g in gpus)
 
 
-def gpu_counts(snapshot: Snapshot) -> tuple[dict[str, int], list[Finding]]:
+def gpu_counts(snapshot: HostSnapshot) -> tuple[dict[str, int], list[Finding]]:
     """Each source's GPU count, and a skip for each source that was not read."""
     counts: dict[str, int] = {}
     skips: list[Finding] = []
-    torch = snapshot.get("torch")
-    container = snapshot.get("container")
-    nvml = snapshot.get("nvml")
-    if torch is None:
+    torch, container, nvml = snapshot.torch, snapshot.container, snapshot.nvml
+    if not given(torch):
         skips.append(skip("gpu-count", "torch's GPU count was not read"))
-    elif not torch.get("cuda_available"):
+    elif not torch.cuda_available:
         skips.append(skip("gpu-count", "torch sees no CUDA device (the stack check says why)"))
     elif _cuda_limits(snapshot):
-        cvd = container["cuda_visible_devices"]  # type: ignore[index]
+        cvd = container.cuda_visible_devices
         skips.append(skip("gpu-count", f"CUDA_VISIBLE_DEVICES={cvd} limits what torch sees"))
     else:
-        counts["torch"] = int(torch.get("device_count", 0))
-    if nvml is None:
+        counts["torch"] = int(or_default(torch.device_count, 0))
+    if not given(nvml):
         skips.append(skip("gpu-count", "NVML was not read"))
-    elif not nvml.get("available"):
-        skips.append(skip("gpu-count", f"NVML: {nvml.get('reason') or 'unavailable'}"))
+    elif not nvml.available:
+        skips.append(skip("gpu-count", f"NVML: {nvml.reason or 'unavailable'}"))
     else:
-        counts["NVML"] = int(nvml.get("device_count", 0))
-    if container is None:
+        counts["NVML"] = int(or_default(nvml.device_count, 0))  # type: ignore[arg-type]
+    if not given(container):
         skips.append(skip("gpu-count", "the container's devices were not read"))
     else:
-        counts["/dev/nvidia*"] = len(container.get("device_nodes") or [])
-        visible = visible_count(container.get("visible_devices"))
+        counts["/dev/nvidia*"] = len(container.device_nodes or [])
+        visible = visible_count(or_none(container.visible_devices))
         if visible is not None:
             counts["NVIDIA_VISIBLE_DEVICES"] = visible
-    if snapshot.get("expected_gpus") is not None:
-        counts["expected"] = int(snapshot["expected_gpus"])
+    expected = or_none(snapshot.expected_gpus)
+    if expected is not None:
+        counts["expected"] = int(expected)
     return counts, skips
 
 
-def _cuda_limits(snapshot: Snapshot) -> bool:
+def _cuda_limits(snapshot: HostSnapshot) -> bool:
     """Whether $CUDA_VISIBLE_DEVICES (as CUDA reads it) may hide some of NVML's GPUs from
     torch; a value that names every GPU of the container, in any order, hides none."""
-    container = snapshot.get("container") or {}
-    value = container.get("cuda_visible_devices")
+    container = snapshot.container
+    value = or_none(container.cuda_visible_devices) if container else None
     if value is None:
         return False
     entries = parse_visible(value) or []
     if any(isinstance(e, str) and e.startswith("MIG-") for e in entries):
         return True  # torch counts slices
-    gpus = [g for g in snapshot.get("gpus") or [] if isinstance(g.get("index"), int)]
-    whole = sorted(g["index"] for g in gpus)
-    own_order = len(whole) > 1 and container.get("cuda_device_order") != PCI_ORDER
+    gpus = [g for g in snapshot.gpus or [] if isinstance(g.index, int)]
+    whole = sorted(g.index for g in gpus)
+    own_order = len(whole) > 1 and or_none(container.cuda_device_order) != PCI_ORDER
     if not whole or (own_order and any(isinstance(e, int) for e in entries)):
         return True  # nothing to resolve it against, or indices in CUDA's own order
     return sorted(resolve_visible(entries, gpus)) != whole
 
 
-def unmatched_findings(snapshot: Snapshot) -> list[Finding]:
+def unmatched_findings(snapshot: HostSnapshot) -> list[Finding]:
     """The perf probe's readings of a torch device that matched no NVML GPU (by UUID): they
     are put on no GPU (docs/host-snapshot.md), and said so here."""
-    perf = (snapshot.get("checks") or {}).get("perf") or {}
-    measured = (perf.get("measurements") or {}).get("gpus") or []
+    perf = (snapshot.checks or {}).get("perf")
+    measured = (perf.measurements.get("gpus") if perf else None) or []
     return [
         skip(
             "gpu-match",
@@ -114,7 +109,7 @@ def unmatched_findings(snapshot: Snapshot) -> list[Finding]:
     ]
 
 
-def count_findings(snapshot: Snapshot) -> Judged:
+def count_findings(snapshot: HostSnapshot) -> Judged:
     """torch, NVML, the container's device nodes, $NVIDIA_VISIBLE_DEVICES and --expect-gpus
     must agree on the number of GPUs. On a MIG host torch and a MIG-UUID list count slices,
     NVML and /dev/nvidia* whole GPUs: each side is compared within itself."""
@@ -159,16 +154,17 @@ def gpu_findings(gpu: Gpu, peers: int = 0) -> list[Finding]:
     return judge_gpu(gpu, peers)[0]
 
 
-def health_findings(snapshot: Snapshot) -> Judged:
-    gpus = snapshot.get("gpus")
+def health_findings(snapshot: HostSnapshot) -> Judged:
+    gpus = snapshot.gpus
     if not gpus:
-        nvml = snapshot.get("nvml") or {}
-        why = nvml.get("reason") if nvml and not nvml.get("available") else "no GPU was read"
+        nvml = snapshot.nvml
+        read = given(nvml) and bool(nvml.to_json())  # an empty reading is none, as {} was
+        why = or_none(nvml.reason) if read and not nvml.available else "no GPU was read"
         return [skip("gpu-health", f"no GPU readings: {why}")], 0
     found: list[Finding] = []
     judged = 0
     for gpu in gpus:
-        more, n = judge_gpu(gpu, len(gpus) - 1, snapshot.get("run_seconds"))
+        more, n = judge_gpu(gpu, len(gpus) - 1, or_none(snapshot.run_seconds))
         found += more
         judged += n
     return found, judged
@@ -177,40 +173,40 @@ def health_findings(snapshot: Snapshot) -> Judged:
 # -- results and scheduling -----------------------------------------------------------------
 
 
-def check_gpus(snapshot: Snapshot) -> CheckResult:
+def check_gpus(snapshot: HostSnapshot) -> CheckResult:
     found, judged = count_findings(snapshot)
     counts, _ = gpu_counts(snapshot)
     return result_of(found + unmatched_findings(snapshot), judged, counts=counts)
 
 
-def check_health(snapshot: Snapshot) -> CheckResult:
+def check_health(snapshot: HostSnapshot) -> CheckResult:
     found, judged = health_findings(snapshot)
-    m: dict[str, Any] = {"gpus": len(snapshot.get("gpus") or [])}
+    m: dict[str, Any] = {"gpus": len(snapshot.gpus or [])}
     exclusive = _exclusive(snapshot)
     if exclusive:
         m["note"] = f"{exclusive}: the self-check runs its GPU checks one at a time"
     return result_of(found, judged, **m)
 
 
-def _exclusive(snapshot: Snapshot) -> str:
+def _exclusive(snapshot: HostSnapshot) -> str:
     modes = [
-        f"GPU {g.get('index')} is {g['compute_mode']}"
-        for g in snapshot.get("gpus") or []
-        if g.get("compute_mode") in (*EXCLUSIVE, "PROHIBITED")
+        f"GPU {or_none(g.index)} is {g.compute_mode}"
+        for g in snapshot.gpus or []
+        if g.compute_mode in (*EXCLUSIVE, "PROHIBITED")
     ]
     return "; ".join(modes)
 
 
-def parallel_ok(snapshot: Snapshot) -> tuple[bool, str]:
+def parallel_ok(snapshot: HostSnapshot) -> tuple[bool, str]:
     """Whether the self-check may run its CUDA checks side by side: not where a GPU takes one
     process at a time (EXCLUSIVE_*), none (PROHIBITED), or is shared with another process."""
     exclusive = _exclusive(snapshot)
     if exclusive:
         return False, exclusive
     busy = [
-        f"GPU {g.get('index')} is in use by pid {pid_list(g['processes'])}"
-        for g in snapshot.get("gpus") or []
-        if g.get("processes")
+        f"GPU {or_none(g.index)} is in use by pid {pid_list(g.processes)}"
+        for g in snapshot.gpus or []
+        if g.processes
     ]
     if busy:
         return False, "; ".join(busy)

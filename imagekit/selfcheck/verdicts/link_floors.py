@@ -7,10 +7,14 @@ host_links.py judge the readings against them.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from imagekit.contract.host_snapshot import Gpu, HostSnapshot
+from imagekit.contract.records import or_none
 from imagekit.contract.transports import split
+from imagekit.selfcheck.verdicts.findings import name_of
 
 # -- theoretical figures ---------------------------------------------------------------------
 
@@ -117,42 +121,42 @@ class Link:
     source: str
 
 
-def pcie_link(gpu: dict[str, Any]) -> Link | None:
+def pcie_link(gpu: Gpu) -> Link | None:
     """The GPU's PCIe link at its best (max gen and width where read: the current ones drop
     at idle to save power), or None when neither was read."""
-    gen = gpu.get("pcie_max_gen") or gpu.get("pcie_gen")
-    width = gpu.get("pcie_max_width") or gpu.get("pcie_width")
+    gen = gpu.pcie_max_gen or gpu.pcie_gen
+    width = gpu.pcie_max_width or gpu.pcie_width
     if not isinstance(gen, int) or not isinstance(width, int) or gen not in PCIE_LANE_GBPS:
         return None
     return Link("pcie", PCIE_LANE_GBPS[gen] * width, f"PCIe Gen{gen} x{width}", PCIE_SOURCE)
 
 
-def nvlink_rate(gpu: dict[str, Any]) -> float | None:
+def nvlink_rate(gpu: Gpu) -> float | None:
     """GB/s per NVLink per direction for this GPU, or None when it cannot be told."""
-    cc = str(gpu.get("compute_capability") or "")
+    cc = str(gpu.compute_capability or "")
     major, _, minor = cc.partition(".")
     if major.isdigit():
         if (int(major), minor) == (8, "6"):
             return NVLINK_GBPS_GA10X
         return NVLINK_GBPS_BY_ARCH.get(int(major))
-    return NVLINK_GBPS_BY_GENERATION.get(gpu.get("nvlink_version"))  # type: ignore[arg-type]
+    return NVLINK_GBPS_BY_GENERATION.get(or_none(gpu.nvlink_version))  # type: ignore[arg-type]
 
 
-def nvlink_link(gpu: dict[str, Any]) -> Link | None:
+def nvlink_link(gpu: Gpu) -> Link | None:
     """All the GPU's active NVLinks together, or None without any (or unread)."""
-    active = gpu.get("nvlinks_active")
+    active = gpu.nvlinks_active
     rate = nvlink_rate(gpu)
     if not isinstance(active, int) or active <= 0 or rate is None:
         return None
     return Link("nvlink", active * rate, f"{active} NVLinks x {rate:g} GB/s", NVLINK_SOURCE)
 
 
-def on_nvswitch(gpus: list[dict[str, Any]], transport: Any = None) -> bool:
+def on_nvswitch(gpus: Sequence[Gpu], transport: Any = None) -> bool:
     """Every GPU reaches every other through NVSwitch with all its links: NCCL used NVLS
     (which needs NVSwitch), or more than 4 HGX parts with NVLinks are visible."""
     if "NVLS" in split(transport):
         return True
-    hgx = [g for g in gpus if HGX_PART.search(str(g.get("name", ""))) and nvlink_link(g)]
+    hgx = [g for g in gpus if HGX_PART.search(name_of(g)) and nvlink_link(g)]
     return len(gpus) > 4 and len(hgx) == len(gpus)
 
 
@@ -167,5 +171,5 @@ def num(value: float) -> str:
     return f"{value:.1f}".rstrip("0").rstrip(".")
 
 
-def by_index(snapshot: dict[str, Any]) -> dict[int, dict[str, Any]]:
-    return {g["index"]: g for g in snapshot.get("gpus") or [] if isinstance(g.get("index"), int)}
+def by_index(snapshot: HostSnapshot) -> dict[int, Gpu]:
+    return {g.index: g for g in snapshot.gpus or [] if isinstance(g.index, int)}

@@ -13,11 +13,14 @@ never a failure from a guessed topology.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from imagekit.contract import gpus as gpus_table
 from imagekit.contract.checks import CheckResult, Status
+from imagekit.contract.host_snapshot import Gpu, HostSnapshot, Nccl, PeerCopy, SweepPoint
+from imagekit.contract.records import given, or_default, or_none
 from imagekit.contract.transports import (
     TCP_PROFILES,
     local_name,
@@ -26,8 +29,8 @@ from imagekit.contract.transports import (
     transport_problem,
 )
 from imagekit.selfcheck.verdicts import grace
-from imagekit.selfcheck.verdicts.findings import Finding, fail, result_of, skip, warn
-from imagekit.selfcheck.verdicts.host_links import HOST_WAYS, h2d_figure, h2d_findings
+from imagekit.selfcheck.verdicts.findings import Finding, fail, name_of, result_of, skip, warn
+from imagekit.selfcheck.verdicts.host_links import HOST_WAYS, gbps_of, h2d_figure, h2d_findings
 from imagekit.selfcheck.verdicts.link_floors import (
     FLOORS,
     Floor,
@@ -54,10 +57,10 @@ LOCAL_FLOOR = {"P2P": "nccl-pcie", "SHM": "nccl-shm"}
 # -- p2p --------------------------------------------------------------------------------------
 
 
-def p2p_findings(snapshot: dict[str, Any]) -> list[Finding]:
+def p2p_findings(snapshot: HostSnapshot) -> list[Finding]:
     """Each ordered pair's peer copy against its route's floor: NVLink where the GPUs surely
     sit on NVSwitch; otherwise the PCIe floor, which no healthy peer route falls under."""
-    pairs = snapshot.get("p2p")
+    pairs = or_none(snapshot.p2p)
     gpus = by_index(snapshot)
     if pairs is None:
         return [skip("p2p", "peer bandwidth not measured")]
@@ -76,33 +79,31 @@ def p2p_findings(snapshot: dict[str, Any]) -> list[Finding]:
     return [f for f in out if f is not None]
 
 
-def _no_peers(gpus: list[dict[str, Any]]) -> Finding:
+def _no_peers(gpus: list[Gpu]) -> Finding:
     """No pair with peer access: one GPU has none to have; on two or more data-center GPUs
     every collective then goes through host memory, a failure. GeForce and workstation
     drivers do not enable P2P on most boards: a warning there."""
     # The GPUs the probe measured (torch's, where the snapshot says which), not every GPU
     # NVML sees: CUDA_VISIBLE_DEVICES may give this process one of them.
-    measured = [g for g in gpus if "torch_index" in g]
+    measured = [g for g in gpus if given(g.torch_index)]
     gpus = measured or gpus
     if len(gpus) < 2:
         return skip("p2p", "no pair of GPUs has peer access: one GPU")
-    if any(g.get("mig_mode") for g in gpus):
+    if any(g.mig_mode for g in gpus):
         return skip("p2p", "MIG devices have no peer access: not judged")
     text = (
         f"no pair of the {len(gpus)} GPUs has peer access: P2P is off (a VM without peer "
         "support, the IOMMU or PCIe ACS in the way, or the driver), so every copy between GPUs "
         "goes through host memory"
     )
-    names = [gpus_table.match(str(g.get("name", ""))) for g in gpus]
+    names = [gpus_table.match(name_of(g)) for g in gpus]
     if all(p is not None and p.datacenter for p in names):
         return fail("p2p-none", text)
     return warn("p2p-none", text + " (a GeForce or workstation driver may not enable P2P)")
 
 
-def _pair_finding(
-    pair: dict[str, Any], gpus: dict[int, dict[str, Any]], switch: bool
-) -> Finding | None:
-    src, dst, gbps = pair.get("src"), pair.get("dst"), pair.get("gbps")
+def _pair_finding(pair: PeerCopy, gpus: dict[int, Gpu], switch: bool) -> Finding | None:
+    src, dst, gbps = or_none(pair.src), or_none(pair.dst), pair.gbps
     a, b = gpus.get(src), gpus.get(dst)  # type: ignore[arg-type]
     if a is None or b is None or not isinstance(gbps, (int, float)):
         return skip("p2p-pair", f"pair {src}->{dst}: GPU or reading missing from the snapshot")
@@ -138,15 +139,15 @@ class Expectation:
         return self.floor.fraction * self.link.gbps
 
 
-def nccl_findings(snapshot: dict[str, Any]) -> list[Finding]:
-    nccl = snapshot.get("nccl")
-    if not isinstance(nccl, dict):
+def nccl_findings(snapshot: HostSnapshot) -> list[Finding]:
+    nccl = snapshot.nccl
+    if not given(nccl):
         return [skip("nccl", "NCCL all-reduce not measured")]
-    world = nccl.get("world_size")
+    world = nccl.world_size
     if not isinstance(world, int) or world < 2:
         return [skip("nccl", "bus bandwidth needs 2 or more GPUs (one rank moves no data)")]
-    profile, transports = snapshot.get("profile"), split(nccl.get("transport"))
-    nodes = nccl.get("nodes")
+    profile, transports = or_none(snapshot.profile), split(or_none(nccl.transport))
+    nodes = nccl.nodes
     multi_node = isinstance(nodes, int) and nodes > 1
     out: list[Finding] = []
     if problem := transport_problem(profile, transports, multi_node=multi_node):
@@ -158,9 +159,9 @@ def nccl_findings(snapshot: dict[str, Any]) -> list[Finding]:
 
 
 def _busbw_findings(
-    snapshot: dict[str, Any], nccl: dict[str, Any], profile: Any, transports: tuple[str, ...]
+    snapshot: HostSnapshot, nccl: Nccl, profile: Any, transports: tuple[str, ...]
 ) -> list[Finding]:
-    busbw = nccl.get("busbw_gbps")
+    busbw = nccl.busbw_gbps
     if not isinstance(busbw, (int, float)):
         return [skip("nccl", "all-reduce bus bandwidth not measured")]
     expected = nccl_expectation(snapshot, nccl, profile, transports)
@@ -176,7 +177,7 @@ def _busbw_findings(
         f"all-reduce busbw {busbw:g} GB/s over {over}, below {num(need)} GB/s "
         f"({floor.fraction:.0%} of {link.what} = {num(link.gbps)} GB/s; {floor.source})"
     )
-    size = nccl.get("message_bytes")
+    size = nccl.message_bytes
     if isinstance(size, int) and size < BUSBW_MESSAGE_BYTES:
         note = (
             f"; the {size / 2**20:.0f} MiB message is below the {BUSBW_MESSAGE_BYTES // 2**20} MiB"
@@ -186,7 +187,7 @@ def _busbw_findings(
 
 
 def nccl_expectation(
-    snapshot: dict[str, Any], nccl: dict[str, Any], profile: Any, transports: Any
+    snapshot: HostSnapshot, nccl: Nccl, profile: Any, transports: Any
 ) -> Expectation | str:
     """The floor and the link of the slowest transport the all-reduce used (a ring with P2P
     and SHM hops runs at its SHM hops' pace), or why there is none. Between nodes the
@@ -194,7 +195,7 @@ def nccl_expectation(
     seen = split(transports)
     if not seen:
         return "NCCL's transport not read"
-    nodes = nccl.get("nodes")
+    nodes = nccl.nodes
     if (isinstance(nodes, int) and nodes > 1) or any(local_name(t) is None for t in seen):
         return _multinode_expectation(nccl, profile, seen)
     gpus = list(by_index(snapshot).values())
@@ -209,7 +210,7 @@ def nccl_expectation(
     return min(each, key=lambda e: (e.need, e.transport))  # type: ignore[union-attr]
 
 
-def _local_expectation(name: str, gpus: list[dict[str, Any]], switch: bool) -> Expectation | str:
+def _local_expectation(name: str, gpus: list[Gpu], switch: bool) -> Expectation | str:
     if name == "NVLS" or (name == "P2P" and switch):
         link = _slowest([nvlink_link(g) for g in gpus])
         return Expectation(FLOORS["nccl-nvlink"], link, name) if link else "NVLink links not read"
@@ -221,9 +222,7 @@ def _local_expectation(name: str, gpus: list[dict[str, Any]], switch: bool) -> E
     return Expectation(FLOORS[LOCAL_FLOOR[name]], link, name)
 
 
-def _multinode_expectation(
-    nccl: dict[str, Any], profile: Any, seen: tuple[str, ...]
-) -> Expectation | str:
+def _multinode_expectation(nccl: Nccl, profile: Any, seen: tuple[str, ...]) -> Expectation | str:
     nets = networks(seen)
     if profile in TCP_PROFILES or "Socket" in nets:
         return "TCP sockets between nodes: measured only (no floor for Ethernet over TCP)"
@@ -231,7 +230,7 @@ def _multinode_expectation(
         return f"no network in NCCL's log ({'+'.join(seen)}): no floor between nodes"
     if any(n != "IB" for n in nets):
         return f"multi-node transport {'+'.join(n for n in nets if n != 'IB')}: no floor"
-    rate = nccl.get("net_gbps")  # the node's NIC line rate, Gb/s, where the snapshot has it
+    rate = nccl.net_gbps  # the node's NIC line rate, Gb/s, where the snapshot has it
     if isinstance(rate, (int, float)) and rate > 0:
         link = Link("ib", rate / 8, f"InfiniBand {rate:g} Gb/s", "the NIC's line rate")
         return Expectation(FLOORS["nccl-ib"], link, "IB")
@@ -247,50 +246,48 @@ def _slowest(links: list[Link | None]) -> Link | None:
 # -- the check ------------------------------------------------------------------------------
 
 
-def check_links(snapshot: dict[str, Any]) -> CheckResult:
+def check_links(snapshot: HostSnapshot) -> CheckResult:
     gpus = list(by_index(snapshot).values())
     findings = p2p_findings(snapshot) + h2d_findings(snapshot) + nccl_findings(snapshot)
     mnnvl, mnnvl_judged = grace.mnnvl_findings(snapshot, gpus)
     findings += grace.omp_findings(snapshot, gpus) + mnnvl
-    nccl = snapshot.get("nccl") if isinstance(snapshot.get("nccl"), dict) else {}
-    figures = [h2d_figure(g) for g in gpus if "h2d_gbps" in g]
-    if isinstance(nccl.get("sweep"), list):  # type: ignore[union-attr]
-        figures.append(sweep_figure(nccl["sweep"]))  # type: ignore[index]
+    nccl = or_default(snapshot.nccl, Nccl())
+    figures = [h2d_figure(g) for g in gpus if given(g.h2d_gbps)]
+    if given(nccl.sweep):
+        figures.append(sweep_figure(nccl.sweep))
     layout = [f for f in map(grace.layout_figure, gpus) if f]
     return result_of(
         findings,
         judged_readings(snapshot, findings) + mnnvl_judged,
-        p2p_pairs=len(snapshot.get("p2p") or []),
-        nccl_transport=nccl.get("transport"),  # type: ignore[union-attr]
-        nccl_busbw_GBps=nccl.get("busbw_gbps"),  # type: ignore[union-attr]
+        p2p_pairs=len(snapshot.p2p or []),
+        nccl_transport=or_none(nccl.transport),
+        nccl_busbw_GBps=or_none(nccl.busbw_gbps),
         figures="; ".join(figures),
         **({"grace": "; ".join(layout)} if layout else {}),
     )
 
 
-def sweep_figure(sweep: list[Any]) -> str:
+def sweep_figure(sweep: Sequence[SweepPoint]) -> str:
     """e.g. "all-reduce busbw 8 MiB 91.2, 32 MiB 180, 1024 MiB 371 GB/s"."""
     points = [
-        f"{p['bytes'] / 2**20:g} MiB {p['busbw_gbps']:g}"
+        f"{p.bytes / 2**20:g} MiB {p.busbw_gbps:g}"
         for p in sweep
-        if isinstance(p, dict)
-        and isinstance(p.get("bytes"), int)
-        and isinstance(p.get("busbw_gbps"), (int, float))
+        if isinstance(p.bytes, int) and isinstance(p.busbw_gbps, (int, float))
     ]
     return f"all-reduce busbw {', '.join(points)} GB/s"
 
 
-def judged_readings(snapshot: dict[str, Any], findings: list[Finding]) -> int:
+def judged_readings(snapshot: HostSnapshot, findings: list[Finding]) -> int:
     """Readings that met their floor or failed it: every measured one, less those a skip
     finding names (one skip per reading that could not be judged)."""
-    measured = len(snapshot.get("p2p") or [])
+    measured = len(snapshot.p2p or [])
     measured += sum(
-        isinstance(g.get(key), (int, float))
+        isinstance(gbps_of(g, name), (int, float))
         for g in by_index(snapshot).values()
-        for key in (f"{name}_gbps" for name, _ in HOST_WAYS)
+        for name, _ in HOST_WAYS
     )
-    nccl = snapshot.get("nccl")
-    if isinstance(nccl, dict) and isinstance(nccl.get("busbw_gbps"), (int, float)):
-        measured += nccl.get("world_size", 0) >= 2
+    nccl = snapshot.nccl
+    if nccl and isinstance(nccl.busbw_gbps, (int, float)):
+        measured += or_default(nccl.world_size, 0) >= 2
     unjudged = sum(f.level == Status.SKIPPED and f.rule in PER_READING for f in findings)
     return max(0, measured - unjudged)
