@@ -219,6 +219,19 @@ def test_an_unreadable_snapshot_exits_2_naming_the_field(
 
 
 @pytest.mark.subprocess
+def test_a_live_snapshot_its_record_refuses_fails_the_run_naming_the_key(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A reader that wrote a reading of the wrong type is imagekit's bug: nothing is judged,
+    the image is not proven (exit 1), and the message names the key."""
+    from imagekit.selfcheck.run import main as main_module
+
+    monkeypatch.setattr(main_module, "live", lambda args: {"format": 1, "gpus": [{"index": "x"}]})
+    assert main([]) == 1
+    err = capsys.readouterr().err
+    assert "gpus[0].index" in err and "bug in imagekit's readers" in err
+
+
 def test_judge_runs_without_torch_or_a_gpu(tmp_path: Path) -> None:
     """The CLI judges in a fresh interpreter that has neither torch nor pynvml to lean on."""
     path = tmp_path / "host.json"

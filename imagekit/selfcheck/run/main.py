@@ -18,7 +18,7 @@ from typing import Any
 
 from imagekit.contract import exits
 from imagekit.contract.check_table import ORDER, probes_for
-from imagekit.contract.checks import EMULATED_SLOWDOWN, ENV_TIMEOUT, CheckResult
+from imagekit.contract.checks import EMULATED_SLOWDOWN, ENV_TIMEOUT, CheckResult, RecordError
 from imagekit.contract.records import or_default, or_none
 from imagekit.contract.text import escape
 from imagekit.selfcheck.probes.perf import ENV_SOAK
@@ -29,6 +29,12 @@ from imagekit.selfcheck.verdicts import emulated
 
 # The snapshot's keys the JSON report repeats, beside the results.
 CONTEXT = ("imagekit", "taken_at", "host", "python", "labels")
+# A reading this run's own readers wrote that its record refuses: a bug of the readers, and
+# no verdict; the image is not proven (exit 1), never passed.
+UNPARSED = (
+    "this run's host snapshot is not one ({}): nothing was judged; it is a bug in imagekit's "
+    "readers: report it with the file --snapshot writes"
+)
 MAX_SOAK_S = 3600  # an hour: longer burn-ins are DCGM's (dcgmi diag -r 4) or a job's own
 
 
@@ -152,7 +158,11 @@ def main(argv: list[str] | None = None) -> int:
             return exits.CHECK_USAGE
     else:
         snap = live(args)
-    record = judge.typed(snap)  # a live run's snapshot always parses (its readers write it)
+    try:
+        record = judge.typed(snap)
+    except RecordError as exc:  # only a live run gets here: --judge's load parsed it
+        print(f"error: {escape(UNPARSED.format(exc))}", file=sys.stderr)
+        return exits.CHECK_FAILED
     results = judge.judge(record)
     print(report.checks_table(results))
     context = {key: or_none(getattr(record, key)) for key in CONTEXT}
