@@ -218,7 +218,6 @@ def test_an_unreadable_snapshot_exits_2_naming_the_field(
     assert str(path) in err and field in err
 
 
-@pytest.mark.subprocess
 def test_a_live_snapshot_its_record_refuses_fails_the_run_naming_the_key(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -232,6 +231,7 @@ def test_a_live_snapshot_its_record_refuses_fails_the_run_naming_the_key(
     assert "gpus[0].index" in err and "bug in imagekit's readers" in err
 
 
+@pytest.mark.subprocess
 def test_judge_runs_without_torch_or_a_gpu(tmp_path: Path) -> None:
     """The CLI judges in a fresh interpreter that has neither torch nor pynvml to lean on."""
     path = tmp_path / "host.json"
