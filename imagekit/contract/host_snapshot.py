@@ -16,20 +16,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from imagekit.contract.checks import CheckResult
-from imagekit.contract.records import NOT_READ, read, write
+from imagekit.contract.records import NOT_READ, Record
 
 FORMAT = 1  # `--judge` refuses another
-
-
-class Record:
-    """What every snapshot record shares: read from JSON and written back."""
-
-    @classmethod
-    def from_json(cls, data: object, where: str = "") -> Any:
-        return read(cls, data, where)
-
-    def to_json(self) -> dict[str, Any]:
-        return write(self)
 
 
 @dataclass(frozen=True)

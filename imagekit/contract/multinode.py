@@ -9,10 +9,10 @@ multi-node check writes"). Standard library only (it runs in the image).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from imagekit.contract.checks import FAILED, PASSED, RecordError, Status
-from imagekit.contract.records import NOT_READ, read, write
+from imagekit.contract.records import NOT_READ, Record, read
 
 FORMAT = 1  # multinode.json's format; a report without `format` is from before it (read as 1)
 REPORT = "multinode.json"  # rank 0's report, in each node's report folder
@@ -21,9 +21,11 @@ DEVICES = ("cuda", "cpu")
 
 
 @dataclass(frozen=True)
-class Rank:
+class Rank(Record):
     """One process of the run as it joined: its rank file (rank-R.json) and an entry of
     the report's `ranks`."""
+
+    WHERE: ClassVar[str] = "rank"
 
     rank: int
     node_rank: int = NOT_READ
@@ -34,16 +36,9 @@ class Rank:
     joined_at: float = NOT_READ
     extra: dict[str, Any] = field(default_factory=dict)
 
-    @classmethod
-    def from_json(cls, data: object, where: str = "rank") -> Rank:
-        return read(cls, data, where)
-
-    def to_json(self) -> dict[str, Any]:
-        return write(self)
-
 
 @dataclass(frozen=True)
-class AllReduce:
+class AllReduce(Record):
     """The timed all-reduce: its figures, or `note` where one rank moves no data."""
 
     megabytes: int = NOT_READ
@@ -56,12 +51,9 @@ class AllReduce:
     note: str = NOT_READ
     extra: dict[str, Any] = field(default_factory=dict)
 
-    def to_json(self) -> dict[str, Any]:
-        return write(self)
-
 
 @dataclass(frozen=True)
-class NodesReport:
+class NodesReport(Record):
     """multinode.json: rank 0's verdict over the whole run, and what it measured."""
 
     status: str
@@ -90,7 +82,7 @@ class NodesReport:
 
     @classmethod
     def from_json(cls, data: object, where: str = REPORT) -> NodesReport:
-        report = read(cls, data, where)
+        report: NodesReport = read(cls, data, where)
         for key, value, fits in (
             ("status", report.status, (PASSED, FAILED)),
             ("format", report.format, (NOT_READ, FORMAT)),
@@ -101,6 +93,3 @@ class NodesReport:
                 shown = ", ".join(str(f) for f in fits if f is not NOT_READ)
                 raise RecordError(f"{where}.{key}: {value!r} is not one of {shown}")
         return report
-
-    def to_json(self) -> dict[str, Any]:
-        return write(self)

@@ -15,11 +15,10 @@ Standard library only (it runs in the image).
 from __future__ import annotations
 
 import dataclasses
-import sys
 import types
 import typing
 from collections.abc import Mapping
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from imagekit.contract.checks import RecordError
 
@@ -122,7 +121,7 @@ def _json(value: Any) -> Any:
 
 
 def _hints(cls: type) -> dict[str, Any]:
-    return typing.get_type_hints(cls, vars(sys.modules[cls.__module__]))
+    return typing.get_type_hints(cls)  # each class in the MRO read in its own module
 
 
 def _value(kind: Any, value: object, where: str) -> Any:
@@ -193,3 +192,17 @@ def _describe(kind: Any) -> str:
 def _shown(value: object) -> str:
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
+
+
+class Record:
+    """What every record shares: read from JSON (`WHERE` names it in a refusal when no key
+    path is given) and written back."""
+
+    WHERE: ClassVar[str] = ""
+
+    @classmethod
+    def from_json(cls, data: object, where: str = "") -> Any:
+        return read(cls, data, where or cls.WHERE)
+
+    def to_json(self) -> dict[str, Any]:
+        return write(self)
