@@ -129,11 +129,11 @@ def test_a_node_that_never_arrives_fails_at_the_join_timeout(project: Path, tmp_
     started = time.monotonic()
     report = nodes_run.execute(engine, TAG, run, options, print)
     took = time.monotonic() - started
-    assert report["status"] == "failed"
-    assert report["reason"] == (
+    assert report.status == "failed"
+    assert report.reason == (
         "the rendezvous at node0:29400 did not complete within 10s (--join-timeout): "
         "node1 never arrived"
-    ), report["reason"]
+    ), report.reason
     assert took < 10 + 60  # the join timeout plus start-up, not the whole run's limit
     assert leftovers(run.run_id) == []
 
