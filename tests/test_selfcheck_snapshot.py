@@ -26,6 +26,7 @@ from imagekit.selfcheck.run.main import main
 from imagekit.selfcheck.run.report import checks_table
 from imagekit.selfcheck.verdicts.rules import DdpRun
 
+from .conftest import typed
 from .test_selfcheck_health import EXPECTED
 
 SNAPSHOTS = Path(__file__).parent / "data" / "snapshots"
@@ -225,7 +226,8 @@ def test_a_live_snapshot_its_record_refuses_fails_the_run_naming_the_key(
     the image is not proven (exit 1), and the message names the key."""
     from imagekit.selfcheck.run import main as main_module
 
-    monkeypatch.setattr(main_module, "live", lambda args: {"format": 1, "gpus": [{"index": "x"}]})
+    bad = {"format": 1, "gpus": [{"index": "x"}]}  # the first reading, before any check runs
+    monkeypatch.setattr(main_module.snapshot, "read_host", lambda expect, require: bad)
     assert main([]) == 1
     err = capsys.readouterr().err
     assert "gpus[0].index" in err and "bug in imagekit's readers" in err
@@ -249,25 +251,25 @@ def test_judge_runs_without_torch_or_a_gpu(tmp_path: Path) -> None:
 def test_checks_run_one_at_a_time_under_exclusive_compute_mode() -> None:
     host = cpu_host()
     host["gpus"] = [{"index": 0, "compute_mode": "EXCLUSIVE_PROCESS"}]
-    jobs, why = processes.jobs_for(host, 4)
+    jobs, why = processes.jobs_for(typed(host), 4)
     assert jobs == 1 and "EXCLUSIVE_PROCESS" in why
     host["gpus"] = [{"index": 0, "compute_mode": "DEFAULT", "processes": []}]
-    assert processes.jobs_for(host, 4) == (4, "")
+    assert processes.jobs_for(typed(host), 4) == (4, "")
 
 
 def test_a_host_without_gpus_runs_only_the_flash_timing_alone() -> None:
     """amp, ddp and perf time GPU work only: on a CPU host they run beside the others."""
     host = cpu_host()
-    assert not processes.gpu_possible(host)
+    assert not processes.gpu_possible(typed(host))
     assert [n for n in registry.ORDER if n in registry.BY_NAME and registry.alone(n, False)] == [
         "flash"
     ]
     for key, value in (("device_nodes", ["/dev/nvidia0"]), ("gpus_requested", True)):
         gpu = copy.deepcopy(host)
         gpu["container"][key] = value
-        assert processes.gpu_possible(gpu), key
-    assert processes.gpu_possible(host | {"driver": "580.95.05"})
-    assert processes.gpu_possible(host | {"gpus": [{"index": 0}]})
+        assert processes.gpu_possible(typed(gpu)), key
+    assert processes.gpu_possible(typed(host | {"driver": "580.95.05"}))
+    assert processes.gpu_possible(typed(host | {"gpus": [{"index": 0}]}))
     alone = {n for n in registry.BY_NAME if registry.alone(n, True)}
     assert alone == {"amp", "ddp", "flash", "perf"}
 

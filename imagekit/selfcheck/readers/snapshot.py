@@ -268,7 +268,8 @@ class SnapshotError(ValueError):
     """A snapshot file that cannot be judged: the message names the file and the fix."""
 
 
-def load(path: Path) -> Snapshot:
+def load(path: Path) -> HostSnapshot:
+    """A written snapshot as its record; SnapshotError names what is wrong with it."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -282,10 +283,9 @@ def load(path: Path) -> Snapshot:
             "(write it again with `python -m imagekit.selfcheck --snapshot FILE`)"
         )
     try:  # every key read as its type, so the judge never meets a half-formed reading
-        HostSnapshot.from_json(data)
+        return HostSnapshot.from_json(data)
     except RecordError as exc:
         raise SnapshotError(f"{path}: {exc} (see docs/host-snapshot.md)") from None
-    return data
 
 
 def expected_from_env(env: Mapping[str, str] = os.environ) -> int | None:

@@ -14,11 +14,11 @@ import argparse
 import os
 import sys
 from pathlib import Path
-from typing import Any
 
 from imagekit.contract import exits
 from imagekit.contract.check_table import ORDER, probes_for
 from imagekit.contract.checks import EMULATED_SLOWDOWN, ENV_TIMEOUT, CheckResult, RecordError
+from imagekit.contract.host_snapshot import HostSnapshot
 from imagekit.contract.records import or_default, or_none
 from imagekit.contract.text import escape
 from imagekit.selfcheck.probes.perf import ENV_SOAK
@@ -112,22 +112,26 @@ def _progress(name: str, result: CheckResult) -> None:
     print(f"  {name}: {result.status.value} ({result.seconds}s)", file=sys.stderr, flush=True)
 
 
-def live(args: argparse.Namespace) -> dict[str, Any]:
-    """Read the host, run the probes the chosen checks need, and assemble the snapshot."""
+def live(args: argparse.Namespace) -> HostSnapshot:
+    """Read the host, run the probes the chosen checks need, and assemble the snapshot
+    (written with --snapshot before it is parsed, so a reading its record refuses, which
+    raises RecordError, can be reported with the file)."""
     names = [n for n in ORDER if n in args.checks.split(",")]
     # Torch and NVML are matched on each GPU's UUID (devices.match_devices); the PCI bus
     # order is the fallback where a torch gives no UUID, and makes torch's numbering NVML's.
     os.environ.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
     host = snapshot.read_host(args.expect_gpus, args.require)
     host["selected"] = names
-    jobs, why = processes.jobs_for(host, args.jobs)
+    first = judge.typed(host)  # the first reading, parsed once for the run's decisions
+    jobs, why = processes.jobs_for(first, args.jobs)
     if why:
         print(f"  running the checks one at a time: {escape(why)}", file=sys.stderr, flush=True)
-    gpu = processes.gpu_possible(host)
-    slowdown = EMULATED_SLOWDOWN if host["cpu"].get("emulated") else 1
+    gpu = processes.gpu_possible(first)
+    emulation = or_default(first.cpu.emulated, "") if first.cpu else ""
+    slowdown = EMULATED_SLOWDOWN if emulation else 1
     if slowdown > 1:
         print(
-            f"  under emulation ({escape(host['cpu']['emulated'])}): time limits x{slowdown}, "
+            f"  under emulation ({escape(emulation)}): time limits x{slowdown}, "
             "and no timing here says anything of the hardware",
             file=sys.stderr,
             flush=True,
@@ -140,29 +144,28 @@ def live(args: argparse.Namespace) -> dict[str, Any]:
     results = processes.run_all(
         probes_for(names), args.timeout, jobs, _progress, gpu, slowdown, extra
     )
-    results = {n: emulated.unjudged_crash(r, host["cpu"]["emulated"]) for n, r in results.items()}
+    results = {n: emulated.unjudged_crash(r, emulation) for n, r in results.items()}
     again = snapshot.with_xids(snapshot.nvml_again(host), xids.stop())
     snap = snapshot.assemble(again, results)
     if args.snapshot:
         snapshot.write(snap, args.snapshot)
-    return snap
+    return judge.typed(snap)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     if args.judge:
         try:
-            snap = snapshot.load(args.judge)
+            record = snapshot.load(args.judge)
         except snapshot.SnapshotError as exc:
             print(f"error: {escape(str(exc))}", file=sys.stderr)
             return exits.CHECK_USAGE
     else:
-        snap = live(args)
-    try:
-        record = judge.typed(snap)
-    except RecordError as exc:  # only a live run gets here: --judge's load parsed it
-        print(f"error: {escape(UNPARSED.format(exc))}", file=sys.stderr)
-        return exits.CHECK_FAILED
+        try:
+            record = live(args)
+        except RecordError as exc:
+            print(f"error: {escape(UNPARSED.format(exc))}", file=sys.stderr)
+            return exits.CHECK_FAILED
     results = judge.judge(record)
     print(report.checks_table(results))
     context = {key: or_none(getattr(record, key)) for key in CONTEXT}

@@ -63,26 +63,25 @@ def run_all(
     return {n: results[n] for n in ORDER if n in results}
 
 
-def jobs_for(host: dict[str, Any], requested: int) -> tuple[int, str]:
+def jobs_for(host: HostSnapshot, requested: int) -> tuple[int, str]:
     """How many checks may run side by side: one at a time where a GPU admits one process
     (EXCLUSIVE_PROCESS) or none (PROHIBITED), or another process shares it, so the
     self-check's own parallelism never turns into a red; the reason when it is one."""
     from imagekit.selfcheck.verdicts.health import parallel_ok
 
-    ok, why = parallel_ok(HostSnapshot.from_json(host))  # the readers' dict always parses
+    ok, why = parallel_ok(host)
     return (requested, "") if ok else (1, why)
 
 
-def gpu_possible(host: dict[str, Any]) -> bool:
+def gpu_possible(host: HostSnapshot) -> bool:
     """Whether this host may have a GPU the checks run on: NVIDIA device nodes, a driver,
     GPUs NVML lists or GPUs asked for. Only a host with none of them runs the checks that
     time GPU work side by side."""
-    container = host.get("container") or {}
+    container = host.container
     return bool(
-        container.get("device_nodes")
-        or container.get("gpus_requested")
-        or host.get("driver")
-        or host.get("gpus")
+        (container and (container.device_nodes or container.gpus_requested))
+        or host.driver
+        or host.gpus
     )
 
 
