@@ -123,9 +123,10 @@ def phases(lines: list[tuple[float, str]], total: float) -> dict[str, float]:
             done[match.group(1)] = at
     groups = {}
     for group in ("cuda", "torch", "features"):
-        vertex = next((v for v, n in names.items() if f"groups/{group}.txt" in n), None)
-        if vertex in done:
-            groups[group] = (begun[vertex], done[vertex])
+        # the cuda group: cuda.txt, or its parts cuda-1.txt, cuda-2.txt, ... (one layer each)
+        vertices = [v for v, n in names.items() if re.search(rf"groups/{group}(-\d+)?\.txt", n)]
+        if vertices and all(v in done for v in vertices):
+            groups[group] = (min(begun[v] for v in vertices), max(done[v] for v in vertices))
     if not groups:  # venv_layers: single
         return {"build steps": total}
     first, last = min(b for b, _ in groups.values()), max(e for _, e in groups.values())

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 from imagekit.buildtime import groups
+from imagekit.buildtime.lockfile import CUDA_PARTS, cuda_part
 from imagekit.locks.pinned import load_cells
 from imagekit.render.dockerfile import render
 
@@ -68,7 +70,8 @@ def test_cells_that_compile_in_the_builder_keep_one_venv_layer() -> None:
     ).read_text()
     assert "--target /opt/imagekit/cuda" in text and "groups.py --installer uv" in text
     assert "COPY --from=builder /opt/venv /opt/venv" in text  # the bare venv only
-    assert text.count("imagekit_normalize /tmp/imagekit-started") == 3
+    # the CUDA libraries in their parts, then torch, then the features: one layer each
+    assert text.count("imagekit_normalize /tmp/imagekit-started") == len(CUDA_PARTS) + 2
 
 
 def test_reports_name_a_package_layer_by_its_group() -> None:
@@ -90,8 +93,9 @@ def test_uv_groups_unpack_beside_their_target_and_link_not_copy() -> None:
     cell = cells["pytorch-train-cu126-torch2.7.1-py3.11-debian12-slim"]
     runtime = render(cell).split("FROM os-base AS runtime")[1]
     steps = [s for s in runtime.split("\nRUN ") if "/run/imagekit/groups/" in s and " -r" in s]
-    assert len(steps) == 3  # cuda, torch, features
-    for step, unpack in zip(steps, ["/opt/imagekit", "/opt/venv", "/opt/venv"], strict=True):
+    assert len(steps) == len(CUDA_PARTS) + 2  # the cuda parts, torch, features
+    unpacks = ["/opt/imagekit"] * len(CUDA_PARTS) + ["/opt/venv", "/opt/venv"]
+    for step, unpack in zip(steps, unpacks, strict=True):
         assert f"UV_CACHE_DIR={unpack}/.uv-unpack UV_LINK_MODE=hardlink" in step
         assert "id=imagekit-uv" not in step and "--no-cache" not in step
         install = step.index("uv pip install")
@@ -101,7 +105,8 @@ def test_uv_groups_unpack_beside_their_target_and_link_not_copy() -> None:
     # pip unpacks straight into the venv: its groups keep the cache mount of downloads
     pip_runtime = render(replace(cell, installer="pip")).split("FROM os-base AS runtime")[1]
     assert ".uv-unpack" not in pip_runtime
-    assert pip_runtime.count("id=imagekit-pip,target=/root/.cache/pip") == 4  # 3 groups, pip
+    # the cuda parts, torch, features, then your pip packages
+    assert pip_runtime.count("id=imagekit-pip,target=/root/.cache/pip") == len(CUDA_PARTS) + 3
 
 
 def test_cuda_cells_carry_pynvml_for_the_self_check_and_cpu_cells_do_not() -> None:
@@ -111,3 +116,62 @@ def test_cuda_cells_carry_pynvml_for_the_self_check_and_cpu_cells_do_not() -> No
     assert cuda and cpu
     assert all("nvidia-ml-py>=12.535" in c.torch_requirements for c in cuda)
     assert not any(r.startswith("nvidia-ml-py") for c in cpu for r in c.torch_requirements)
+
+
+CU126 = [
+    "nvidia-cublas-cu12==12.6.4.1",
+    "nvidia-cuda-cupti-cu12==12.6.80",
+    "nvidia-cuda-nvrtc-cu12==12.6.77",
+    "nvidia-cuda-runtime-cu12==12.6.77",
+    "nvidia-cudnn-cu12==9.5.1.17",
+    "nvidia-cufft-cu12==11.3.0.4",
+    "nvidia-cufile-cu12==1.11.1.6",
+    "nvidia-curand-cu12==10.3.7.77",
+    "nvidia-cusolver-cu12==11.7.1.2",
+    "nvidia-cusparse-cu12==12.5.4.2",
+    "nvidia-cusparselt-cu12==0.6.3",
+    "nvidia-nccl-cu12==2.26.2",
+    "nvidia-nvjitlink-cu12==12.6.85",
+    "nvidia-nvtx-cu12==12.6.77",
+]
+
+
+def test_the_cuda_libraries_split_by_name_into_the_same_parts_for_every_cell() -> None:
+    """A wheel's part depends on its name alone: CUDA 12.6's and CUDA 13's wheels land in the
+    same parts, and no part is left without its big library."""
+    parts = {pin.split("==")[0]: cuda_part(pin) for pin in CU126}
+    assert parts["nvidia-cudnn-cu12"] == 0
+    assert parts["nvidia-cublas-cu12"] == parts["nvidia-nccl-cu12"] == 1
+    assert parts["nvidia-cusparse-cu12"] == parts["nvidia-cusparselt-cu12"] == 2
+    assert parts["nvidia-cufft-cu12"] == 2
+    rest = {"nvidia-cusolver-cu12", "nvidia-curand-cu12", "nvidia-cuda-runtime-cu12"}
+    assert {parts[name] for name in rest} == {len(CUDA_PARTS) - 1}
+    assert (
+        cuda_part("nvidia-cudnn-cu13==9.13.0.50") == 0
+        and cuda_part("nvidia-cublas==13.0.0.19") == 1
+    )
+    assert set(parts.values()) == set(range(len(CUDA_PARTS)))
+
+
+def test_the_cuda_parts_keep_each_entry_whole_and_every_part_is_written(tmp_path: Path) -> None:
+    """The parts hold cuda.txt's entries as they are (a lock's hashes with them), each in
+    exactly one part; a part no wheel falls in is still written (an empty install)."""
+    digest = "a" * 64
+    (tmp_path / "cuda.txt").write_text(
+        f"nvidia-cudnn-cu12==9.5.1.17 \\\n    --hash=sha256:{digest}\nnvidia-curand-cu12==10.3.7.77\n"
+    )
+    groups.write_cuda_parts(tmp_path)
+    texts = [(tmp_path / f"cuda-{n}.txt").read_text() for n in range(1, len(CUDA_PARTS) + 1)]
+    assert texts[0].split() == ["nvidia-cudnn-cu12==9.5.1.17", f"--hash=sha256:{digest}"]
+    assert texts[1] == texts[2] == ""
+    assert texts[-1] == "nvidia-curand-cu12==10.3.7.77\n"
+
+
+def test_every_cuda_pin_lands_in_exactly_one_part(tmp_path: Path) -> None:
+    (tmp_path / "cuda.txt").write_text("".join(f"{p}\n" for p in CU126))
+    groups.write_cuda_parts(tmp_path)
+    parts = [
+        (tmp_path / f"cuda-{n}.txt").read_text().split() for n in range(1, len(CUDA_PARTS) + 1)
+    ]
+    assert sorted(pin for part in parts for pin in part) == sorted(CU126)
+    assert all(parts)  # CUDA 12.6's wheels fill every part

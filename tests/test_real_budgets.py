@@ -296,7 +296,7 @@ def test_the_tests_run_beside_each_other_share_no_fixture_of_the_suite() -> None
     tests = re.findall(r"^- fixtures used by (\S+) -", out, re.M)
     assert {t.split("[")[0] for t in tests} == {
         "test_an_arm64_image_is_built_on_an_arm64_base_and_proven_arm64",
-        "test_the_cuda_libraries_layer_is_one_layer_for_both_pythons",
+        "test_the_cuda_libraries_layers_are_the_same_layers_for_both_pythons",
         "test_torch_loads_its_cuda_libraries_through_the_links",
     }
     shared = set(re.findall(r"^(\w+) -- tests/real/conftest\.py:", out, re.M))

@@ -11,7 +11,7 @@ from imagekit.errors import BuildError
 from imagekit.sizes import gb
 from imagekit.text_table import render_table
 
-_GROUP = re.compile(r"/run/imagekit/groups/(\w+)\.txt")
+_GROUP = re.compile(r"/run/imagekit/groups/([\w-]+)\.txt")
 _SHELL = re.compile(r"^(RUN )?(\|\d+ \S*=\S* )*(/bin/sh -c )?(\. /run/imagekit/build-env\.sh && )?")
 
 

@@ -32,7 +32,15 @@ from pathlib import Path
 
 # The package lock's layout, which the host imports too: this script's copy in the build
 # context has lockfile.py's lines in place of this import (lockfile.py says why).
-from imagekit.buildtime.lockfile import GROUPS, LOCKED_FOLDERS, is_cuda_library, normalize, pin_name
+from imagekit.buildtime.lockfile import (
+    CUDA_PARTS,
+    GROUPS,
+    LOCKED_FOLDERS,
+    cuda_part,
+    is_cuda_library,
+    normalize,
+    pin_name,
+)
 
 UV = "/opt/uv/bin/uv"
 PYTHON = "/opt/venv/bin/python"
@@ -148,6 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     groups = split(torch_pins, feature_pins)
     for name, pins in groups.items():
         (args.out / f"{name}.txt").write_text("".join(f"{p}\n" for p in pins))
+    write_cuda_parts(args.out)
     (args.out / "torch-resolved.txt").unlink()
     make_room(args.installer, [p for pins in groups.values() for p in pins])
     return 0
@@ -179,9 +188,20 @@ def copy_locked(installer: str, locked: Path, out: Path) -> int:
         text = (locked / f"{name}.txt").read_text()
         (out / f"{name}.txt").write_text(text)
         pins += _pins_from_requirements(text)
+    write_cuda_parts(out)
     print(f"imagekit: installing the locked packages ({len(pins)} pins), resolving nothing")
     make_room(installer, pins)
     return 0
+
+
+def write_cuda_parts(out: Path) -> None:
+    """cuda.txt again as the parts the runtime installs, one layer each (lockfile.CUDA_PARTS):
+    cuda-1.txt, cuda-2.txt, ...; each entry as it is, hashes and all; a part may be empty."""
+    parts: list[list[str]] = [[] for _ in CUDA_PARTS]
+    for entry in requirement_lines((out / "cuda.txt").read_text()):
+        parts[cuda_part(entry)].append(entry)
+    for number, entries in enumerate(parts, 1):
+        (out / f"cuda-{number}.txt").write_text("".join(f"{e}\n" for e in entries))
 
 
 def make_room(installer: str, pins: list[str]) -> None:

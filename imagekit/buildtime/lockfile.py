@@ -35,6 +35,20 @@ HASH = re.compile(r"--hash=sha256:(?P<digest>[0-9a-f]{64})")
 NOT_CUDA_LIBRARIES = ("nvidia-ml-py",)
 
 
+# The CUDA libraries' layers: the cuda group split by content, so that BuildKit compresses
+# them (and a registry takes them) side by side on every core, not as one 2.8 GB stream. A
+# wheel's name decides its part, so every cell that pins the same wheels makes the same
+# layers, byte for byte. cuDNN; cuBLAS with NCCL; cuSPARSE, cuSPARSELt and cuFFT; the
+# rest: each about 0.7-1 GB unpacked for CUDA 12.6. The build context stages part N of
+# the group as cuda-N.txt (N from 1).
+CUDA_PARTS = (
+    ("nvidia-cudnn",),
+    ("nvidia-cublas", "nvidia-nccl"),
+    ("nvidia-cusparse", "nvidia-cufft"),
+    (),  # the rest
+)
+
+
 def normalize(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
@@ -49,3 +63,12 @@ def is_cuda_library(pin: str) -> bool:
     serves every Python; the lock's cuda group holds them and only them."""
     name = pin_name(pin)
     return name.startswith("nvidia-") and name not in NOT_CUDA_LIBRARIES
+
+
+def cuda_part(pin: str) -> int:
+    """The part (0-based, CUDA_PARTS) of the CUDA libraries' layers that installs `pin`."""
+    name = pin_name(pin)
+    return next(
+        (i for i, prefixes in enumerate(CUDA_PARTS) if name.startswith(prefixes)),
+        len(CUDA_PARTS) - 1,
+    )
