@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Protocol
 import jinja2
 
 from imagekit import paths, resources
+from imagekit.buildtime.lockfile import CUDA_PARTS
 from imagekit.errors import StaleError
 from imagekit.matrix.cells import USER, Cell
 from imagekit.matrix.source import repo_root
@@ -116,23 +117,38 @@ def _environment(directory: str) -> jinja2.Environment:
 
 
 def _packages(cell: Cell) -> tuple[list[str], list[str]]:
-    base = ["ca-certificates"] + (["python3"] if cell.system_python else [])
+    """os-base's OS packages, then the builder's on top of them. os-base installs what the
+    builder needs to start (an OS Python with venv, to bootstrap the installer) as well, so
+    a builder on os-base runs no apt step of its own: one apt pass per cell, or none on a
+    base that already holds them (`imagekit base bootstrap --bake-packages`)."""
+    base = ["ca-certificates", "python3", "python3-venv"]
     if cell.compile:  # torch.compile at run time: a C++ compiler; the OS Python's headers
         base += ["g++"] + ([f"libpython{cell.python}-dev"] if cell.system_python else [])
-    builder = ["ca-certificates", "python3", "python3-venv"]
+    builder = list(base)
     if cell.needs_devel:
         builder += ["build-essential", "git", "python3-dev"]
     return sorted(base), sorted(set(builder) | set(cell.build_apt))
 
 
+def builder_apt(cell: Cell) -> list[str]:
+    """The packages the builder's own apt step installs: on os-base, only those os-base
+    lacks (none for most cells); on an image of its own (a devel image), all of them."""
+    base, builder = _packages(cell)
+    if _builder_from(cell) == "os-base":
+        return [name for name in builder if name not in base]
+    return builder
+
+
+def base_packages(cell: Cell) -> list[str]:
+    """The OS packages os-base installs: what `imagekit base bootstrap --bake-packages`
+    puts into the base, so that step has nothing to install."""
+    return _packages(cell)[0]
+
+
 def _builder_from(cell: Cell) -> str:
-    """A builder that only resolves (the split venv) needs no OS package of os-base: it starts
-    from the OS image itself and runs beside os-base's apt step, not after it (a cold build's
-    first minute). One that installs or compiles the venv builds on os-base, or on the
-    devel image the cell names."""
-    if cell.builder_image:
-        return cell.builder_image
-    return cell.runtime_image if cell.venv_layers == "split" else "os-base"
+    """The builder starts from os-base (its apt step already ran there: one pass, not two
+    beside each other on the same two cores), or from the devel image the cell names."""
+    return cell.builder_image or "os-base"
 
 
 def render(
@@ -140,19 +156,19 @@ def render(
 ) -> str:
     """The Dockerfile for one cell. `syntax` opts into a `# syntax=` frontend line;
     `cache_mounts=False` drops the installer's cache mount (the benchmarks' baseline)."""
-    base_packages, builder_packages = _packages(cell)
     template = _environment(str(templates or templates_dir())).get_template("Dockerfile.j2")
     return template.render(
         cell=cell,
         syntax=syntax,
-        base_packages=base_packages,
-        builder_packages=builder_packages,
+        base_packages=base_packages(cell),
+        builder_packages=builder_apt(cell),
         builder_from=_builder_from(cell),
         devel_requirements=DEVEL_REQUIREMENTS,
         installer=INSTALLERS[cell.installer],
         user={"name": USER[0], "uid": USER[1]},
         cache_mounts=cache_mounts,
         layer_epoch=LAYER_EPOCH,
+        cuda_parts=len(CUDA_PARTS),
         sbom_library=SBOM_LIBRARY,
         sbom_path=SBOM_PATH,
     )

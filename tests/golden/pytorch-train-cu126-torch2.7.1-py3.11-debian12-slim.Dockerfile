@@ -4,7 +4,7 @@
 #
 # Stages, least-changing first:
 #   os-base  OS packages and the non-root user
-#   builder  the installer, and the pins of torch and the features (beside os-base)
+#   builder  os-base + the installer, and the pins of torch and the features
 #   runtime  os-base + your apt packages + the environment + your pip packages,
 #            then env, labels, source last
 #   sbom-tool  the SBOM writer's library, mounted for the runtime stage's SBOM step only
@@ -24,13 +24,16 @@ RUN --mount=type=cache,id=imagekit-apt-cache-debian12,target=/var/cache/apt,shar
     --mount=type=cache,id=imagekit-apt-lists-debian12,target=/var/lib/apt/lists,sharing=locked \
     --mount=type=tmpfs,target=/tmp \
     touch /tmp/imagekit-started \
-    && apt-get update \
-    && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-       -o Dpkg::Options::=--force-unsafe-io \
-       ca-certificates \
-       g++ \
-       libpython3.11-dev \
-       python3 \
+    && if [ "$(dpkg-query -W -f '${db:Status-Abbrev}' ca-certificates g++ libpython3.11-dev python3 python3-venv 2>/dev/null)" != "ii ii ii ii ii " ]; then \
+         apt-get update \
+         && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
+            -o Dpkg::Options::=--force-unsafe-io \
+            ca-certificates \
+            g++ \
+            libpython3.11-dev \
+            python3 \
+            python3-venv; \
+       fi \
     && for log in /var/log/apt/history.log /var/log/apt/term.log /var/log/dpkg.log \
          /var/log/alternatives.log /var/cache/ldconfig/aux-cache /var/cache/debconf/*-old; do \
          if [ -f "$log" ]; then : > "$log"; fi; \
@@ -41,25 +44,7 @@ RUN if id -u ubuntu >/dev/null 2>&1; then userdel --remove ubuntu; fi \
     && useradd --create-home --uid 1000 --shell /bin/bash imagekit \
     && install -d -o 1000 -g 1000 /workspace
 
-FROM debian:bookworm-slim AS builder
-ENV DEBIAN_FRONTEND=noninteractive LANG=C.UTF-8 LC_ALL=C.UTF-8
-RUN rm -f /etc/apt/apt.conf.d/docker-clean \
-    && echo 'Binary::apt::APT::Keep-Downloaded-Packages "true";' > /etc/apt/apt.conf.d/keep-cache
-RUN --mount=type=cache,id=imagekit-apt-cache-debian12-builder,target=/var/cache/apt,sharing=locked \
-    --mount=type=cache,id=imagekit-apt-lists-debian12-builder,target=/var/lib/apt/lists,sharing=locked \
-    --mount=type=tmpfs,target=/tmp \
-    touch /tmp/imagekit-started \
-    && apt-get update \
-    && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-       -o Dpkg::Options::=--force-unsafe-io \
-       ca-certificates \
-       python3 \
-       python3-venv \
-    && for log in /var/log/apt/history.log /var/log/apt/term.log /var/log/dpkg.log \
-         /var/log/alternatives.log /var/cache/ldconfig/aux-cache /var/cache/debconf/*-old; do \
-         if [ -f "$log" ]; then : > "$log"; fi; \
-       done \
-    && find / -xdev -cnewer /tmp/imagekit-started -exec touch -h -d @315532800 {} +
+FROM os-base AS builder
 # Where torch comes from; `imagekit build --torch-index` overrides it (empty: wheelhouse/PyPI).
 ARG TORCH_INDEX_URL=
 ENV UV_PYTHON_INSTALL_DIR=/opt/python
@@ -129,7 +114,10 @@ RUN --mount=type=tmpfs,target=/tmp \
     && find / -xdev -cnewer /tmp/imagekit-started -exec touch -h -d @315532800 {} +
 COPY --from=builder /opt/venv /opt/venv
 ARG TORCH_INDEX_URL=
-# Layer: the NVIDIA CUDA libraries, at a Python-independent path: one layer for every cell that pins the same versions.
+# The NVIDIA CUDA libraries, at a Python-independent path, in 4 layers split by wheel
+# name (buildtime/lockfile.py, CUDA_PARTS): each layer is the same for every cell that pins
+# the same versions, and the export compresses them side by side on every core.
+# Layer: CUDA libraries, part 1 of 4.
 # uv unpacks the wheels into a cache beside the target, on the layer's own filesystem, and
 # hard-links them into place: written once. From the cache mount (another filesystem) it
 # would copy every file a second time. The unpacked cache is gone before the layer is.
@@ -145,7 +133,64 @@ RUN \
     && touch /tmp/imagekit-started && export SOURCE_DATE_EPOCH=315532800 PYTHONDONTWRITEBYTECODE=1 UV_CACHE_DIR=/opt/imagekit/.uv-unpack UV_LINK_MODE=hardlink \
     && /opt/uv/bin/uv pip install --python /opt/venv/bin/python --find-links /wheelhouse --no-deps --target /opt/imagekit/cuda ${TORCH_INDEX_URL:+--extra-index-url "$TORCH_INDEX_URL"} \
        -r \
-       /run/imagekit/groups/cuda.txt \
+       /run/imagekit/groups/cuda-1.txt \
+    && rm -rf /opt/imagekit/.uv-unpack \
+    && imagekit_normalize /tmp/imagekit-started /opt/imagekit/cuda
+# Layer: CUDA libraries, part 2 of 4.
+# uv unpacks the wheels into a cache beside the target, on the layer's own filesystem, and
+# hard-links them into place: written once. From the cache mount (another filesystem) it
+# would copy every file a second time. The unpacked cache is gone before the layer is.
+RUN \
+    --mount=type=bind,from=builder,source=/opt/uv,target=/opt/uv \
+    --mount=type=tmpfs,target=/tmp \
+    --mount=type=bind,from=builder,source=/opt/imagekit/groups,target=/run/imagekit/groups \
+    --mount=type=secret,id=ca \
+    --mount=type=secret,id=index \
+    --mount=type=bind,source=imagekit/build-env.sh,target=/run/imagekit/build-env.sh \
+    --mount=type=bind,source=wheelhouse,target=/wheelhouse \
+    . /run/imagekit/build-env.sh \
+    && touch /tmp/imagekit-started && export SOURCE_DATE_EPOCH=315532800 PYTHONDONTWRITEBYTECODE=1 UV_CACHE_DIR=/opt/imagekit/.uv-unpack UV_LINK_MODE=hardlink \
+    && /opt/uv/bin/uv pip install --python /opt/venv/bin/python --find-links /wheelhouse --no-deps --target /opt/imagekit/cuda ${TORCH_INDEX_URL:+--extra-index-url "$TORCH_INDEX_URL"} \
+       -r \
+       /run/imagekit/groups/cuda-2.txt \
+    && rm -rf /opt/imagekit/.uv-unpack \
+    && imagekit_normalize /tmp/imagekit-started /opt/imagekit/cuda
+# Layer: CUDA libraries, part 3 of 4.
+# uv unpacks the wheels into a cache beside the target, on the layer's own filesystem, and
+# hard-links them into place: written once. From the cache mount (another filesystem) it
+# would copy every file a second time. The unpacked cache is gone before the layer is.
+RUN \
+    --mount=type=bind,from=builder,source=/opt/uv,target=/opt/uv \
+    --mount=type=tmpfs,target=/tmp \
+    --mount=type=bind,from=builder,source=/opt/imagekit/groups,target=/run/imagekit/groups \
+    --mount=type=secret,id=ca \
+    --mount=type=secret,id=index \
+    --mount=type=bind,source=imagekit/build-env.sh,target=/run/imagekit/build-env.sh \
+    --mount=type=bind,source=wheelhouse,target=/wheelhouse \
+    . /run/imagekit/build-env.sh \
+    && touch /tmp/imagekit-started && export SOURCE_DATE_EPOCH=315532800 PYTHONDONTWRITEBYTECODE=1 UV_CACHE_DIR=/opt/imagekit/.uv-unpack UV_LINK_MODE=hardlink \
+    && /opt/uv/bin/uv pip install --python /opt/venv/bin/python --find-links /wheelhouse --no-deps --target /opt/imagekit/cuda ${TORCH_INDEX_URL:+--extra-index-url "$TORCH_INDEX_URL"} \
+       -r \
+       /run/imagekit/groups/cuda-3.txt \
+    && rm -rf /opt/imagekit/.uv-unpack \
+    && imagekit_normalize /tmp/imagekit-started /opt/imagekit/cuda
+# Layer: CUDA libraries, part 4 of 4.
+# uv unpacks the wheels into a cache beside the target, on the layer's own filesystem, and
+# hard-links them into place: written once. From the cache mount (another filesystem) it
+# would copy every file a second time. The unpacked cache is gone before the layer is.
+RUN \
+    --mount=type=bind,from=builder,source=/opt/uv,target=/opt/uv \
+    --mount=type=tmpfs,target=/tmp \
+    --mount=type=bind,from=builder,source=/opt/imagekit/groups,target=/run/imagekit/groups \
+    --mount=type=secret,id=ca \
+    --mount=type=secret,id=index \
+    --mount=type=bind,source=imagekit/build-env.sh,target=/run/imagekit/build-env.sh \
+    --mount=type=bind,source=wheelhouse,target=/wheelhouse \
+    . /run/imagekit/build-env.sh \
+    && touch /tmp/imagekit-started && export SOURCE_DATE_EPOCH=315532800 PYTHONDONTWRITEBYTECODE=1 UV_CACHE_DIR=/opt/imagekit/.uv-unpack UV_LINK_MODE=hardlink \
+    && /opt/uv/bin/uv pip install --python /opt/venv/bin/python --find-links /wheelhouse --no-deps --target /opt/imagekit/cuda ${TORCH_INDEX_URL:+--extra-index-url "$TORCH_INDEX_URL"} \
+       -r \
+       /run/imagekit/groups/cuda-4.txt \
     && rm -rf /opt/imagekit/.uv-unpack \
     && imagekit_normalize /tmp/imagekit-started /opt/imagekit/cuda
 # The venv finds them where torch's RPATH looks ($ORIGIN/../../nvidia/...).

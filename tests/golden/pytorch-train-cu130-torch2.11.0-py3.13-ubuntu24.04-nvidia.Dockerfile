@@ -24,11 +24,15 @@ RUN --mount=type=cache,id=imagekit-apt-cache-ubuntu24.04,target=/var/cache/apt,s
     --mount=type=cache,id=imagekit-apt-lists-ubuntu24.04,target=/var/lib/apt/lists,sharing=locked \
     --mount=type=tmpfs,target=/tmp \
     touch /tmp/imagekit-started \
-    && apt-get update \
-    && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-       -o Dpkg::Options::=--force-unsafe-io \
-       ca-certificates \
-       g++ \
+    && if [ "$(dpkg-query -W -f '${db:Status-Abbrev}' ca-certificates g++ python3 python3-venv 2>/dev/null)" != "ii ii ii ii " ]; then \
+         apt-get update \
+         && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
+            -o Dpkg::Options::=--force-unsafe-io \
+            ca-certificates \
+            g++ \
+            python3 \
+            python3-venv; \
+       fi \
     && for log in /var/log/apt/history.log /var/log/apt/term.log /var/log/dpkg.log \
          /var/log/alternatives.log /var/cache/ldconfig/aux-cache /var/cache/debconf/*-old; do \
          if [ -f "$log" ]; then : > "$log"; fi; \
@@ -47,15 +51,18 @@ RUN --mount=type=cache,id=imagekit-apt-cache-ubuntu24.04-builder,target=/var/cac
     --mount=type=cache,id=imagekit-apt-lists-ubuntu24.04-builder,target=/var/lib/apt/lists,sharing=locked \
     --mount=type=tmpfs,target=/tmp \
     touch /tmp/imagekit-started \
-    && apt-get update \
-    && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-       -o Dpkg::Options::=--force-unsafe-io \
-       build-essential \
-       ca-certificates \
-       git \
-       python3 \
-       python3-dev \
-       python3-venv \
+    && if [ "$(dpkg-query -W -f '${db:Status-Abbrev}' build-essential ca-certificates g++ git python3 python3-dev python3-venv 2>/dev/null)" != "ii ii ii ii ii ii ii " ]; then \
+         apt-get update \
+         && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
+            -o Dpkg::Options::=--force-unsafe-io \
+            build-essential \
+            ca-certificates \
+            g++ \
+            git \
+            python3 \
+            python3-dev \
+            python3-venv; \
+       fi \
     && for log in /var/log/apt/history.log /var/log/apt/term.log /var/log/dpkg.log \
          /var/log/alternatives.log /var/cache/ldconfig/aux-cache /var/cache/debconf/*-old; do \
          if [ -f "$log" ]; then : > "$log"; fi; \
