@@ -219,7 +219,12 @@ def test_bootstrap_of_several_platforms_loads_one_index(  # type: ignore[no-unty
     made: list[str] = []
 
     def fake_debootstrap(
-        suite: str, mirror: str, target: Path, variant: str = "", arch: str = ""
+        suite: str,
+        mirror: str,
+        target: Path,
+        variant: str = "",
+        arch: str = "",
+        include: tuple[str, ...] = (),
     ) -> None:
         made.append(arch)
         rootfs(target.parent, target.name)

@@ -26,6 +26,7 @@ from imagekit.errors import EngineError, ImagekitError, UsageError
 from imagekit.locks.images import Lock, lacking
 from imagekit.matrix.cells import Cell
 from imagekit.platforms import AMD64
+from imagekit.render.dockerfile import base_packages
 
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
 # Trimmed like the official -slim images: no docs, man pages or apt lists.
@@ -33,10 +34,16 @@ TRIM = ("usr/share/doc", "usr/share/man", "usr/share/info", "var/lib/apt/lists",
 
 
 def debootstrap(
-    suite: str, mirror: str, target: Path, variant: str = "minbase", arch: str = ""
+    suite: str,
+    mirror: str,
+    target: Path,
+    variant: str = "minbase",
+    arch: str = "",
+    include: Sequence[str] = (),
 ) -> None:
     """A Debian root filesystem in `target`; `arch` (Debian's name, arm64) where it is not
-    this host's: its second stage runs under QEMU (binfmt_misc)."""
+    this host's: its second stage runs under QEMU (binfmt_misc). `include`: packages
+    installed into it as well (`--bake-packages`)."""
     if not shutil.which("debootstrap"):
         raise EngineError(
             "debootstrap is not installed; install it with `apt-get install debootstrap`"
@@ -44,6 +51,7 @@ def debootstrap(
     if os.geteuid() != 0:
         raise EngineError("debootstrap needs root; run `imagekit base bootstrap` with sudo")
     on = [f"--arch={arch}"] if arch else []
+    on += [f"--include={','.join(include)}"] if include else []
     args = ["debootstrap", *on, f"--variant={variant}", suite, str(target), mirror]
     result = subprocess.run(args, capture_output=True, text=True, check=False)
     if result.returncode != 0:
@@ -67,20 +75,22 @@ def bootstrap(
     tag: str,
     mirror: str = DEFAULT_MIRROR,
     platforms: Sequence[str] = (),
+    include: Sequence[str] = (),
 ) -> str:
     """debootstrap a root filesystem here for each platform (none named: this host's), then
     the engine imports it as `tag`: one platform by `docker import`, several as one index
-    (an OCI layout, `docker load`), which needs a store that holds one."""
+    (an OCI layout, `docker load`), which needs a store that holds one. `include`: packages
+    baked in (`baked_packages`)."""
     check_platforms(engine, platforms)
     with tempfile.TemporaryDirectory(prefix="imagekit-rootfs-") as tmp:
         if len(platforms) < 2:
             root = Path(tmp) / "rootfs"
             foreign = next((p for p in platforms if p != host_platform()), "")
-            debootstrap(suite, mirror, root, arch=DEBIAN_ARCH.get(foreign, ""))
+            debootstrap(suite, mirror, root, arch=DEBIAN_ARCH.get(foreign, ""), include=include)
             return engine.import_rootfs(root, tag, foreign)
         roots = {p: Path(tmp) / DEBIAN_ARCH[p] for p in platforms}
         for platform, root in roots.items():
-            debootstrap(suite, mirror, root, arch=DEBIAN_ARCH[platform])
+            debootstrap(suite, mirror, root, arch=DEBIAN_ARCH[platform], include=include)
         oci_layout.write(roots, tag, Path(tmp) / "layout")
         engine.load_layout(Path(tmp) / "layout")
         return tag
@@ -106,6 +116,24 @@ def add_platforms(
         oci_layout.extend(layout, roots, tag)
         engine.load_layout(layout)
     return tag
+
+
+def baked_packages(cells: Sequence[Cell], images: Iterable[str]) -> list[str]:
+    """The OS packages the os-base stage of the cells built on any of `images` (the tag being
+    made, and the suite's image the matrix names) installs, for `imagekit base bootstrap
+    --bake-packages`: in the base, that step installs nothing (it checks dpkg's database
+    first, so a base without them still builds). No such cell: refused (exit 2), naming the
+    bases the cells do use."""
+    wanted = set(images)
+    mine = [cell for cell in cells if unpinned(cell.runtime_image) in wanted]
+    if not mine:
+        used = ", ".join(sorted({unpinned(cell.runtime_image) for cell in cells})) or "none"
+        raise UsageError(
+            f"--bake-packages: no cell of the matrix builds on {' or '.join(sorted(wanted))} "
+            f"(its cells' bases: {used}). Fix: name the matrix with --envs, or the --suite "
+            "its cells use"
+        )
+    return sorted({name for cell in mine for name in base_packages(cell)})
 
 
 def check_emulation(engine: BuildEngine, platforms: Iterable[str]) -> None:

@@ -385,6 +385,7 @@ def base_group() -> None:
         "sudo imagekit base bootstrap --suite bookworm",
         "sudo imagekit base bootstrap --suite bookworm --mirror http://mirror.internal/debian",
         "sudo imagekit base bootstrap --platform linux/amd64,linux/arm64  # one index, both",
+        "sudo imagekit base bootstrap --bake-packages  # the OS packages envs/ cells install",
     )
 )
 @click.option(
@@ -411,12 +412,29 @@ def base_group() -> None:
     "foreign ones under QEMU). "
     "Default: this host's.",
 )
+@click.option(
+    "--bake-packages",
+    is_flag=True,
+    help="Install into the base the OS packages that the matrix's cells on this suite's "
+    "image install (g++, Python, ...), so their apt step has nothing to do: no apt pass in "
+    "a cold build.",
+)
+@click.option(
+    "--envs",
+    "envs",
+    multiple=True,
+    type=click.Path(path_type=Path),
+    metavar="PATH",
+    help="Matrix file or folder for --bake-packages (repeatable). Default: ./envs.",
+)
 @docker_option
 def bootstrap(
     suite: str,
     mirror: str | None,
     tag: str | None,
     platforms: tuple[str, ...] | None,
+    bake_packages: bool,
+    envs: tuple[Path, ...],
     docker_cli: str | None,
 ) -> None:
     """Make a Debian base image from a package mirror with debootstrap."""
@@ -426,9 +444,16 @@ def bootstrap(
 
     refuse_credentials(mirror, "--mirror", "the base image's apt sources")
     names = {suite: image for image, suite in base.bootstrappable().items()}
-    tag = tag or names.get(suite) or f"debian:{suite}"
+    suite_image = names.get(suite) or f"debian:{suite}"
+    tag = tag or suite_image
+    include: list[str] = []
+    if bake_packages:
+        include = base.baked_packages(Selection(envs=envs).cells(), {tag, suite_image})
+        terminal.echo(f"{tag}: baking in {' '.join(include)}")
     engine = DockerEngine(docker_cli)
-    image_id = base.bootstrap(engine, suite, tag, mirror or base.DEFAULT_MIRROR, platforms or ())
+    image_id = base.bootstrap(
+        engine, suite, tag, mirror or base.DEFAULT_MIRROR, platforms or (), include
+    )
     terminal.echo(f"{tag}: {image_id}")
 
 
