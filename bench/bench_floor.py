@@ -70,6 +70,7 @@ KEEP_BASE = "imagekit-bench-floor/base-before:1"  # the old base, held by a tag 
 TWIN = "3.13:debian13"
 TWIN_CELL = CELL.replace("py3.11", "py3.13").replace("debian12", "debian13")
 EPOCH_TOUCH = "@315532800"
+GROUPS = ("cuda", "torch", "features")
 PIP_DEFAULT = 'pip: ["numpy<3", "tqdm>=4.66"]'
 DOCKERFILE = """\
 FROM debian:bookworm-slim
@@ -166,13 +167,13 @@ def one_round(root: Path, work: Path, push: bool) -> dict[str, Any]:
     out["export_steps_s"] = export_steps(lines)
     out["unpack_s"] = out["export_steps_s"].get("unpacking to", 0.0)
     out["image_bytes"] = sum(int(x["size_bytes"]) for x in report["layers"])
-    out["layer_created_by"] = [str(x.get("created_by", ""))[:100] for x in report["layers"]]
+    made = [str(x.get("created_by")) for x in report["layers"]]
+    out["layer_group"] = [next((g for g in GROUPS if f"groups/{g}.txt" in m), "") for m in made]
     out["floor_s"] = floor(TAG, work)
     return out
 
 
 def medians(rounds: list[dict[str, Any]], key: str) -> dict[str, float]:
-    """The median of each name of a per-round dict (a name missing in a round counts 0)."""
     names = dict.fromkeys(name for r in rounds for name in r[key])
     return {name: statistics.median([r[key].get(name, 0.0) for r in rounds]) for name in names}
 
@@ -201,7 +202,7 @@ def floor_ratios(result: dict[str, Any]) -> dict[str, float | None]:
 
 def reproduced(rounds: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Part 4: for each pushed layer's index, whether its digest is the same in every round."""
-    created = rounds[-1]["layer_created_by"]
+    created = rounds[-1]["layer_group"]
     out = []
     for index, (digest, size) in enumerate(rounds[0]["pushed_layers"]):
         same = all(
@@ -210,7 +211,7 @@ def reproduced(rounds: list[dict[str, Any]]) -> list[dict[str, Any]]:
         )
         made = created[index] if len(created) == len(rounds[0]["pushed_layers"]) else ""
         out.append({"index": index, "digest": digest, "size": size, "same_every_round": same,
-                    "cuda": "groups/cuda" in made, "created_by": made})  # fmt: skip
+                    "cuda": made == "cuda", "group": made})  # fmt: skip
     return out
 
 
@@ -279,7 +280,7 @@ def overhead(work: Path, result: dict[str, Any], rounds: int) -> dict[str, Any]:
     shutil.rmtree(work)
     bare = statistics.median(r["floor_s"] for r in result["rounds"])
     path = medians(result["rounds"], "build_phases_s")
-    groups = sum(path.get(f"group: {g}", 0.0) for g in ("cuda", "torch", "features"))
+    groups = sum(path.get(f"group: {g}", 0.0) for g in GROUPS)
     return {
         "bare_install_s": bare,
         "bare_install_compile_bytecode_s": compiled,
@@ -338,7 +339,6 @@ def handwritten_part(tmp: Path, root: Path) -> dict[str, Any]:
 
 
 def registry_dir(tmp: Path, name: str) -> Path:
-    """An empty folder for a registry's data (the last one's data goes)."""
     shutil.rmtree(tmp / f"registry-{name}", ignore_errors=True)
     (tmp / f"registry-{name}").mkdir()
     return tmp / f"registry-{name}"
