@@ -48,14 +48,20 @@ FROM os-base AS builder
 # Where torch comes from; `imagekit build --torch-index` overrides it (empty: wheelhouse/PyPI).
 ARG TORCH_INDEX_URL=
 ENV UV_PYTHON_INSTALL_DIR=/opt/python
+# uv in a venv of its own, installed by the pip wheel the OS ships for ensurepip, run from
+# the wheel: a venv with pip of its own would take ensurepip's 3-5 s on a cold build's path.
 RUN --mount=type=cache,id=imagekit-pip,target=/root/.cache/pip,sharing=private \
     --mount=type=secret,id=ca \
     --mount=type=secret,id=index \
     --mount=type=bind,source=imagekit/build-env.sh,target=/run/imagekit/build-env.sh \
     --mount=type=bind,source=wheelhouse,target=/wheelhouse \
     . /run/imagekit/build-env.sh \
-    && python3 -m venv /opt/uv \
-    && /opt/uv/bin/pip install --find-links /wheelhouse 'uv>=0.4' \
+    && if set -- /usr/share/python-wheels/pip-*.whl && [ -f "$1" ]; then \
+         python3 -m venv --without-pip /opt/uv \
+         && /opt/uv/bin/python "$1/pip" install --find-links /wheelhouse 'uv>=0.4'; \
+       else \
+         python3 -m venv /opt/uv && /opt/uv/bin/pip install --find-links /wheelhouse 'uv>=0.4'; \
+       fi \
     && /opt/uv/bin/uv venv --python /usr/bin/python3.11 /opt/venv
 # Resolve torch and the features once (groups.py); the runtime installs the pinned groups
 # as layers, so the environment is written once, straight into the runtime. A package lock
