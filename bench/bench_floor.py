@@ -26,12 +26,11 @@ import contextlib
 import json
 import os
 import platform
+import re
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from datetime import datetime, timezone
 from pathlib import Path
@@ -42,7 +41,6 @@ from bench.bench_cold import (
     CELL,
     EMPTY,
     MATRIX,
-    PROBE,
     REPO,
     cold_build,
     empty_registry,
@@ -60,17 +58,18 @@ from bench.bench_coldpush import (
     push_phases,
     twin_bytes,
 )
+from bench.floor_parts import first_import, frozen_set, image_id, overhead, run_tail
 from devkit.realengine import DOCKER, HOST_CA, docker, prune_build_cache
+from imagekit.buildtime.lockfile import CUDA_PARTS
 
 ROOT = Path(__file__).resolve().parent.parent
+BIG = 100_000_000  # bytes: a layer of packages, not of the build's own small files
 TAG = f"{EMPTY}/{REPO}:{CELL}"
 HAND = f"{EMPTY}/handwritten:1"
 BASE = "debian:bookworm-slim"
 KEEP_BASE = "imagekit-bench-floor/base-before:1"  # the old base, held by a tag during the run
 TWIN = "3.13:debian13"
 TWIN_CELL = CELL.replace("py3.11", "py3.13").replace("debian12", "debian13")
-EPOCH_TOUCH = "@315532800"
-GROUPS = ("cuda", "torch", "features")
 PIP_DEFAULT = 'pip: ["numpy<3", "tqdm>=4.66"]'
 DOCKERFILE = """\
 FROM debian:bookworm-slim
@@ -87,8 +86,6 @@ SOURCES = {
     "app.py": "from util import greet\n\nprint(greet('floor'))\n",
     "util.py": "def greet(name: str) -> str:\n    return f'hello {name}'\n",
 }
-NO_PYC = "PYTHONPYCACHEPREFIX=/tmp/no-pyc"  # no .pyc found: all compiled from source
-IMPORT_TORCH = "import time; t=time.perf_counter(); import torch; print(time.perf_counter()-t)"
 
 
 def matrix(extra_pip: tuple[str, ...] = ()) -> str:
@@ -104,20 +101,6 @@ def write_sources(folder: Path, version: int) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     for name, text in SOURCES.items():
         (folder / name).write_text(text + f"VERSION = {version}\n")
-
-
-def run_tail(command: list[str], **kw: Any) -> float:
-    """A command's seconds; on failure, exit with the tail of its output."""
-    started = time.perf_counter()
-    done = subprocess.run(command, capture_output=True, text=True, check=False, **kw)
-    if done.returncode != 0:
-        raise SystemExit(f"{' '.join(command)}:\n{(done.stdout + done.stderr)[-4000:]}")
-    return time.perf_counter() - started
-
-
-def image_id(ref: str) -> str | None:
-    found = docker("image", "inspect", "--format", "{{.Id}}", ref, check=False)
-    return found.stdout.strip() if found.returncode == 0 else None
 
 
 @contextlib.contextmanager
@@ -142,16 +125,6 @@ def baked_base(root: Path, bake: bool, result: dict[str, Any]) -> Iterator[None]
             docker("rmi", KEEP_BASE, check=False)
 
 
-def frozen_set(tag: str) -> list[str]:
-    """The image's own wheel set (name==version), without pip and imagekit's own packages."""
-    frozen = docker("run", "--rm", "--entrypoint", "/opt/venv/bin/python", tag, "-c", PROBE)
-    return [
-        line
-        for line in frozen.stdout.splitlines()
-        if line and not line.lower().startswith(("pip==", "imagekit"))
-    ]
-
-
 def one_round(root: Path, work: Path, push: bool) -> dict[str, Any]:
     """Part 2, one round: the cold build + push (into the empty registry that runs), the cold
     local build and the floor; the local image stays for what follows."""
@@ -168,14 +141,15 @@ def one_round(root: Path, work: Path, push: bool) -> dict[str, Any]:
     out["unpack_s"] = out["export_steps_s"].get("unpacking to", 0.0)
     out["image_bytes"] = sum(int(x["size_bytes"]) for x in report["layers"])
     made = [str(x.get("created_by")) for x in report["layers"]]
-    out["layer_group"] = [next((g for g in GROUPS if f"groups/{g}.txt" in m), "") for m in made]
+    out["layer_group"] = [group_of(m) for m in made]
     out["floor_s"] = floor(TAG, work)
     return out
 
 
-def medians(rounds: list[dict[str, Any]], key: str) -> dict[str, float]:
-    names = dict.fromkeys(name for r in rounds for name in r[key])
-    return {name: statistics.median([r[key].get(name, 0.0) for r in rounds]) for name in names}
+def group_of(created_by: str) -> str:
+    """The package group a layer installs ("cuda" for each of its parts), else ""."""
+    found = re.search(r"/run/imagekit/groups/(cuda|torch|features)(?:-\d+)?\.txt", created_by)
+    return found.group(1) if found else ""
 
 
 def floor_ratios(result: dict[str, Any]) -> dict[str, float | None]:
@@ -232,64 +206,6 @@ def twin_part(root: Path) -> dict[str, Any]:
     if not had_base:
         docker("rmi", "debian:trixie-slim", check=False)
     return out
-
-
-def first_import(rounds: int) -> dict[str, Any]:
-    """Part 5: the first `import torch` in a fresh container as the image runs, with its
-    bytecode and with none found (every module compiled from source, on every start)."""
-    found: dict[str, list[float]] = {"with_pyc_s": [], "without_pyc_s": []}
-    for _ in range(rounds):
-        for key, extra in (("with_pyc_s", []), ("without_pyc_s", ["-e", NO_PYC])):
-            done = docker("run", "--rm", "--entrypoint", "/opt/venv/bin/python", *extra, TAG,
-                          "-c", IMPORT_TORCH)  # fmt: skip
-            found[key].append(float(done.stdout.strip().splitlines()[-1]))
-    with_pyc = statistics.median(found["with_pyc_s"])
-    without = statistics.median(found["without_pyc_s"])
-    return {**found, "saved_per_start_s": without - with_pyc, "speedup": without / with_pyc}
-
-
-def bare_install(requirements: Path, uv: Path, work: Path, *flags: str) -> tuple[float, float]:
-    """A bare uv install (fresh venv, empty cache) with `flags`, then one date on every file
-    of the result: the seconds of each; the venv and cache go again."""
-    work.mkdir(parents=True)
-    venv = work / "venv"
-    subprocess.run(["python3.11", "-m", "venv", "--without-pip", str(venv)], check=True)
-    env = {**os.environ, "UV_CACHE_DIR": str(work / "uv-cache"), "SSL_CERT_FILE": HOST_CA}
-    install = run_tail(
-        [str(uv), "pip", "install", "-q", "--python", str(venv), "-r", str(requirements), *flags],
-        env=env,
-    )
-    touch = run_tail(["find", str(venv), "-exec", "touch", "-h", "-d", EPOCH_TOUCH, "{}", "+"])
-    shutil.rmtree(work)
-    return install, touch
-
-
-def overhead(work: Path, result: dict[str, Any], rounds: int) -> dict[str, Any]:
-    """Part 6: the groups' parts on the host, beside the floor: bytecode and one date."""
-    work.mkdir(parents=True)
-    requirements = work / "requirements.txt"
-    requirements.write_text("\n".join(frozen_set(TAG)) + "\n")
-    tools = work / "tools"
-    subprocess.run([sys.executable, "-m", "venv", str(tools)], check=True)
-    subprocess.run([str(tools / "bin" / "pip"), "install", "-q", "uv"], check=True)
-    uv = tools / "bin" / "uv"
-    runs = [
-        bare_install(requirements, uv, work / f"r{i}", "--compile-bytecode") for i in range(rounds)
-    ]
-    compiled, touched = [run[0] for run in runs], [run[1] for run in runs]
-    shutil.rmtree(work)
-    bare = statistics.median(r["floor_s"] for r in result["rounds"])
-    path = medians(result["rounds"], "build_phases_s")
-    groups = sum(path.get(f"group: {g}", 0.0) for g in GROUPS)
-    return {
-        "bare_install_s": bare,
-        "bare_install_compile_bytecode_s": compiled,
-        "touch_every_file_s": touched,
-        "part_bytecode_s": statistics.median(compiled) - bare,
-        "part_one_date_s": statistics.median(touched),
-        "in_image_groups_s": groups,
-        "in_image_groups_over_bare_install": groups / bare,
-    }
 
 
 def hand_build(folder: Path) -> dict[str, float]:
@@ -369,10 +285,10 @@ def run_parts(args: argparse.Namespace, tmp: Path, root: Path, result: dict[str,
                 result["twin"] = twin_part(root)
                 result["ratios"]["twin_ratio"] = result["twin"].get("ratio")
             save(result)
-    result["first_import_torch"] = first_import(args.rounds)
+    result["first_import_torch"] = first_import(TAG, args.rounds)
     result["ratios"]["pyc_start_speedup"] = result["first_import_torch"]["speedup"]
     save(result)
-    result["groups_overhead"] = overhead(tmp / "overhead", result, args.rounds)
+    result["groups_overhead"] = overhead(TAG, tmp / "overhead", result, args.rounds)
     save(result)
     result["handwritten"] = handwritten_part(tmp, root)
     for step in ("cold", "w1", "w2"):
@@ -384,8 +300,12 @@ def run_parts(args: argparse.Namespace, tmp: Path, root: Path, result: dict[str,
 def goals(result: dict[str, Any], kind: str) -> dict[str, dict[str, Any]]:
     """Each goal, its value and whether it is met (None where not measured)."""
     ratios = result.get("ratios", {})
+    # the big layers (the base, the CUDA libraries' parts, torch, the features): the small
+    # ones carry the build's own files (the context's COPYs, the user's home)
     layers = result.get("layers_reproduced")
-    cuda = [x["same_every_round"] for x in layers or [] if x["cuda"]] or None
+    big = [x["same_every_round"] for x in layers or [] if x["size"] >= BIG] or None
+    twin = result.get("twin", {}).get("shared_layers")
+    shared = len([x for x in twin if x["size"] >= BIG]) if twin is not None else None
     build_key = "build_minus_unpack_over_floor" if kind == "containerd" else "build_over_floor"
     table = {
         "build + push / serial floor <= 1.3x (containerd)": (
@@ -394,7 +314,8 @@ def goals(result: dict[str, Any], kind: str) -> dict[str, dict[str, Any]]:
         "twin registry bytes <= 1.4x": (ratios.get("twin_ratio"), 1.4, "le"),
         "hand-written / imagekit, cold build + push >= 1x": (
             ratios.get("handwritten_over_imagekit_cold"), 1.0, "ge"),
-        "CUDA layers' digests the same every round": (all(cuda) if cuda else None, True, "eq"),
+        "layers over 100 MB: digests the same every round": (all(big) if big else None, True, "eq"),
+        "the twin shares the CUDA libraries' parts": (shared, len(CUDA_PARTS), "ge"),
     }  # fmt: skip
     out = {}
     for name, (value, goal, how) in table.items():
