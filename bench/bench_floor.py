@@ -26,7 +26,6 @@ import contextlib
 import json
 import os
 import platform
-import re
 import shutil
 import statistics
 import sys
@@ -140,16 +139,8 @@ def one_round(root: Path, work: Path, push: bool) -> dict[str, Any]:
     out["export_steps_s"] = export_steps(lines)
     out["unpack_s"] = out["export_steps_s"].get("unpacking to", 0.0)
     out["image_bytes"] = sum(int(x["size_bytes"]) for x in report["layers"])
-    made = [str(x.get("created_by")) for x in report["layers"]]
-    out["layer_group"] = [group_of(m) for m in made]
     out["floor_s"] = floor(TAG, work)
     return out
-
-
-def group_of(created_by: str) -> str:
-    """The package group a layer installs ("cuda" for each of its parts), else ""."""
-    found = re.search(r"/run/imagekit/groups/(cuda|torch|features)(?:-\d+)?\.txt", created_by)
-    return found.group(1) if found else ""
 
 
 def floor_ratios(result: dict[str, Any]) -> dict[str, float | None]:
@@ -176,16 +167,13 @@ def floor_ratios(result: dict[str, Any]) -> dict[str, float | None]:
 
 def reproduced(rounds: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Part 4: for each pushed layer's index, whether its digest is the same in every round."""
-    created = rounds[-1]["layer_group"]
     out = []
     for index, (digest, size) in enumerate(rounds[0]["pushed_layers"]):
         same = all(
             len(r["pushed_layers"]) > index and r["pushed_layers"][index][0] == digest
             for r in rounds
         )
-        made = created[index] if len(created) == len(rounds[0]["pushed_layers"]) else ""
-        out.append({"index": index, "digest": digest, "size": size, "same_every_round": same,
-                    "cuda": made == "cuda", "group": made})  # fmt: skip
+        out.append({"index": index, "digest": digest, "size": size, "same_every_round": same})
     return out
 
 

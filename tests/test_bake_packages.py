@@ -5,7 +5,6 @@ base, and the apt step then checks dpkg's database and installs nothing."""
 from __future__ import annotations
 
 import subprocess
-from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -62,9 +61,7 @@ def test_bake_packages_without_a_cell_on_that_base_is_refused_naming_the_bases(
     assert "debian:bookworm-slim" in text and "Fix:" in text
 
 
-def test_the_cli_hands_the_packages_to_debootstrap(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
+def test_the_cli_hands_the_packages_to_debootstrap(monkeypatch: pytest.MonkeyPatch) -> None:
     made: list[list[str]] = []
 
     def run(args: list[str], **_: Any) -> SimpleNamespace:
