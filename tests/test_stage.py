@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 from pathlib import Path
+from typing import Any
 
 import dockerfile
 import pytest
@@ -141,3 +142,34 @@ def test_stage_again_replaces_a_context_rather_than_adding_to_it(
     assert not (context / "imagekit" / "left-over.txt").exists()
     assert list((context / "wheelhouse").iterdir()) == []  # no --wheelhouse this time
     assert (context / "imagekit" / "labels.json").is_file()
+
+
+def test_scripts_are_parsed_one_at_a_time_when_cells_stage_side_by_side(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """CPython 3.11's ast.parse fails now and then in two threads at once ("AST constructor
+    recursion depth mismatch"); cells stage side by side with --jobs, so no two parses
+    may overlap."""
+    import ast
+    import threading
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    inside, most, lock = [0], [0], threading.Lock()
+    parse = ast.parse
+
+    def watched(*args: Any, **kwargs: Any) -> ast.Module:
+        with lock:
+            inside[0] += 1
+            most[0] = max(most[0], inside[0])
+        time.sleep(0.02)
+        try:
+            return parse(*args, **kwargs)
+        finally:
+            with lock:
+                inside[0] -= 1
+
+    monkeypatch.setattr(ast, "parse", watched)
+    with ThreadPoolExecutor(4) as pool:
+        texts = list(pool.map(script_text, ["groups.py"] * 8))
+    assert most[0] == 1 and len(set(texts)) == 1

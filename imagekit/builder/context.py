@@ -26,6 +26,7 @@ import ast
 import json
 import os
 import shutil
+import threading
 from pathlib import Path
 
 from imagekit.contract import labels as label
@@ -84,10 +85,21 @@ def stage(
     return dest
 
 
+# Cells are staged side by side (--jobs), and CPython 3.11's ast.parse is not safe in two
+# threads at once: it can fail with "SystemError: AST constructor recursion depth mismatch".
+# One parse at a time.
+_PARSING = threading.Lock()
+
+
 def script_text(name: str) -> str:
     """A buildtime script as the build runs it, alone: its import of buildtime/lockfile.py
     (the package lock's layout, which the host imports too) replaced by that module's lines
     after its `from __future__` import; any other script as it is."""
+    with _PARSING:
+        return _inlined(name)
+
+
+def _inlined(name: str) -> str:
     text = _buildtime_source(name)
     imports = [
         node
