@@ -58,6 +58,8 @@ def layer_sizes(repo: str, tag: str) -> dict[str, int]:
 
 
 _PUSHING = re.compile(r"#\d+ (pushing layers|pushing manifest|pushing layer)")
+_BUILDKIT_LINE = re.compile(r"\] #\d+ ")  # a line of BuildKit's progress, as imagekit prints it
+_BUILT = re.compile(r"\] built$")  # imagekit's word that a cell is done
 
 
 def kind_of(engine: str) -> str:
@@ -80,6 +82,11 @@ def push_phases(lines: list[tuple[float, str]], total: float) -> dict[str, float
         out.pop("export of the image", None)
     if pushes:
         out["of which after the first pushed byte"] = total - pushes[0]
+    built = [at for at, text in lines if _BUILT.search(text)]
+    if built and starts:
+        # from BuildKit's last line to imagekit's "built": the pushed image read back
+        buildkit = [at for at, text in lines if _BUILDKIT_LINE.search(text) and at <= built[0]]
+        out["of which after BuildKit (the platform proof, read back)"] = built[0] - buildkit[-1]
     return out
 
 

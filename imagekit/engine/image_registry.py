@@ -27,7 +27,7 @@ from typing import IO, Any
 from imagekit import terminal
 from imagekit.contract import refs
 from imagekit.contract.refs import DIGEST
-from imagekit.engine import tools
+from imagekit.engine import scan_cache, tools
 from imagekit.engine.docker_daemon import DockerConnection, split_ref
 from imagekit.engine.image_files import LayerScan, TarIndex, member_path, scan_layer
 from imagekit.engine.interface import Layer
@@ -200,7 +200,8 @@ def files(reference: str, layers: Sequence[Layer]) -> TarIndex:
     """The files of the pushed image whose `layers` (oldest first) `reference` names, read
     back from its registry: each layer's blob streamed through its decompressor and its tar
     read once (each file's first bytes kept), then stacked newest first, whiteouts applied.
-    Nothing is written to disk and nothing is loaded into the engine."""
+    A layer this machine has read before, by its blob's digest, is not read again
+    (engine/scan_cache.py). Nothing is loaded into the engine."""
     pool = ThreadPoolExecutor(max_workers=LAYER_STREAMS)
     try:
         scans = list(pool.map(lambda layer: _scan(reference, layer), layers))
@@ -210,8 +211,13 @@ def files(reference: str, layers: Sequence[Layer]) -> TarIndex:
 
 
 def _scan(reference: str, layer: Layer) -> LayerScan:
+    kept = scan_cache.load(layer.digest)
+    if kept is not None:
+        return kept
     with _blob_stream(by_digest(reference, layer.digest)) as raw:
-        return scan_layer(_decompressing(raw, layer.media_type))
+        scan = scan_layer(_decompressing(raw, layer.media_type))
+    scan_cache.store(layer.digest, scan)  # after the stream closed clean: a whole scan only
+    return scan
 
 
 @contextmanager
