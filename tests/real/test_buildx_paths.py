@@ -77,6 +77,7 @@ def test_a_push_without_load_goes_straight_to_the_registry_in_zstd_then_test_pul
     whats = {c["what"] for c in built["content"]}
     assert {"the venv's Python", "torch's native code", "torch's wheel tag"} <= whats
     assert {c["found"] for c in built["content"]} == {"x86_64"}
+    assert_scans_kept(pushed, built, layers)
     # the SBOM attached is the one inside the image, read out of its zstd layer
     assert built["sbom"]
     from_registry = imagekit("sbom", pushed, "--from", "registry", cwd=root)
@@ -87,6 +88,26 @@ def test_a_push_without_load_goes_straight_to_the_registry_in_zstd_then_test_pul
     inside = imagekit("sbom", pushed, "--from", "image", cwd=root)
     assert inside.returncode == 0 and inside.stdout == from_registry.stdout
     forget(pushed)
+
+
+def assert_scans_kept(pushed: str, built: dict, layers: list[dict]) -> None:  # type: ignore[type-arg]
+    """The build kept each pushed layer's scan (engine/scan_cache.py, this test's own cache
+    folder): read again with no oras at all, the image proves what the build reported."""
+    from imagekit.builder.platform_proof import prove
+    from imagekit.engine import image_registry, scan_cache
+    from imagekit.engine.interface import Layer
+
+    assert all(scan_cache.scan_path(x["digest"]).is_file() for x in layers)  # type: ignore[union-attr]
+    kept = [Layer("", x["size"], digest=x["digest"], media_type=x["mediaType"]) for x in layers]
+    before = os.environ.get("IMAGEKIT_ORAS")
+    os.environ["IMAGEKIT_ORAS"] = "/nonexistent/oras"  # a read from the registry would fail
+    try:
+        files = image_registry.files(image_registry.by_digest(pushed, built["image_id"]), kept)
+    finally:
+        os.environ.pop("IMAGEKIT_ORAS")
+        if before is not None:
+            os.environ["IMAGEKIT_ORAS"] = before
+    assert prove("linux/amd64", files, "3.11").as_list() == built["content"]
 
 
 @pytest.mark.empties_cache(what="all")  # after the others, before the CUDA twins (conftest.py)
