@@ -88,10 +88,8 @@ def cold_build(
     push's platform proof keeps) in `cache`, else in a new empty folder."""
     prune_build_cache()
     docker("rmi", f"{EMPTY}/{REPO}:{CELL}", check=False)
-    with contextlib.ExitStack() as stack:
-        if cache is None:
-            cache = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="ik-cache-")))
-        return _timed_build(root, push, cache)
+    with tempfile.TemporaryDirectory(prefix="ik-cache-") as fresh:
+        return _timed_build(root, push, cache or Path(fresh))
 
 
 def _timed_build(

@@ -142,13 +142,14 @@ def read_regular(path: Path, limit: int, follow_links: bool = True) -> tuple[byt
         os.close(fd)
 
 
-def write_atomic(path: Path, text: str) -> bool:
+def write_atomic(path: Path, text: str | bytes) -> bool:
     """Write via a temp file and rename, so no reader ever sees half a file. True if changed.
     Compared as bytes: a file that differs only in line endings is rewritten."""
-    if path.is_file() and path.read_bytes() == text.encode("utf-8"):
+    data = text.encode("utf-8") if isinstance(text, str) else text
+    if path.is_file() and path.read_bytes() == data:
         return False
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = temp_beside(path, text)
+    tmp = temp_beside(path, data)
     try:
         os.replace(tmp, path)
     except BaseException:
@@ -183,12 +184,13 @@ def write_all_or_none(
                 folder.rmdir()
 
 
-def temp_beside(path: Path, text: str) -> Path:
-    """`text` in a new temp file in `path`'s folder (same filesystem: the rename is atomic)."""
+def temp_beside(path: Path, text: str | bytes) -> Path:
+    """`text` (UTF-8 where it is a str) in a new temp file in `path`'s folder (same
+    filesystem: the rename is atomic)."""
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as fh:
-            fh.write(text.encode("utf-8"))
+            fh.write(text.encode("utf-8") if isinstance(text, str) else text)
         os.chmod(tmp, 0o644)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -16,13 +16,13 @@ import gzip
 import json
 import os
 import re
-import tempfile
 import time
 import zlib
 from pathlib import Path
 from typing import Any
 
 from imagekit.engine.image_files import HEAD, TEXT_NAMES, Entry, LayerScan
+from imagekit.paths import write_atomic
 
 FORMAT = 1
 ENV = "IMAGEKIT_CACHE_DIR"
@@ -67,23 +67,10 @@ def store(digest: str, scan: LayerScan) -> None:
     if path is None:
         return
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        _write(path, gzip.compress(json.dumps(to_json(scan, digest)).encode(), 6))
+        write_atomic(path, gzip.compress(json.dumps(to_json(scan, digest)).encode(), 6))
         prune(path.parent, time.time() - KEEP_SECONDS)
     except OSError:
         return
-
-
-def _write(path: Path, data: bytes) -> None:
-    """Via a temp file and a rename: two builds storing one scan never leave half a file."""
-    fd, name = tempfile.mkstemp(dir=path.parent, prefix=".scan-")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-        os.replace(name, path)
-    except BaseException:
-        Path(name).unlink(missing_ok=True)
-        raise
 
 
 def prune(folder: Path, before: float) -> None:

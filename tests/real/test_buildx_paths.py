@@ -99,14 +99,9 @@ def assert_scans_kept(pushed: str, built: dict, layers: list[dict]) -> None:  # 
 
     assert all(scan_cache.scan_path(x["digest"]).is_file() for x in layers)  # type: ignore[union-attr]
     kept = [Layer("", x["size"], digest=x["digest"], media_type=x["mediaType"]) for x in layers]
-    before = os.environ.get("IMAGEKIT_ORAS")
-    os.environ["IMAGEKIT_ORAS"] = "/nonexistent/oras"  # a read from the registry would fail
-    try:
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("IMAGEKIT_ORAS", "/nonexistent/oras")  # a read from the registry fails
         files = image_registry.files(image_registry.by_digest(pushed, built["image_id"]), kept)
-    finally:
-        os.environ.pop("IMAGEKIT_ORAS")
-        if before is not None:
-            os.environ["IMAGEKIT_ORAS"] = before
     assert prove("linux/amd64", files, "3.11").as_list() == built["content"]
 
 
